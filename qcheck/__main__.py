@@ -1,0 +1,3 @@
+from qcheck.cli import main
+
+main()

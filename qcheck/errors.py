@@ -1,0 +1,61 @@
+"""Errors that end a run with exit code 2 and one line on stderr.
+
+Everything the user can cause (a bad file, a bad flag, a missing extra) is a ``QcheckError``; the CLI
+prints ``qcheck: error: <message>`` and exits 2. Anything else is a bug in qcheck.
+"""
+
+from __future__ import annotations
+
+
+class QcheckError(Exception):
+    """Base class: the input could not be judged (exit code 2)."""
+
+    exit_code = 2
+
+
+class InputError(QcheckError):
+    """A file is unreadable, malformed, hostile or not a checkpoint.
+
+    ``where`` names the place (a byte offset, a key, a tensor, a file) so the message can say exactly what is wrong.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, where: str | None = None):
+        self.path = path
+        self.where = where
+        self.detail = message
+        parts = []
+        if path:
+            parts.append(str(path))
+        if where:
+            parts.append(where)
+        prefix = ": ".join(parts)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class UnsafeFileError(InputError):
+    """A pickle checkpoint: it executes code when loaded, so it is never loaded."""
+
+
+class UsageError(QcheckError):
+    """A command-line or policy value that qcheck cannot use."""
+
+
+class DependencyError(QcheckError):
+    """An optional dependency (an extra such as ``qcheck[eval]``) is missing."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(f"{purpose} needs {package}; install it with: pip install 'qcheck[{extra}]'")
+
+
+class RemoteError(QcheckError):
+    """The Hub (or another HTTP source) refused or failed a request."""
+
+
+def require(module: str, extra: str, purpose: str):
+    """Import an optional module or raise a DependencyError that says which extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise DependencyError(module, extra, purpose) from exc

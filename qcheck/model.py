@@ -1,0 +1,180 @@
+"""Typed records that move through the pipeline: Checkpoint -> Inspection -> Verdict.
+
+Readers produce a ``Checkpoint`` (what the headers say, nothing interpreted); the classifier turns it
+into an ``Inspection`` (what the checkpoint *is*); the matrix turns an Inspection into ``Verdict``s.
+The ``to_json`` methods are the public contract in DESIGN.md: add fields, never rename or drop them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Container = Literal["gguf", "safetensors", "pickle"]
+Status = Literal["native", "fallback", "unsupported", "unknown"]
+
+INSPECTION_SCHEMA = "qcheck.inspection/1"
+CHECK_SCHEMA = "qcheck.check/1"
+
+
+@dataclass
+class TensorInfo:
+    """One tensor as the header describes it.
+
+    ``dtype`` is the container's own name: a GGUF type name (``Q4_K``, ``F32``, ``unknown(77)``) or a
+    safetensors dtype string (``F8_E4M3``, ``U8``, or an unknown string kept verbatim).
+    ``shape`` is in row-major order, outermost first, for both containers (GGUF's ``ne`` reversed).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int | None = None  # bytes of data, when the dtype's size is known
+    offset: int | None = None  # absolute file offset of the data
+    file: str = ""  # the shard (file name relative to the model root) that holds it
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class SourceFile:
+    name: str
+    size_bytes: int | None
+    kind: str  # "gguf", "safetensors", "index", "config", "pickle", "lfs-pointer", "other"
+
+
+@dataclass
+class Checkpoint:
+    """Everything read from a checkpoint's headers and side files, uninterpreted."""
+
+    path: str  # as the user gave it
+    container: Container
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    #: GGUF key/value metadata (large arrays are summarised, see readers.gguf), or safetensors ``__metadata__``
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: parsed JSON side files keyed by file name: config.json, hf_quant_config.json, quantize_config.json, ...
+    configs: dict[str, Any] = field(default_factory=dict)
+    files: list[SourceFile] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: the Hub revision resolved to a commit, for remote checkpoints
+    revision: str | None = None
+    #: for pickles: the globals the pickle would import (found by walking opcodes, never executed)
+    pickle_globals: list[str] = field(default_factory=list)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes or 0 for f in self.files if f.kind in ("gguf", "safetensors", "pickle"))
+
+    def dtype_histogram(self) -> dict[str, int]:
+        return dict(Counter(t.dtype for t in self.tensors.values()).most_common())
+
+
+@dataclass
+class Quantization:
+    method: str = "none"  # a canonical method from DESIGN.md
+    producer: str | None = None
+    weight_bits: int | None = None
+    bits_per_weight: float | None = None
+    group_size: int | None = None
+    block_size: list[int] | None = None
+    weight_dtype: str | None = None
+    scale_dtype: str | None = None
+    activation_dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    excluded: list[str] = field(default_factory=list)
+    gguf_file_type: str | None = None
+    tensor_types: dict[str, int] = field(default_factory=dict)
+    #: how weight scales are laid out: "per-tensor", "per-channel", "group", "block" (2-D), "per-token" ...
+    scale_granularity: str | None = None
+    #: True when zero points are stored (asymmetric), False when symmetric, None when unknown/not applicable
+    zero_point: bool | None = None
+    #: GPTQ act-order (g_idx present and not trivial), None when not applicable
+    act_order: bool | None = None
+    #: the checkpoint's own format string where it has one (compressed-tensors "float-quantized", AWQ "gemm" ...)
+    format: str | None = None
+    #: the raw ``quant_method`` or ``quant_algo`` string as the config wrote it
+    config_method: str | None = None
+
+
+@dataclass
+class Inspection:
+    """What a checkpoint is: the public ``qcheck.inspection/1`` record."""
+
+    path: str
+    container: Container
+    architecture: str | None = None
+    parameters: int | None = None
+    size_bytes: int | None = None
+    quantization: Quantization = field(default_factory=Quantization)
+    warnings: list[str] = field(default_factory=list)
+    # --- beyond the minimum contract ---
+    model_type: str | None = None  # config.json model_type or GGUF general.architecture
+    name: str | None = None
+    context_length: int | None = None
+    dtype: str | None = None  # dtype of unquantised parts (bfloat16, float16, float32)
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    vocab_size: int | None = None
+    moe: bool = False
+    num_experts: int | None = None
+    num_experts_used: int | None = None
+    tensor_count: int = 0
+    files: list[SourceFile] = field(default_factory=list)
+    #: number of files a split GGUF set has (1 for a single file); vLLM's GGUF path needs them merged
+    gguf_split_count: int | None = None
+    revision: str | None = None
+    #: findings about the file itself (config/tensor mismatches, unsafe pickles, LFS pointers)
+    findings: list[dict[str, str]] = field(default_factory=list)
+    pickle_globals: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data = {"schema": INSPECTION_SCHEMA, **data}
+        return data
+
+    def one_line(self) -> str:
+        """A one-line description for humans: 'Llama 8.0B, GGUF Q4_K_M (4.89 bpw), 4.9 GB'."""
+        from qcheck.report.text import describe_inspection
+
+        return describe_inspection(self)
+
+
+@dataclass
+class Source:
+    """Where a matrix rule was read: a repo path or doc URL, and the engine version read."""
+
+    ref: str
+    version: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class Verdict:
+    engine: str
+    engine_version: str | None
+    gpu: str | None
+    arch: str | None
+    compute_capability: str | None
+    status: Status
+    kernel: str | None = None
+    requires: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: filled by the memory-fit estimate when asked for (issue: hub + memory)
+    memory: dict[str, Any] | None = None
+    #: the id of the matrix rule that decided, for debugging and SARIF rule ids
+    rule_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,141 @@
+"""Byte sources: where header bytes come from (a local file, or HTTP range reads on the Hub).
+
+Readers never open files themselves; they get a ``FileSet`` (a local directory or a Hub repo at a
+revision) and ask it for ``ByteSource`` objects and small JSON files. One parser, two sources.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol, runtime_checkable
+
+from qcheck.errors import InputError
+
+
+@runtime_checkable
+class ByteSource(Protocol):
+    """Random-access bytes of one file. ``read_at`` may return fewer bytes only at end of file."""
+
+    name: str
+    size: int | None
+
+    def read_at(self, offset: int, length: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    name: str  # POSIX path relative to the file set's root
+    size: int | None
+
+
+class FileSet(Protocol):
+    """A set of files under one root: a local directory or a Hub repo at one revision."""
+
+    root: str  # for messages: a path or "org/name@revision"
+    revision: str | None
+
+    def list(self) -> list[FileEntry]: ...
+
+    def open(self, name: str) -> ByteSource: ...
+
+    def read_small(self, name: str, max_bytes: int) -> bytes:
+        """The whole of a small file (a JSON side file); more than ``max_bytes`` is an InputError."""
+        ...
+
+    def exists(self, name: str) -> bool: ...
+
+
+class LocalFileSource:
+    """A local file read with positioned reads; never memory-maps, never reads more than asked."""
+
+    def __init__(self, path: str | os.PathLike[str], display: str | None = None):
+        self.path = Path(path)
+        self.name = display or str(path)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except IsADirectoryError:
+            raise InputError("is a directory, expected a file", path=self.name) from None
+        except FileNotFoundError:
+            raise InputError("no such file", path=self.name) from None
+        except PermissionError:
+            raise InputError("permission denied", path=self.name) from None
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc.strerror or exc}", path=self.name) from None
+        self.size = os.fstat(self._fd).st_size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InputError(f"negative read at offset {offset}", path=self.name)
+        if length == 0 or offset >= (self.size or 0):
+            return b""
+        length = min(length, self.size - offset)
+        try:
+            if hasattr(os, "pread"):
+                return os.pread(self._fd, length, offset)
+            os.lseek(self._fd, offset, os.SEEK_SET)  # pragma: no cover - Windows
+            return os.read(self._fd, length)  # pragma: no cover
+        except OSError as exc:
+            raise InputError(f"read failed at offset {offset}: {exc.strerror or exc}", path=self.name) from None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> LocalFileSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LocalFileSet:
+    """A local directory. Names are relative POSIX paths; a name escaping the root is an InputError."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.path = Path(root)
+        self.root = str(root)
+        self.revision = None
+
+    def _resolve(self, name: str) -> Path:
+        rel = PurePosixPath(name)
+        if rel.is_absolute() or ".." in rel.parts or name.startswith(("/", "\\")) or "\\" in name or ":" in name:
+            raise InputError(f"file name {name!r} escapes the model directory", path=self.root)
+        return self.path.joinpath(*rel.parts)
+
+    def list(self) -> list[FileEntry]:
+        entries: list[FileEntry] = []
+        try:
+            children = sorted(self.path.iterdir())
+        except OSError as exc:
+            raise InputError(f"cannot list directory: {exc.strerror or exc}", path=self.root) from None
+        for child in children:
+            try:
+                if child.is_file():
+                    entries.append(FileEntry(child.name, child.stat().st_size))
+            except OSError:
+                continue
+        return entries
+
+    def exists(self, name: str) -> bool:
+        return self._resolve(name).is_file()
+
+    def open(self, name: str) -> LocalFileSource:
+        return LocalFileSource(self._resolve(name), display=str(self.path / name))
+
+    def read_small(self, name: str, max_bytes: int) -> bytes:
+        with self.open(name) as src:
+            if src.size is not None and src.size > max_bytes:
+                raise InputError(f"file is {src.size} bytes, over the {max_bytes}-byte limit for side files",
+                                 path=src.name)
+            return src.read_at(0, max_bytes + 1)[: max_bytes + 1]
