@@ -59,3 +59,10 @@ def require(module: str, extra: str, purpose: str):
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise DependencyError(module, extra, purpose) from exc
+
+
+class LfsPointerError(InputError):
+    """A Git LFS pointer file stands where a checkpoint should be: the weights were never pulled.
+
+    Callers that scan a repository (the pre-commit hook, ``gate``) report it as skipped, not malformed.
+    """
