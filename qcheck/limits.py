@@ -39,6 +39,11 @@ class Limits:
     max_shards: int = 10_000
     #: elements of one tensor (2**50 elements is ~1 PB in 8 bits)
     max_tensor_elements: int = 2**50
+    #: nesting depth of JSON side files and safetensors headers (real configs reach ~8: compressed-tensors
+    #: transform_config -> config_groups -> ... -> targets)
+    max_json_nesting: int = 32
+    #: bytes of one pickle stream scanned (data.pkl of a torch zip, or a legacy/raw pickle); never unpickled
+    max_pickle_bytes: int = 64 * 1024 * 1024
 
     def replace(self, **changes: int) -> Limits:
         return dataclasses.replace(self, **changes)

@@ -100,6 +100,8 @@ class Quantization:
     format: str | None = None
     #: the raw ``quant_method`` or ``quant_algo`` string as the config wrote it
     config_method: str | None = None
+    #: how activations are quantised at run time: "dynamic per-token", "static per-tensor", "dynamic per-group 16" ...
+    activation_scheme: str | None = None
 
 
 @dataclass
@@ -135,6 +137,8 @@ class Inspection:
     #: findings about the file itself (config/tensor mismatches, unsafe pickles, LFS pointers)
     findings: list[dict[str, str]] = field(default_factory=list)
     pickle_globals: list[str] = field(default_factory=list)
+    #: per tensor type: {"type", "tensors", "elements", "bytes"} (bytes null when the type's size is unknown)
+    type_stats: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -175,6 +179,8 @@ class Verdict:
     memory: dict[str, Any] | None = None
     #: the id of the matrix rule that decided, for debugging and SARIF rule ids
     rule_id: str | None = None
+    #: the compute backend the engine uses for this GPU (llama.cpp/Ollama/LM Studio: cuda, rocm, metal, vulkan ...)
+    backend: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

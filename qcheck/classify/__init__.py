@@ -1,0 +1,400 @@
+"""The classifier: a ``Checkpoint`` (what the headers say) -> an ``Inspection`` (what it is).
+
+Tensors are the truth, configs are claims: every quantised weight is found from tensor names, dtypes
+and packed shapes (``fingerprints.scan_all``), bits and group sizes are recomputed from those shapes,
+and the config found (``configs.read_configs``) is read by its family's reader and cross-checked.
+Disagreements become ``config-mismatch`` findings and warnings, never crashes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from qcheck.classify import (
+    bnb,
+    compressed_tensors,
+    exllama,
+    fp8,
+    gptq_awq,
+    mlx,
+    modelopt,
+    mx,
+    others,
+)
+from qcheck.classify.arch import fill_from_config, fill_from_tensors
+from qcheck.classify.base import Draft, Hints, QLinear
+from qcheck.classify.configs import ConfigView, as_int, first, read_configs
+from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, tensor_nbytes
+from qcheck.classify.fingerprints import config_family, scan_all
+from qcheck.classify.gguf import classify_gguf
+from qcheck.classify.params import is_side_tensor, logical_parameters
+from qcheck.model import Checkpoint, Inspection, Quantization
+
+__all__ = ["classify", "unsafe_pickle_message"]
+
+KV_SCALE_SUFFIXES = (".k_scale", ".v_scale", ".kv_scale", "k_proj.output_scale", "v_proj.output_scale")
+
+
+def classify(checkpoint: Checkpoint) -> Inspection:
+    """Classify a checkpoint read by ``qcheck.readers.load_checkpoint`` (headers and side files only)."""
+    if checkpoint.container == "pickle":
+        return _classify_pickle(checkpoint)
+    insp = classify_gguf(checkpoint) if checkpoint.container == "gguf" else _classify_safetensors(checkpoint)
+    insp.type_stats = type_stats(checkpoint)
+    return insp
+
+
+def type_stats(checkpoint: Checkpoint) -> list[dict[str, Any]]:
+    """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first."""
+    count: Counter[str] = Counter()
+    elements: Counter[str] = Counter()
+    size: dict[str, int | None] = {}
+    for t in checkpoint.tensors.values():
+        count[t.dtype] += 1
+        elements[t.dtype] += t.numel
+        n = tensor_nbytes(t) if checkpoint.container == "safetensors" else t.nbytes
+        prev = size.get(t.dtype, 0)
+        size[t.dtype] = None if n is None or prev is None else prev + n
+    rows = [{"type": k, "tensors": count[k], "elements": elements[k], "bytes": size[k]} for k in count]
+    return sorted(rows, key=lambda r: (-(r["bytes"] or 0), -r["tensors"], r["type"]))
+
+
+# ------------------------------------------------------------------------------------------ pickle
+
+def _ordered_globals(globals_: list[str]) -> list[str]:
+    """Dangerous imports first (they are the point of the message), then the rest, each in file order."""
+    from qcheck.readers.pickle import is_dangerous_global
+
+    dangerous = [g for g in globals_ if is_dangerous_global(g)]
+    return dangerous + [g for g in globals_ if g not in dangerous]
+
+
+def unsafe_pickle_message(globals_: list[str], limit: int = 8) -> str:
+    """The one-line explanation for a pickle checkpoint (also the CLI's stderr line after the path)."""
+    ordered = _ordered_globals(globals_)
+    shown = ", ".join(ordered[:limit]) + (f", ... ({len(ordered) - limit} more)" if len(ordered) > limit else "")
+    return (f"pickle checkpoint: not statically verifiable, never unpickled (imports: {shown or 'none found'}); "
+            "convert it to safetensors")
+
+
+def _classify_pickle(ckpt: Checkpoint) -> Inspection:
+    insp = Inspection(path=ckpt.path, container="pickle", files=list(ckpt.files), revision=ckpt.revision,
+                      size_bytes=ckpt.size_bytes or None)
+    insp.quantization = Quantization(method="unknown")
+    insp.pickle_globals = _ordered_globals(list(ckpt.pickle_globals))
+    insp.warnings = list(ckpt.warnings)
+    insp.findings.append({"kind": "unsafe-pickle", "where": ckpt.path,
+                          "message": unsafe_pickle_message(ckpt.pickle_globals)})
+    view = read_configs(ckpt)
+    fill_from_config(insp, view.model)
+    return insp
+
+
+# ------------------------------------------------------------------------------------- safetensors
+
+def _hints(view: ConfigView, family: str | None) -> Hints:
+    """Bits/group values scanners need where shapes alone are ambiguous."""
+    if family == "mlx" or (family is None and view.mlx is not None):
+        return mlx.hints_from(view.mlx or view.quant)
+    if family == "hqq":
+        return others.hqq_hints(view.quant)
+    q = view.quant or {}
+    side = next(iter(view.side.values()), {})
+    hints = Hints(bits=as_int(first(q, "bits", "w_bit")) or as_int(first(side, "bits", "w_bit")),
+                  group_size=as_int(first(q, "group_size", "q_group_size")) or as_int(first(side, "group_size",
+                                                                                              "q_group_size")))
+    groups = q.get("config_groups")
+    if isinstance(groups, dict):  # compressed-tensors: the first group's weight args
+        for scheme in groups.values():
+            w = scheme.get("weights") if isinstance(scheme, dict) else None
+            if isinstance(w, dict):
+                hints.bits = hints.bits or as_int(w.get("num_bits"))
+                hints.group_size = hints.group_size or as_int(w.get("group_size"))
+                break
+    g = q.get("global_quant_config")
+    if isinstance(g, dict) and isinstance(g.get("weight"), dict):  # Quark
+        hints.bits = hints.bits or {"int4": 4, "uint4": 4, "int8": 8}.get(str(g["weight"].get("dtype")).lower())
+        hints.group_size = hints.group_size or as_int(g["weight"].get("group_size"))
+    dynamic = q.get("dynamic") if isinstance(q.get("dynamic"), dict) else side.get("dynamic")
+    if isinstance(dynamic, dict):  # GPTQModel "+:regex" overrides are regexes; exact-name ones still help
+        for key, value in dynamic.items():
+            if isinstance(key, str) and isinstance(value, dict) and not key.startswith("-:"):
+                hints.overrides[key.removeprefix("+:")] = (as_int(value.get("bits")), as_int(value.get("group_size")))
+    return hints
+
+
+def _majority(qlinears: list[QLinear]) -> tuple[str | None, dict[str, int]]:
+    """The method holding the most logical weight elements, and every method's element count."""
+    shares: Counter[str] = Counter()
+    for q in qlinears:
+        shares[q.method] += q.logical if q.logical is not None else 1
+    if not shares:
+        return None, {}
+    return shares.most_common(1)[0][0], dict(shares.most_common())
+
+
+def _mode(values: list) -> object:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return Counter(map(lambda v: tuple(v) if isinstance(v, list) else v, values)).most_common(1)[0][0]
+
+
+def _apply_family(family: str, view: ConfigView, draft: Draft, tensor_method: str | None) -> None:
+    if family == "fp8":
+        fp8.apply_config(view, draft)
+    elif family == "compressed-tensors":
+        compressed_tensors.apply_config(view, draft, tensor_method)
+    elif family == "modelopt":
+        modelopt.apply_config(view, draft, tensor_method)
+    elif family in ("gptq", "awq", "auto-round"):
+        gptq_awq.apply_config(view, draft, family)
+    elif family == "mxfp4":
+        mx.apply_config(view, draft)
+    elif family == "bitsandbytes":
+        bnb.apply_config(view, draft)
+    elif family in ("exl2", "exl3"):
+        exllama.apply_config(view, draft, family)
+    elif family == "mlx":
+        mlx.apply_config(view, draft)
+    elif family == "hqq":
+        others.apply_hqq(view, draft)
+    elif family == "torchao":
+        others.apply_torchao(view, draft)
+    elif family == "aqlm":
+        others.apply_aqlm(view, draft)
+    elif family == "quark":
+        others.apply_quark(view, draft)
+    elif family == "named":
+        others.apply_named(view, draft)
+    elif family == "unknown-method":
+        draft.config_method = view.quant_method
+        draft.expected_method = "unknown"
+        draft.warn(f"{view.quant_where}: unknown quant_method {view.quant_method!r}; classified from the tensors")
+
+
+def _plain_dtype(ckpt: Checkpoint, claimed: set[str]) -> str | None:
+    """The float dtype holding the most elements of 2-D ``*.weight`` tensors (else of any float tensor)."""
+    weights: Counter[str] = Counter()
+    anything: Counter[str] = Counter()
+    for name, t in ckpt.tensors.items():
+        if name in claimed or t.dtype.upper() not in FLOAT_DTYPES or is_side_tensor(name):
+            continue
+        anything[t.dtype.upper()] += t.numel
+        if name.endswith(".weight") and len(t.shape) == 2:
+            weights[t.dtype.upper()] += t.numel
+    pick = weights or anything
+    return container_word(pick.most_common(1)[0][0]) if pick else None
+
+
+def _unclaimed_packed(ckpt: Checkpoint, claimed: set[str]) -> list[str]:
+    """Weights stored in integer/FP8/FP4 dtypes that no scanner explained (an unknown layout)."""
+    odd = []
+    for name, t in ckpt.tensors.items():
+        if name in claimed or is_side_tensor(name) or len(t.shape) < 2:
+            continue
+        if t.dtype.upper() not in FLOAT_DTYPES and t.dtype.upper() not in ("BOOL",):
+            odd.append(name)
+    return odd
+
+
+def _classify_safetensors(ckpt: Checkpoint) -> Inspection:
+    view = read_configs(ckpt)
+    family = config_family(view)
+    hints = _hints(view, family)
+    qlinears = scan_all(ckpt.tensors, ckpt.metadata, hints)
+    draft = Draft(tensors=ckpt.tensors, metadata=ckpt.metadata, qlinears=qlinears, config_where=view.quant_where)
+    tensor_method, shares = _majority(qlinears)
+    if family is not None:
+        _apply_family(family, view, draft, tensor_method)
+    if family is None and qlinears:
+        # no config: what the layouts alone prove about the producer and activations
+        producers = Counter(q.producer for q in qlinears if q.method == tensor_method and q.producer)
+        draft.producer = producers.most_common(1)[0][0] if producers else None
+        if ckpt.metadata.get("format") == "mlx" and tensor_method == "mlx":
+            draft.producer = "mlx-lm"
+        draft.warn("no quantization config found; classified from tensor names, dtypes and shapes")
+    claimed = {n for q in qlinears for n in q.tensors}
+
+    method = _resolve_method(ckpt, view, draft, tensor_method, shares)
+    insp = Inspection(path=ckpt.path, container="safetensors", files=list(ckpt.files), revision=ckpt.revision)
+    insp.warnings = list(ckpt.warnings)
+    fill_from_config(insp, view.model)
+    fill_from_tensors(insp, ckpt.tensors)
+    insp.tensor_count = len(ckpt.tensors)
+    insp.size_bytes = ckpt.size_bytes or None
+    insp.dtype = _plain_dtype(ckpt, claimed) or config_word(first(view.model, "torch_dtype", "dtype"))
+    params, unknown = logical_parameters(ckpt.tensors, qlinears)
+    insp.parameters = params if ckpt.tensors else None
+    if not ckpt.tensors:
+        draft.warn("no tensors were found: nothing to classify beyond the config")
+    if unknown:
+        draft.warn(f"unpacked size unknown for {len(unknown)} quantised weights (e.g. {unknown[0]}); "
+                   "the parameter count is a lower bound")
+    insp.quantization = _quantization(ckpt, view, draft, method)
+    insp.warnings.extend(w for w in draft.warnings if w not in insp.warnings)
+    insp.findings.extend(draft.findings)
+    return insp
+
+
+def _resolve_method(ckpt: Checkpoint, view: ConfigView, draft: Draft, tensor_method: str | None,
+                    shares: dict[str, int]) -> str:
+    """Tensors decide; the config is checked against them."""
+    expected = draft.expected_method
+    where = draft.config_where or ("hf_quant_config.json" if view.hf_quant else "config")
+    if tensor_method is None:
+        claimed: set[str] = set()
+        odd = _unclaimed_packed(ckpt, claimed)
+        if expected and expected not in ("none", "unknown"):
+            if odd:
+                draft.warn(f"{where} says {expected}, but no tensor matches its layout (e.g. {odd[0]} is "
+                           f"{ckpt.tensors[odd[0]].dtype}); reported as the config says")
+                return expected
+            draft.mismatch(where, f"config says {expected}, but every weight is stored unquantised "
+                                  f"({_plain_dtype(ckpt, set()) or 'float'})")
+            return "none"
+        if odd:
+            draft.warn(f"weights in non-float dtypes that match no known layout (e.g. {odd[0]}: "
+                       f"{ckpt.tensors[odd[0]].dtype}{list(ckpt.tensors[odd[0]].shape)})")
+            return "unknown"
+        return expected or "none"
+    if expected and expected != tensor_method and expected != "unknown":
+        draft.mismatch(where, f"config says {expected}, but the tensors are {tensor_method} "
+                              f"({_example(draft, tensor_method)})")
+        _distrust(draft)
+    elif expected == "unknown" and draft.config_method:
+        draft.warn(f"quant_method {draft.config_method!r} classified as {tensor_method} from its tensors")
+    if len(shares) > 1:
+        total = sum(shares.values()) or 1
+        rest = ", ".join(f"{m} {100 * n / total:.1f}%" for m, n in shares.items() if m != tensor_method)
+        draft.warn(f"mixed precision: {tensor_method} holds {100 * shares[tensor_method] / total:.1f}% of quantised "
+                   f"weights by elements; also {rest}")
+    elif draft.declared_methods and len(set(draft.declared_methods)) > 1:
+        others_ = [m for m in draft.declared_methods if m != tensor_method]
+        draft.warn(f"config declares other schemes ({', '.join(others_)}) that no tensor uses")
+    return tensor_method
+
+
+def _distrust(draft: Draft) -> None:
+    """The config describes another method: keep only what is method-independent (excluded modules,
+    KV cache, the raw method string) and let the tensors speak for the rest."""
+    draft.config_trusted = False
+    draft.expected_bits = draft.expected_group = None
+    draft.expected_block = None
+    draft.producer = draft.activation_dtype = draft.format = draft.weight_dtype = draft.scale_granularity = None
+    draft.activation_scheme = None
+    draft.zero_point = draft.act_order = None
+    draft.expected_method = None
+
+
+def _example(draft: Draft, method: str) -> str:
+    q = next(q for q in draft.qlinears if q.method == method)
+    t = draft.tensors[q.tensors[0]]
+    return f"{t.name}: {t.dtype}{list(t.shape)}"
+
+
+def _sane(draft: Draft) -> None:
+    """Config numbers that cannot be real (0-bit, negative groups, 3-D blocks) are dropped, not reported."""
+    if not isinstance(draft.expected_bits, (int, float)) or not 0 < draft.expected_bits <= 64:
+        draft.expected_bits = None
+    if draft.expected_group is not None and not (draft.expected_group > 0 or draft.expected_group == -1):
+        draft.expected_group = None
+    if draft.expected_block is not None and (len(draft.expected_block) != 2 or min(draft.expected_block) <= 0):
+        draft.expected_block = None
+
+
+def _quantization(ckpt: Checkpoint, view: ConfigView, draft: Draft, method: str) -> Quantization:
+    _sane(draft)
+    q = Quantization(method=method)
+    q.tensor_types = ckpt.dtype_histogram()
+    q.producer = draft.producer
+    q.excluded = list(draft.excluded)
+    q.format = draft.format
+    q.config_method = draft.config_method
+    q.kv_cache_dtype = draft.kv_cache_dtype or _kv_from_tensors(ckpt)
+    if method == "none":
+        q.weight_dtype = _plain_dtype(ckpt, set())
+        return q
+    mine = draft.of_method(method)
+    q.activation_dtype = draft.activation_dtype
+    q.activation_scheme = draft.activation_scheme if draft.activation_dtype else None
+    if not mine:  # reported as the config says, nothing to measure
+        q.weight_bits = int(draft.expected_bits) if draft.expected_bits else None
+        q.group_size = draft.expected_group
+        q.block_size = draft.expected_block
+        q.weight_dtype = draft.weight_dtype
+        q.zero_point, q.act_order, q.scale_granularity = draft.zero_point, draft.act_order, draft.scale_granularity
+        return q
+    bits = _mode([x.bits for x in mine if x.bits is not None and 0 < x.bits <= 64])
+    group = _mode([x.group_size for x in mine if x.group_size is not None and (x.group_size > 0 or x.group_size == -1)])
+    if group is None and any(x.whole_row for x in mine):
+        group = -1  # every layer has one scale per output row: per-channel
+    block = _mode([x.block_size for x in mine if x.block_size and len(x.block_size) == 2 and min(x.block_size) > 0])
+    gran = _mode([x.granularity for x in mine])
+    where = draft.config_where or "config"
+    if draft.expected_bits is not None and bits is not None and float(bits) != float(draft.expected_bits):
+        draft.mismatch(where, f"config says {draft.expected_bits}-bit weights, but packed tensor shapes give "
+                              f"{bits}-bit ({mine[0].name})")
+    if draft.expected_group is not None and group is not None and draft.expected_group != group:
+        draft.mismatch(where, f"config says group_size {draft.expected_group}, but tensor shapes give "
+                              f"{group} ({mine[0].name})")
+    if draft.expected_block and block and list(block) != list(draft.expected_block):
+        draft.mismatch(where, f"config says block size {draft.expected_block}, but scale shapes give {list(block)} "
+                              f"({mine[0].name})")
+    if isinstance(bits, float) and bits.is_integer():
+        bits = int(bits)
+    q.weight_bits = bits if isinstance(bits, int) else None
+    if method in ("exl2", "exl3"):
+        distinct = {x.bits for x in mine}
+        q.weight_bits = bits if len(distinct) == 1 and isinstance(bits, int) else None
+    q.group_size = group if gran not in ("per-tensor", "block") else None
+    if gran == "per-channel" or (group == -1 and gran == "group"):
+        q.group_size = -1
+        gran = "per-channel"
+    q.block_size = list(block) if block else (draft.expected_block if gran == "block" else None)
+    q.scale_granularity = gran or draft.scale_granularity
+    q.weight_dtype = draft.weight_dtype or _mode([x.weight_dtype for x in mine])
+    q.scale_dtype = _mode([x.scale_dtype for x in mine])
+    zp = [x.zero_point for x in mine if x.zero_point is not None]
+    q.zero_point = draft.zero_point if draft.zero_point is not None else (any(zp) if zp else None)
+    q.act_order = draft.act_order
+    if q.activation_dtype is None and draft.expected_method is None:
+        q.activation_dtype, q.activation_scheme = _activation_from_tensors(method, mine)
+    if q.producer is None:
+        producers = Counter(x.producer for x in mine if x.producer)
+        q.producer = producers.most_common(1)[0][0] if producers else None
+    nbytes = 0
+    elements = 0
+    for x in mine:
+        if x.logical is None:
+            continue
+        sizes = [tensor_nbytes(ckpt.tensors[n]) for n in x.tensors if n in ckpt.tensors]
+        if any(s is None for s in sizes):
+            continue
+        nbytes += sum(s or 0 for s in sizes)
+        elements += x.logical
+    q.bits_per_weight = (round(nbytes * 8 / elements, 4) or nbytes * 8 / elements) if elements and nbytes else None
+    return q
+
+
+def _activation_from_tensors(method: str, mine: list[QLinear]) -> tuple[str | None, str | None]:
+    """Without a config: stored activation scales mean static activation quantisation; DeepSeek block
+    FP8 quantises activations dynamically per token-group of 128."""
+    stored = any(x.input_scale for x in mine)
+    if method == "fp8" and any(x.producer == "deepseek" for x in mine):
+        return "float8_e4m3", "dynamic per-token-group 128"
+    if method == "fp8" and stored:
+        return "float8_e4m3", "static per-tensor"
+    if method == "nvfp4" and stored:
+        return "fp4_e2m1", "dynamic per-group 16"
+    if method == "int8" and stored:
+        return "int8", "static per-tensor"
+    return None, None
+
+
+def _kv_from_tensors(ckpt: Checkpoint) -> str | None:
+    """FP8 KV-cache scales stored per layer (``k_scale``/``v_scale``; Quark ``k_proj.output_scale``)."""
+    if any(n.endswith(KV_SCALE_SUFFIXES) for n in ckpt.tensors):
+        return "float8_e4m3"
+    return None

@@ -1,0 +1,51 @@
+"""The logical parameter count, as a model card states it (DESIGN.md ``parameters``).
+
+Packed weights count unpacked (a U8 NVFP4 byte is 2 parameters, an I32 GPTQ word 32/bits); scales,
+zero points, ``g_idx``, KV-cache scales and other side tensors are not parameters at all.
+"""
+
+from __future__ import annotations
+
+from qcheck.classify.base import QLinear
+from qcheck.model import TensorInfo
+
+#: last name component of tensors that describe quantisation, not the model
+SIDE_SUFFIXES = frozenset({
+    "k_scale", "v_scale", "kv_scale", "q_scale", "prob_scale", "input_scale", "output_scale", "input_global_scale",
+    "weight_global_scale", "weight_scale", "weight_scale_inv", "weight_scale_2", "weight_zero_point",
+    "weight_g_idx", "weight_shape", "pre_quant_scale", "g_idx", "qzeros", "input_zero_point", "output_zero_point",
+    "bias_scale", "bias_zero_point", "SCB", "weight_format", "absmax", "quant_map", "nested_absmax",
+    "nested_quant_map", "smooth_scale",
+})
+
+
+def is_side_tensor(name: str) -> bool:
+    """A tensor that stores quantisation state (scales, zeros, indices), never a model parameter."""
+    last = name.rpartition(".")[2]
+    if last.startswith("_") and last.endswith(("_scale", "_zero_point")):  # torchao ``{module}._weight_scale``
+        return True
+    return last in SIDE_SUFFIXES or ".quant_state." in name or name.endswith((":scale", ":zero_point"))
+
+
+def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear]) -> tuple[int, list[str]]:
+    """(logical parameter count, names of quantised weights whose unpacked size was unknown).
+
+    Quantised weights whose logical size the shapes cannot give are counted as stored elements and
+    named, so the caller can warn that the count is a lower bound.
+    """
+    claimed: set[str] = set()
+    total = 0
+    unknown: list[str] = []
+    for q in qlinears:
+        claimed.update(q.tensors)
+        if q.logical is not None:
+            total += q.logical
+        else:
+            unknown.append(q.name)
+            main = tensors.get(q.tensors[0])
+            total += main.numel if main is not None else 0
+    for name, t in tensors.items():
+        if name in claimed or is_side_tensor(name):
+            continue
+        total += t.numel
+    return total, unknown

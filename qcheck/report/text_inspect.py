@@ -1,0 +1,202 @@
+"""Human text for ``qcheck inspect``: a one-line summary, aligned details, a per-type table, then
+warnings and findings. Plain text only: stable when piped, the same on every terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qcheck.model import Inspection, Quantization
+
+METHOD_LABELS = {
+    "none": "unquantised", "gguf": "GGUF", "fp8": "FP8", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "mxfp6": "MXFP6",
+    "mxfp8": "MXFP8", "awq": "AWQ", "gptq": "GPTQ", "int8": "INT8", "int4": "INT4", "bitsandbytes": "bitsandbytes",
+    "mlx": "MLX", "exl2": "EXL2", "exl3": "EXL3", "hqq": "HQQ", "torchao": "torchao", "aqlm": "AQLM",
+    "unknown": "unknown quantisation",
+}
+_ACT_BITS = {"float8_e4m3": 8, "float8_e5m2": 8, "int8": 8, "fp4_e2m1": 4, "int4": 4}
+
+
+def human_count(n: int | None) -> str:
+    """8030261248 -> ``8.0B``; 1443072 -> ``1.44M``."""
+    if n is None:
+        return "?"
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            value = n / div
+            return f"{value:.1f}{unit}" if value >= 10 or unit in ("T", "B") else f"{value:.2f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: int | None) -> str:
+    """Decimal units, as model cards and the Hub show sizes: ``4.92 GB``."""
+    if n is None:
+        return "? bytes"
+    for div, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def _scheme(q: Quantization) -> str | None:
+    """``W8A8``/``W4A16`` for methods with a nominal weight width."""
+    if q.weight_bits is None or q.method in ("gguf", "none", "exl2", "exl3", "aqlm"):
+        return None
+    act = _ACT_BITS.get(q.activation_dtype or "", 16)
+    return f"W{q.weight_bits}A{act}"
+
+
+def _granularity(q: Quantization) -> str | None:
+    if q.block_size:
+        return f"{'x'.join(map(str, q.block_size))} block"
+    if q.group_size == -1 or q.scale_granularity == "per-channel":
+        return "per-channel"
+    if q.group_size:
+        return f"group {q.group_size}"
+    if q.scale_granularity:
+        return q.scale_granularity
+    return None
+
+
+def quant_phrase(q: Quantization) -> str:
+    """``FP8 W8A8 (float8_e4m3, per-channel weights, float8_e4m3 activations), compressed-tensors``."""
+    if q.method == "gguf":
+        ft = q.gguf_file_type or "unknown file type"
+        bpw = f" ({q.bits_per_weight:.2f} bits/weight)" if q.bits_per_weight else ""
+        return f"GGUF {ft}{bpw}"
+    if q.method == "none":
+        return f"{(q.weight_dtype or 'float').upper().replace('BFLOAT', 'BF').replace('FLOAT', 'FP')} (unquantised)"
+    label = METHOD_LABELS.get(q.method, q.method)
+    head = " ".join(p for p in (label, _scheme(q)) if p)
+    if q.method in ("exl2", "exl3", "aqlm") and q.bits_per_weight:
+        head += f" {q.bits_per_weight:.2f} bpw"
+    details = []
+    if q.weight_dtype:
+        details.append(q.weight_dtype)
+    gran = _granularity(q)
+    if gran:
+        details.append(f"{gran} weights" if q.method in ("fp8", "int8") else gran)
+    if q.method == "mlx" and q.format:
+        details.insert(0, q.format)
+    if q.scale_dtype and q.method in ("nvfp4", "mxfp4", "mxfp6", "mxfp8"):
+        details.append(f"{q.scale_dtype} scales")
+    if q.activation_dtype:
+        details.append(f"{q.activation_scheme + ' ' if q.activation_scheme else ''}{q.activation_dtype} activations")
+    if q.act_order:
+        details.append("act-order")
+    if q.zero_point:
+        details.append("zero point")
+    text = head + (f" ({', '.join(details)})" if details else "")
+    if q.producer:
+        text += f", {q.producer}"
+    return text
+
+
+def describe(inspection: Inspection) -> str:
+    """The one-line summary: ``LlamaForCausalLM 8.0B params, GGUF Q4_K_M (4.89 bits/weight), 4.92 GB``."""
+    if inspection.container == "pickle":
+        return f"pickle checkpoint (never unpickled, not inspected), {human_bytes(inspection.size_bytes)}"
+    who = inspection.architecture or inspection.model_type or "unknown architecture"
+    return (f"{who} {human_count(inspection.parameters)} params, {quant_phrase(inspection.quantization)}, "
+            f"{human_bytes(inspection.size_bytes)}")
+
+
+def _files(insp: Inspection) -> str | None:
+    names = [f.name for f in insp.files]
+    if not names:
+        return None
+    if len(names) <= 6:
+        return ", ".join(names)
+    return f"{len(names)} ({', '.join(names[:3])}, ...)"
+
+
+def _details(insp: Inspection) -> list[tuple[str, str]]:
+    q = insp.quantization
+    rows: list[tuple[str, Any]] = [
+        ("path", insp.path),
+        ("container", insp.container + (f" ({insp.gguf_split_count} split files)"
+                                        if (insp.gguf_split_count or 1) > 1 else "")),
+        ("files", _files(insp)),
+        ("revision", insp.revision),
+        ("architecture", insp.architecture),
+        ("model type", insp.model_type if insp.model_type != insp.architecture else None),
+        ("name", insp.name),
+        ("parameters", f"{insp.parameters:,} ({human_count(insp.parameters)})" if insp.parameters is not None
+         else None),
+        ("size", f"{insp.size_bytes:,} bytes ({human_bytes(insp.size_bytes)})" if insp.size_bytes else None),
+        ("method", q.method),
+        ("producer", q.producer),
+        ("config", q.config_method),
+        ("format", q.format),
+        ("file type", q.gguf_file_type),
+        ("weight bits", q.weight_bits),
+        ("bits/weight", f"{q.bits_per_weight:.4g}" if q.bits_per_weight is not None else None),
+        ("group size", {-1: "-1 (per-channel)"}.get(q.group_size, q.group_size) if q.group_size is not None
+         else None),
+        ("block size", "x".join(map(str, q.block_size)) if q.block_size else None),
+        ("scales", q.scale_granularity),
+        ("weight dtype", q.weight_dtype),
+        ("scale dtype", q.scale_dtype),
+        ("activations", (f"{q.activation_dtype} ({q.activation_scheme})" if q.activation_scheme
+                         else q.activation_dtype) if q.activation_dtype else
+         ("not quantised" if q.method not in ("none", "gguf", "unknown") else None)),
+        ("zero point", {True: "yes (asymmetric)", False: "no (symmetric)"}.get(q.zero_point)  # type: ignore[arg-type]
+         if q.zero_point is not None else None),
+        ("act-order", {True: "yes", False: "no"}[q.act_order] if q.act_order is not None else None),
+        ("excluded", ", ".join(q.excluded) if q.excluded else None),
+        ("KV cache", q.kv_cache_dtype or "not specified by the checkpoint"),
+        ("dtype", insp.dtype),
+        ("context", f"{insp.context_length:,}" if insp.context_length else None),
+        ("layers", insp.num_layers),
+        ("hidden size", insp.hidden_size),
+        ("heads", f"{insp.num_attention_heads} (KV {insp.num_kv_heads})" if insp.num_attention_heads and
+         insp.num_kv_heads else insp.num_attention_heads),
+        ("head dim", insp.head_dim),
+        ("vocab", insp.vocab_size),
+        ("experts", f"{insp.num_experts} ({insp.num_experts_used} active)" if insp.moe and insp.num_experts_used
+         else (insp.num_experts if insp.moe else None)),
+        ("tensors", insp.tensor_count if insp.container != "pickle" else None),
+    ]
+    return [(k, str(v)) for k, v in rows if v is not None and v != ""]
+
+
+def _table(insp: Inspection) -> list[str]:
+    stats = insp.type_stats
+    if not stats:
+        return []
+    total = sum(r["bytes"] or 0 for r in stats) or 0
+    header = ("type", "tensors", "elements", "bytes", "share")
+    body = []
+    for r in stats:
+        b = r["bytes"]
+        share = f"{100 * b / total:.1f}%" if b is not None and total else "?"
+        body.append((str(r["type"]), f"{r['tensors']:,}", f"{r['elements']:,}", f"{b:,}" if b is not None else "?",
+                     share))
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(5)]
+    lines = []
+    for row in [header, *body]:
+        cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in range(1, 5)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
+
+
+def render_inspection(insp: Inspection) -> str:
+    lines = [describe(insp), ""]
+    details = _details(insp)
+    width = max(len(k) for k, _ in details)
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in details]
+    table = _table(insp)
+    if table:
+        lines += ["", "Tensor types:", *table]
+    if insp.pickle_globals:
+        lines += ["", "Pickle imports (never executed):", *[f"  {g}" for g in insp.pickle_globals]]
+    if insp.findings:
+        lines += ["", "Findings:"]
+        lines += [f"  [{f.get('kind')}] {f.get('where')}: {f.get('message')}" for f in insp.findings]
+    if insp.warnings:
+        lines += ["", "Warnings:", *[f"  - {w}" for w in insp.warnings]]
+    return "\n".join(lines) + "\n"
+
+
+def render(result: Any) -> str:
+    """Text for an ``InspectResult`` (or anything with an ``inspection``)."""
+    return render_inspection(result.inspection)

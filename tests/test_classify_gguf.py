@@ -1,0 +1,85 @@
+"""GGUF classification from Checkpoint records (the reader's output): declared and guessed file
+types, the tensor-type histogram, whole-file bits/weight, model numbers, splits and experts."""
+
+from __future__ import annotations
+
+from qcheck.classify import classify
+from qcheck.model import Checkpoint, SourceFile, TensorInfo
+from qcheck.readers.gguf_tables import TENSOR_TYPE_IDS, TENSOR_TYPES
+
+
+def _tensor(name: str, dtype: str, shape: tuple[int, ...]) -> TensorInfo:
+    n = 1
+    for d in shape:
+        n *= d
+    entry = TENSOR_TYPES.get(TENSOR_TYPE_IDS.get(dtype, -1))
+    nbytes = n // entry[1] * entry[2] if entry else None
+    return TensorInfo(name=name, dtype=dtype, shape=shape, nbytes=nbytes)
+
+
+def _ckpt(types: dict[str, str], metadata: dict, *, layers: int = 2, hidden: int = 256) -> Checkpoint:
+    """A llama-shaped GGUF: ``types`` maps a tensor-name suffix to its ggml type (others F32 norms)."""
+    tensors = {"token_embd.weight": _tensor("token_embd.weight", types.get("token_embd", "Q4_K"), (1024, hidden))}
+    for n in range(layers):
+        tensors[f"blk.{n}.attn_norm.weight"] = _tensor(f"blk.{n}.attn_norm.weight", "F32", (hidden,))
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+            name = f"blk.{n}.{part}.weight"
+            tensors[name] = _tensor(name, types.get(part, "Q4_K"), (hidden, hidden))
+    tensors["output.weight"] = _tensor("output.weight", types.get("output", "Q6_K"), (1024, hidden))
+    ck = Checkpoint(path="m.gguf", container="gguf", tensors=tensors, metadata=metadata)
+    ck.files.append(SourceFile("m.gguf", 123456, "gguf"))
+    return ck
+
+
+MD = {"general.architecture": "llama", "llama.context_length": 8192, "llama.block_count": 2,
+      "llama.embedding_length": 256, "llama.attention.head_count": 8, "llama.attention.head_count_kv": 2,
+      "llama.vocab_size": 1024}
+
+
+def test_declared_q4_k_m() -> None:
+    insp = classify(_ckpt({"attn_v": "Q6_K", "ffn_down": "Q6_K"}, {**MD, "general.file_type": 15}))
+    q = insp.quantization
+    assert (q.method, q.producer, q.gguf_file_type, q.weight_bits) == ("gguf", "llama.cpp", "Q4_K_M", None)
+    assert q.tensor_types == {"Q4_K": 11, "Q6_K": 5, "F32": 2}
+    elements = 2 * 1024 * 256 + 14 * 256 * 256 + 2 * 256
+    nbytes = (1024 * 256 + 10 * 256 * 256) // 256 * 144 + (4 * 256 * 256 + 1024 * 256) // 256 * 210 + 2 * 256 * 4
+    assert q.bits_per_weight == round(nbytes * 8 / elements, 4)
+    assert insp.parameters == elements
+    assert (insp.architecture, insp.context_length, insp.num_layers, insp.hidden_size, insp.num_attention_heads,
+            insp.num_kv_heads, insp.head_dim, insp.vocab_size) == ("llama", 8192, 2, 256, 8, 2, 32, 1024)
+    assert insp.size_bytes == 123456
+    assert insp.gguf_split_count == 1
+    assert insp.dtype == "float32"
+    assert not any("guessed" in w for w in insp.warnings)
+    assert [r["type"] for r in insp.type_stats] == ["Q4_K", "Q6_K", "F32"]
+
+
+def test_guessed_file_type_like_llama_cpp() -> None:
+    insp = classify(_ckpt({}, dict(MD)))
+    assert insp.quantization.gguf_file_type == "Q4_K_M"
+    assert "general.file_type is absent; guessed Q4_K_M from the tensor types as llama.cpp does" in insp.warnings
+    assert insp.quantization.config_method is None
+
+
+def test_pure_q8_0_and_unknown_types() -> None:
+    q = classify(_ckpt({k: "Q8_0" for k in ("token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+                                              "ffn_up", "ffn_down", "output")}, {**MD, "general.file_type": 7}))
+    assert (q.quantization.gguf_file_type, q.quantization.weight_bits, q.quantization.group_size,
+            q.quantization.scale_dtype) == ("Q8_0", 8, 32, "float16")
+    odd = _ckpt({"attn_q": "unknown(77)"}, {**MD, "general.file_type": 15})
+    insp = classify(odd)
+    assert insp.quantization.tensor_types["unknown(77)"] == 2
+    assert any("unknown(77)" in w for w in insp.warnings)
+    assert insp.quantization.bits_per_weight is not None
+
+
+def test_moe_split_and_unknown_file_type() -> None:
+    md = {**MD, "general.file_type": 999, "llama.expert_count": 8, "llama.expert_used_count": 2, "split.count": 3,
+          "tokenizer.ggml.tokens": ["a", "b"]}
+    md.pop("llama.vocab_size")
+    insp = classify(_ckpt({}, md))
+    assert (insp.moe, insp.num_experts, insp.num_experts_used) == (True, 8, 2)
+    assert insp.gguf_split_count == 3
+    assert insp.vocab_size == 2
+    assert insp.quantization.gguf_file_type == "unknown(999)"
+    assert any("999" in w for w in insp.warnings)
