@@ -1,0 +1,52 @@
+"""``qcheck check PATH --engine E --gpu G``: will this checkpoint run there, and how?"""
+
+from __future__ import annotations
+
+import click
+
+from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
+from qcheck.limits import Limits
+
+
+@click.command("check")
+@click.argument("target", metavar="PATH")
+@click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
+              help="Engine to judge against, repeatable: NAME, NAME==VERSION (default: newest version the matrix "
+                   "knows), NAME:BACKEND to pick a compute backend (llama.cpp:vulkan; default: the backend "
+                   "for the GPU's vendor).")
+@click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU",
+              help="GPU to judge on, repeatable: a product (h100, rtx-4090, mi300x, m3-max, cpu), an architecture "
+                   "(ampere, hopper, cdna3, ...) or a compute capability (sm90, 8.9).")
+@click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
+@click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
+@output_options
+@limit_options
+def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
+            allow_unknown: bool, output_spec: OutputSpec, limits: Limits) -> int:
+    """Judge PATH on every ENGINE x GPU combination, from headers only.
+
+    PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
+    a Hub repo id (org/name[@revision][:file.gguf]) or a saved `qcheck inspect --json` record.
+
+    \b
+    Which combinations:
+      --engine E --gpu G   the cross product of all --engine and --gpu values
+      --gpu G only         every engine the matrix knows that runs on G's vendor
+                           (to explore; name --engine for a CI gate)
+      --engine E only      hosted providers only (GPU engines need --gpu)
+
+    \b
+    Exit codes:
+      0  every combination runs it (natively or through a fallback)
+      1  a combination cannot run it, or its status is unknown (unless
+         --allow-unknown), or it runs only through a fallback and
+         --require-native is given
+      2  the input could not be judged (unreadable or hostile file, usage error)
+
+    `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
+    """
+    from qcheck.check import check_path
+
+    result = check_path(target, engines, gpus, limits=limits, require_native=require_native,
+                        allow_unknown=allow_unknown)
+    return finish(result, output_spec)

@@ -1,0 +1,79 @@
+"""``qcheck matrix``: the engine x architecture table of statuses, for a method or a checkpoint."""
+
+from __future__ import annotations
+
+import click
+
+from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
+from qcheck.limits import Limits
+
+
+@click.command("matrix")
+@click.argument("target", metavar="[PATH]", required=False)
+@click.option("--method", "-m", default=None, metavar="METHOD",
+              help="Canonical method (none, gguf, fp8, nvfp4, mxfp4, awq, gptq, ...); default: all methods.")
+@click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
+              help="Rows: NAME, NAME==VERSION or NAME:BACKEND, repeatable (default: every engine, newest version).")
+@click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU",
+              help="Columns: products, architectures or compute capabilities (default: every architecture).")
+@click.option("--all-versions", is_flag=True, help="One row per engine version the matrix knows.")
+@click.option("--validate", is_flag=True,
+              help="Check the matrix data: schema, then every method x engine x version x architecture.")
+@click.option("--list", "list_names", is_flag=True, help="List the engines and GPUs the matrix knows.")
+@output_options
+@limit_options
+def command(target: str | None, method: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
+            all_versions: bool, validate: bool, list_names: bool, output_spec: OutputSpec, limits: Limits) -> int:
+    """Show which engines run which quantisation formats on which architectures.
+
+    \b
+      qcheck matrix --method nvfp4                 every NVFP4 variant, every engine x architecture
+      qcheck matrix model.gguf --engine llama.cpp  the table for one checkpoint
+      qcheck matrix --format markdown -o docs/matrix.md
+      qcheck matrix --validate                     check matrices/ after editing it
+    """
+    from qcheck.errors import UsageError
+    from qcheck.matrix import load_matrix, parse_engine_spec
+    from qcheck.matrix.table import build_matrix
+
+    matrix = load_matrix()
+    if validate:
+        from qcheck.matrix.audit import audit
+
+        report = audit(matrix)
+        click.echo(f"matrix data OK: {len(matrix.engines)} engines, "
+                   f"{sum(len(e.rules) for e in matrix.engines.values())} rules, "
+                   f"{len(matrix.gpus.archs)} architectures, {len(matrix.gpus.gpus)} GPUs; {report.summary()}")
+        return 0
+    if list_names:
+        for engine in matrix.engines.values():
+            backends = f"  backends: {', '.join(engine.backends)}" if engine.backends else ""
+            click.echo(f"engine {engine.id:<14} {engine.kind:<15} versions: {', '.join(engine.versions)}{backends}")
+        for arch in matrix.gpus.archs.values():
+            gpus_of = [g.id for g in matrix.gpus.gpus.values() if g.arch == arch.id]
+            ccs = ", ".join(f"sm{c.replace('.', '')}" for c in arch.ccs)
+            click.echo(f"arch   {arch.id:<20} {arch.vendor:<8} {ccs:<12} {', '.join(gpus_of)}")
+        return 0
+    if output_spec.fmt not in ("text", "json", "markdown"):
+        raise UsageError(f"qcheck matrix writes text, json or markdown, not {output_spec.fmt}")
+    if target and method:
+        raise UsageError("give either PATH or --method, not both")
+    requests = [parse_engine_spec(e, matrix) for e in engines] or None
+    inspection = None
+    if target:
+        from qcheck.check import inspect_target
+
+        inspection = inspect_target(target, limits)
+    result = build_matrix(matrix, method=method, inspection=inspection, requests=requests, gpus=list(gpus),
+                          all_versions=all_versions)
+    if output_spec.fmt == "markdown":
+        from qcheck.report import write_atomic
+        from qcheck.report.markdown_matrix import render
+
+        text = render(result)
+        if output_spec.path and output_spec.path != "-":
+            write_atomic(output_spec.path, text)
+        else:
+            click.echo(text, nl=False)
+        return 0
+    return finish(result, output_spec)

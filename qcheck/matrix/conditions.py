@@ -1,0 +1,200 @@
+"""Rule conditions: ``match`` (on the checkpoint's Inspection) and ``hardware`` (on the GPU).
+
+Each condition is compiled once when the data is loaded (values checked, specifiers parsed) and then
+tested many times; a test returns whether it holds, plus for GGUF type conditions the types that made
+it hold, so a reason can name them (``{types}``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from qcheck.matrix.schema import FORMATS, VENDORS, Target, type_name
+from qcheck.matrix.versions import parse_cc, parse_specifier
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+    from qcheck.model import Inspection
+
+Fail = Callable[[str, str], NoReturn]
+
+NULL = "null"
+
+#: match key -> (where the field lives, attribute, value kind)
+MATCH_FIELDS: dict[str, tuple[str, str, str]] = {
+    "container": ("inspection", "container", "str"),
+    "dtype": ("inspection", "dtype", "str"),
+    "model_type": ("inspection", "model_type", "str"),
+    "architecture": ("inspection", "architecture", "str"),
+    "moe": ("inspection", "moe", "bool"),
+    "producer": ("quant", "producer", "str"),
+    "config_method": ("quant", "config_method", "str"),
+    "format": ("quant", "format", "str"),
+    "weight_bits": ("quant", "weight_bits", "int"),
+    "group_size": ("quant", "group_size", "int"),
+    "weight_dtype": ("quant", "weight_dtype", "str"),
+    "scale_dtype": ("quant", "scale_dtype", "str"),
+    "activation_dtype": ("quant", "activation_dtype", "str"),
+    "kv_cache_dtype": ("quant", "kv_cache_dtype", "str"),
+    "activation_scheme": ("quant", "activation_scheme", "str"),
+    "scale_granularity": ("quant", "scale_granularity", "str"),
+    "zero_point": ("quant", "zero_point", "bool"),
+    "act_order": ("quant", "act_order", "bool"),
+    "gguf_file_type": ("quant", "gguf_file_type", "str"),
+    "gguf_split": ("derived", "gguf_split", "bool"),
+    "gguf_types_all_in": ("types", "all_in", "types"),
+    "gguf_types_any_in": ("types", "any_in", "types"),
+    "gguf_types_any_not_in": ("types", "any_not_in", "types"),
+}
+HARDWARE_KEYS = ("vendor", "arch", "gpu", "cc", "has", "lacks")
+
+_COMPARISON = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+)\s*$")
+_OPS: dict[str, Callable[[int, int], bool]] = {
+    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+}
+
+
+@dataclass(frozen=True)
+class MatchCondition:
+    key: str
+    kind: str  # str | int | bool | types
+    #: accepted values (lower-cased strings, ints, bools; None for "null"), or the type list
+    values: tuple[Any, ...] = ()
+    #: integer comparisons [(op, n)], all must hold
+    comparisons: tuple[tuple[str, int], ...] = ()
+
+    def test(self, inspection: Inspection) -> tuple[bool, list[str] | None]:
+        """Whether the checkpoint satisfies this condition, and the GGUF types that made it hold."""
+        where, attr, _ = MATCH_FIELDS[self.key]
+        if where == "types":
+            if inspection.container != "gguf":
+                return False, None
+            present = list(inspection.quantization.tensor_types or {})
+            allowed = set(self.values)
+            if attr == "all_in":
+                return bool(present) and all(t.upper() in allowed for t in present), None
+            if attr == "any_in":
+                hits = [t for t in present if t.upper() in allowed]
+            else:
+                hits = [t for t in present if t.upper() not in allowed]
+            return bool(hits), sorted(hits) if hits else None
+        if where == "derived":
+            value: Any = (inspection.gguf_split_count or 1) > 1
+        elif where == "inspection":
+            value = getattr(inspection, attr, None)
+        else:
+            value = getattr(inspection.quantization, attr, None)
+        if self.comparisons:
+            if not isinstance(value, int) or isinstance(value, bool):
+                return False, None
+            return all(_OPS[op](value, n) for op, n in self.comparisons), None
+        if isinstance(value, str):
+            value = value.lower()
+        return value in self.values, None
+
+
+@dataclass(frozen=True)
+class HardwareCondition:
+    key: str
+    values: frozenset[str] = frozenset()
+    spec: SpecifierSet | None = None
+
+    def test(self, target: Target) -> bool:
+        if self.key == "vendor":
+            return target.vendor in self.values
+        if self.key == "arch":
+            return target.arch.id in self.values
+        if self.key == "gpu":
+            return target.gpu in self.values
+        if self.key == "cc":
+            return target.cc is not None and self.spec is not None and self.spec.contains(
+                parse_cc(target.cc), prereleases=True)
+        if self.key == "has":
+            return self.values <= target.arch.native_formats
+        return not (self.values & target.arch.native_formats)  # lacks
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def compile_match(raw: Any, fail: Fail) -> tuple[MatchCondition, ...]:
+    """Check and compile a rule's ``match`` table."""
+    if not isinstance(raw, dict):
+        fail("bad-type", f"'match' must be a table, not {type_name(raw)}")
+    out = []
+    for key, value in raw.items():
+        if key not in MATCH_FIELDS:
+            fail("unknown-match-key", f"unknown match key {key!r} (allowed: {', '.join(MATCH_FIELDS)})")
+        kind = MATCH_FIELDS[key][2]
+        out.append(_compile_one(key, kind, value, fail))
+    return tuple(out)
+
+
+def _compile_one(key: str, kind: str, value: Any, fail: Fail) -> MatchCondition:
+    if kind == "types":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            fail("bad-match-value", f"match.{key} must be a non-empty list of GGUF type names")
+        return MatchCondition(key, kind, tuple(sorted({v.upper() for v in value})))
+    if kind == "int" and isinstance(value, str) and value != NULL:
+        comparisons = []
+        for part in value.split(","):
+            m = _COMPARISON.match(part)
+            if not m:
+                fail("bad-match-value", f"match.{key} = {value!r}: expected an integer, a list of integers or "
+                     "comparisons like '>=64' or '>=2,<=4'")
+            comparisons.append((m.group(1), int(m.group(2))))
+        return MatchCondition(key, kind, comparisons=tuple(comparisons))
+    items = _as_list(value)
+    if not items:
+        fail("bad-match-value", f"match.{key} is an empty list")
+    values: list[Any] = []
+    for item in items:
+        if item == NULL:
+            values.append(None)
+        elif kind == "str" and isinstance(item, str):
+            values.append(item.lower())
+        elif (kind == "int" and isinstance(item, int) and not isinstance(item, bool)) or (
+                kind == "bool" and isinstance(item, bool)):
+            values.append(item)
+        else:
+            want = {"str": "a string", "int": "an integer", "bool": "true or false"}[kind]
+            fail("bad-match-value", f"match.{key} = {item!r}: expected {want} (or \"null\")")
+    return MatchCondition(key, kind, tuple(values))
+
+
+def compile_hardware(raw: Any, fail: Fail, arch_ids: set[str], gpu_ids: set[str]) -> tuple[HardwareCondition, ...]:
+    """Check and compile a rule's ``hardware`` table against the known vendors, archs and GPUs."""
+    if not isinstance(raw, dict):
+        fail("bad-type", f"'hardware' must be a table, not {type_name(raw)}")
+    out = []
+    for key, value in raw.items():
+        if key not in HARDWARE_KEYS:
+            fail("unknown-hardware-key", f"unknown hardware key {key!r} (allowed: {', '.join(HARDWARE_KEYS)})")
+        if key == "cc":
+            if not isinstance(value, str):
+                fail("bad-type", f"hardware.cc must be a specifier string like '>=8.9,<10.0', not {type_name(value)}")
+            try:
+                spec = parse_specifier(value)
+            except ValueError as exc:
+                fail("bad-version-spec", f"hardware.cc: {exc}")
+            out.append(HardwareCondition("cc", spec=spec))
+            continue
+        items = _as_list(value)
+        if not items or not all(isinstance(v, str) for v in items):
+            fail("bad-type", f"hardware.{key} must be a string or a non-empty list of strings")
+        known: tuple[str, ...] | set[str]
+        check, known = {
+            "vendor": ("unknown-vendor", VENDORS), "arch": ("unknown-arch", arch_ids),
+            "gpu": ("unknown-gpu", gpu_ids), "has": ("unknown-format", FORMATS), "lacks": ("unknown-format", FORMATS),
+        }[key]
+        for item in items:
+            if item not in known:
+                fail(check, f"hardware.{key}: {item!r} is not known (known: {', '.join(sorted(known))})")
+        out.append(HardwareCondition(key, values=frozenset(items)))
+    return tuple(out)

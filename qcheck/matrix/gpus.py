@@ -1,0 +1,226 @@
+"""GPU and architecture lookup: what ``--gpu`` accepts (products, architectures, compute capabilities).
+
+Built from ``matrices/gpus.toml``. Matching ignores case and punctuation (``RTX 4090`` = ``rtx-4090``
+= ``rtx4090``); an unknown name is a usage error listing the closest known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, NoReturn
+
+from qcheck.errors import UsageError
+from qcheck.matrix.schema import (
+    ARCH_KEYS,
+    FORMATS,
+    GPU_KEYS,
+    VENDORS,
+    Arch,
+    Gpu,
+    MatrixDataError,
+    Target,
+    type_name,
+)
+
+_PUNCT = re.compile(r"[\s\-_/]+")
+_CC_DOTTED = re.compile(r"^(?:sm)?(\d{1,2})\.(\d)[af]?$")
+_CC_PLAIN = re.compile(r"^(?:sm)?(\d{2,3})[af]?$")
+_CC_TEXT = re.compile(r"^\d{1,2}\.\d$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
+
+
+def normalise(name: str) -> str:
+    """The comparison key of a GPU/arch/engine name: lower case, no spaces, hyphens, underscores or slashes."""
+    return _PUNCT.sub("", name.strip().lower())
+
+
+def parse_cc_name(name: str) -> str | None:
+    """'sm90', 'sm_90', '9.0', '90', 'sm121', '12.1' -> '9.0' / '12.1'; None if it is not a capability."""
+    key = normalise(name)
+    m = _CC_DOTTED.match(key)
+    if m:
+        return f"{int(m.group(1))}.{m.group(2)}"
+    m = _CC_PLAIN.match(key)
+    if m:
+        digits = m.group(1)
+        return f"{int(digits[:-1])}.{digits[-1]}"
+    return None
+
+
+class GpuTable:
+    """Architectures and products, indexed by every normalised name they answer to."""
+
+    def __init__(self, archs: list[Arch], gpus: list[Gpu]):
+        self.archs: dict[str, Arch] = {a.id: a for a in archs}
+        self.gpus: dict[str, Gpu] = {g.id: g for g in gpus}
+        self._names: dict[str, tuple[str, str]] = {}  # normalised name -> ("gpu"|"arch", id)
+        self._display: dict[str, str] = {}  # normalised name -> what to show in "did you mean"
+        self._cc: dict[str, str] = {}  # "8.6" -> arch id
+        for gpu in gpus:
+            for name in (gpu.id, *gpu.names):
+                self._names.setdefault(normalise(name), ("gpu", gpu.id))
+                self._display.setdefault(normalise(name), gpu.id)
+        for arch in archs:
+            for name in (arch.id, *arch.aliases):
+                self._names.setdefault(normalise(name), ("arch", arch.id))
+                self._display.setdefault(normalise(name), name)
+            for cc in arch.ccs:
+                self._cc.setdefault(cc, arch.id)
+
+    def arch_ids(self) -> set[str]:
+        return set(self.archs)
+
+    def gpu_ids(self) -> set[str]:
+        return set(self.gpus)
+
+    def lookup(self, name: str) -> Target:
+        """Resolve one ``--gpu`` value; raises UsageError (exit 2) with close matches if unknown."""
+        key = normalise(name)
+        hit = self._names.get(key)
+        if hit is not None:
+            kind, ident = hit
+            if kind == "gpu":
+                gpu = self.gpus[ident]
+                return Target(label=gpu.id, arch=self.archs[gpu.arch], cc=gpu.cc, gpu=gpu.id)
+            arch = self.archs[ident]
+            return Target(label=arch.id, arch=arch, cc=arch.cc)
+        cc = parse_cc_name(name)
+        if cc is not None:
+            arch_id = self._cc.get(cc)
+            if arch_id is None:
+                known = ", ".join(f"sm{c.replace('.', '')}" for c in sorted(self._cc, key=lambda c: tuple(map(int, c.split(".")))))
+                raise UsageError(f"no known architecture has compute capability {cc} (known: {known})")
+            return Target(label=f"sm{cc.replace('.', '')}", arch=self.archs[arch_id], cc=cc)
+        close = difflib.get_close_matches(key, list(self._names), n=5, cutoff=0.6)
+        hint = f"; did you mean: {', '.join(dict.fromkeys(self._display[c] for c in close))}?" if close else ""
+        raise UsageError(f"unknown GPU {name!r}{hint} (give a product like h100 or rtx-4090, an architecture "
+                         "like hopper, or a compute capability like sm90; `qcheck matrix --list` shows all)")
+
+    def archs_of(self, vendor: str) -> list[Arch]:
+        """The vendor's architectures, oldest first."""
+        return sorted((a for a in self.archs.values() if a.vendor == vendor), key=lambda a: a.order)
+
+    def smallest_gpu(self, arch_id: str) -> Gpu | None:
+        """The product with the least memory on an architecture: the cheapest way to name it."""
+        gpus = [g for g in self.gpus.values() if g.arch == arch_id]
+        if not gpus:
+            return None
+        return min(gpus, key=lambda g: (g.memory_gib if g.memory_gib is not None else float("inf"), g.id))
+
+
+def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
+    """Validate the parsed ``gpus.toml`` and build the lookup table."""
+
+    def fail(check: str, problem: str, rule: str | None = None) -> NoReturn:
+        raise MatrixDataError(file, check, problem, rule=rule)
+
+    for key in raw:
+        if key not in ("arch", "gpu"):
+            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]])")
+    raw_archs = raw.get("arch", [])
+    raw_gpus = raw.get("gpu", [])
+    if not isinstance(raw_archs, list) or not raw_archs:
+        fail("missing-key", "no [[arch]] entries")
+    if not isinstance(raw_gpus, list):
+        fail("bad-type", "[[gpu]] must be an array of tables")
+    archs: list[Arch] = []
+    orders: dict[str, int] = {}
+    seen_names: dict[str, str] = {}
+
+    def claim(name: str, owner: str, where: str) -> None:
+        key = normalise(name)
+        if key in seen_names and seen_names[key] != owner:
+            fail("duplicate-name", f"name {name!r} is used by both {seen_names[key]} and {owner}", where)
+        seen_names[key] = owner
+
+    for i, entry in enumerate(raw_archs):
+        where = f"arch #{i + 1}" + (f" '{entry.get('id')}'" if isinstance(entry, dict) and entry.get("id") else "")
+        if not isinstance(entry, dict):
+            fail("bad-type", "[[arch]] entries must be tables", where)
+        _check_keys(entry, ARCH_KEYS, {"id", "vendor", "native_formats", "source"}, fail, where)
+        ident = _string(entry, "id", fail, where)
+        if not _ID.match(ident):
+            fail("bad-id", f"id {ident!r} must be lower case letters, digits, '.', '+' or '-'", where)
+        if ident in {a.id for a in archs}:
+            fail("duplicate-id", f"arch {ident!r} is defined twice", where)
+        vendor = _string(entry, "vendor", fail, where)
+        if vendor not in VENDORS:
+            fail("unknown-vendor", f"vendor {vendor!r} is not one of {', '.join(VENDORS)}", where)
+        ccs_raw = entry.get("compute_capability")
+        ccs: tuple[str, ...] = ()
+        if ccs_raw is not None:
+            ccs = tuple(_as_str_list(ccs_raw, "compute_capability", fail, where))
+            for cc in ccs:
+                if not _CC_TEXT.match(cc):
+                    fail("bad-type", f"compute_capability {cc!r} must look like '9.0'", where)
+        elif vendor == "nvidia":
+            fail("missing-key", "NVIDIA architectures need compute_capability", where)
+        formats = _as_str_list(entry["native_formats"], "native_formats", fail, where)
+        for f in formats:
+            if f not in FORMATS:
+                fail("unknown-format", f"native format {f!r} is not one of {', '.join(FORMATS)}", where)
+        aliases = tuple(_as_str_list(entry.get("aliases", []), "aliases", fail, where, allow_empty=True))
+        for name in (ident, *aliases):
+            claim(name, f"arch '{ident}'", where)
+        orders[vendor] = orders.get(vendor, -1) + 1
+        archs.append(Arch(id=ident, vendor=vendor, name=str(entry.get("name") or ident), aliases=aliases, ccs=ccs,
+                          native_formats=frozenset(formats), source=_string(entry, "source", fail, where),
+                          order=orders[vendor]))
+    arch_by_id = {a.id: a for a in archs}
+    gpus: list[Gpu] = []
+    for i, entry in enumerate(raw_gpus):
+        where = f"gpu #{i + 1}" + (f" '{entry.get('id')}'" if isinstance(entry, dict) and entry.get("id") else "")
+        if not isinstance(entry, dict):
+            fail("bad-type", "[[gpu]] entries must be tables", where)
+        _check_keys(entry, GPU_KEYS, {"id", "names", "arch", "source"}, fail, where)
+        ident = _string(entry, "id", fail, where)
+        if not _ID.match(ident):
+            fail("bad-id", f"id {ident!r} must be lower case letters, digits, '.', '+' or '-'", where)
+        if ident in {g.id for g in gpus}:
+            fail("duplicate-id", f"gpu {ident!r} is defined twice", where)
+        arch_id = _string(entry, "arch", fail, where)
+        arch = arch_by_id.get(arch_id)
+        if arch is None:
+            fail("unknown-arch", f"arch {arch_id!r} is not an [[arch]] id (known: {', '.join(arch_by_id)})", where)
+        cc = entry.get("compute_capability")
+        if cc is not None:
+            if not isinstance(cc, str) or not _CC_TEXT.match(cc):
+                fail("bad-type", f"compute_capability {cc!r} must be a string like '8.9'", where)
+            if cc not in arch.ccs:
+                fail("cc-mismatch", f"compute capability {cc} is not one of arch '{arch.id}' ({', '.join(arch.ccs) or 'none'})",
+                     where)
+        elif arch.vendor == "nvidia":
+            fail("missing-key", "NVIDIA GPUs need compute_capability", where)
+        names = tuple(_as_str_list(entry["names"], "names", fail, where))
+        for name in (ident, *names):
+            claim(name, f"gpu '{ident}'", where)
+        memory = entry.get("memory_gib")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
+            fail("bad-type", f"memory_gib must be a positive number, not {memory!r}", where)
+        gpus.append(Gpu(id=ident, names=names, arch=arch_id, cc=cc, memory_gib=memory,
+                        source=_string(entry, "source", fail, where)))
+    return GpuTable(archs, gpus)
+
+
+def _check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], fail: Any, where: str) -> None:
+    for key in entry:
+        if key not in allowed:
+            fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})", where)
+    for key in sorted(required):
+        if key not in entry:
+            fail("missing-key", f"missing required key {key!r}", where)
+
+
+def _string(entry: dict[str, Any], key: str, fail: Any, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}", where)
+    return value
+
+
+def _as_str_list(value: Any, key: str, fail: Any, where: str, allow_empty: bool = False) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    if (not items and not allow_empty) or not all(isinstance(v, str) and v for v in items):
+        fail("bad-type", f"{key!r} must be a string or a non-empty list of strings", where)
+    return items

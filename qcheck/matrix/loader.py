@@ -1,0 +1,464 @@
+"""Load and validate the matrix data once per process: ``matrices/gpus.toml`` + ``matrices/engines/*.toml``.
+
+Every file is checked against matrices/SCHEMA.md; the first violation raises ``MatrixDataError`` with
+file, rule, check name and problem. The validated, compiled matrix is cached per directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from qcheck.errors import UsageError
+from qcheck.matrix.conditions import compile_hardware, compile_match
+from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
+from qcheck.matrix.schema import (
+    BACKEND_KEYS,
+    ENGINE_FILE_KEYS,
+    ENGINE_KEYS,
+    KINDS,
+    METHODS,
+    MODIFIER_KEYS,
+    PLACEHOLDERS,
+    RULE_KEYS,
+    SOURCE_KEYS,
+    STATUSES,
+    SUGGESTION_KEYS,
+    SUGGESTION_PLACEHOLDERS,
+    SUGGESTIONS_FILE_KEYS,
+    VENDORS,
+    Backend,
+    Engine,
+    MatrixDataError,
+    Rule,
+    SourceSpec,
+    SuggestionRule,
+    type_name,
+)
+from qcheck.matrix.versions import SCHEMES, parse_specifier, parse_version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_SOURCE_NAME = re.compile(r"^[a-z0-9_]+$")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_ENGINE_ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
+
+
+class Matrix:
+    """All engines, GPUs and suggestions, validated."""
+
+    def __init__(self, root: Path, gpus: GpuTable, engines: dict[str, Engine], suggestions: list[SuggestionRule],
+                 shared_sources: dict[str, SourceSpec]):
+        self.root = root
+        self.gpus = gpus
+        self.engines = engines
+        #: suggestions from suggestions.toml (engine-independent)
+        self.suggestions = suggestions
+        self.shared_sources = shared_sources
+        self._engine_names: dict[str, str] = {}
+        for engine in engines.values():
+            for name in (engine.id, engine.name, *engine.aliases):
+                self._engine_names.setdefault(normalise(name), engine.id)
+
+    def engine(self, name: str) -> Engine:
+        """Find an engine by id, display name or alias (case- and punctuation-insensitive)."""
+        import difflib
+
+        key = normalise(name)
+        ident = self._engine_names.get(key)
+        if ident is not None:
+            return self.engines[ident]
+        close = difflib.get_close_matches(key, list(self._engine_names), n=4, cutoff=0.5)
+        hint = f"; did you mean: {', '.join(dict.fromkeys(self._engine_names[c] for c in close))}?" if close else ""
+        raise UsageError(f"unknown engine {name!r}{hint} (known: {', '.join(sorted(self.engines))})")
+
+    def all_sources(self) -> list[tuple[str, SourceSpec]]:
+        """(engine id or 'shared', source) for every named source, for the docs page."""
+        out = [(e.id, s) for e in self.engines.values() for s in e.sources.values()]
+        out += [("shared", s) for s in self.shared_sources.values()]
+        return out
+
+
+_CACHE: dict[Path, Matrix] = {}
+
+
+def load_matrix(root: str | Path | None = None) -> Matrix:
+    """The validated matrix under ``root`` (default: ``$QCHECK_MATRICES`` or the shipped ``matrices/``), loaded once
+    per process."""
+    if root is None:
+        root = os.environ.get("QCHECK_MATRICES") or None
+    if root is None:
+        from qcheck.data import data_dir
+
+        root = data_dir("matrices")
+    path = Path(root).resolve()
+    cached = _CACHE.get(path)
+    if cached is None:
+        cached = _CACHE[path] = _load(path)
+    return cached
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _display(root: Path, file: Path) -> str:
+    try:
+        return f"{root.name}/{file.relative_to(root).as_posix()}"
+    except ValueError:
+        return str(file)
+
+
+def _read_toml(root: Path, file: Path) -> dict[str, Any]:
+    try:
+        with file.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixDataError(_display(root, file), "toml-syntax", str(exc)) from None
+    except OSError as exc:
+        raise MatrixDataError(_display(root, file), "toml-syntax", f"cannot read: {exc.strerror}") from None
+
+
+def _load(root: Path) -> Matrix:
+    gpu_file = root / "gpus.toml"
+    if not gpu_file.is_file():
+        raise MatrixDataError(_display(root, gpu_file), "missing-key", "gpus.toml is missing")
+    gpus = build_gpu_table(_read_toml(root, gpu_file), _display(root, gpu_file))
+    engines: dict[str, Engine] = {}
+    engine_dir = root / "engines"
+    for file in sorted(engine_dir.glob("*.toml")) if engine_dir.is_dir() else []:
+        engine = _load_engine(root, file, gpus)
+        engines[engine.id] = engine
+    # engine names and aliases must not collide across files
+    names: dict[str, str] = {}
+    for engine in engines.values():
+        for name in (engine.id, *engine.aliases):
+            key = normalise(name)
+            if key in names and names[key] != engine.id:
+                raise MatrixDataError(engine.file, "duplicate-name",
+                                      f"engine name {name!r} is also used by engine '{names[key]}'")
+            names[key] = engine.id
+    shared_sources: dict[str, SourceSpec] = {}
+    suggestions: list[SuggestionRule] = []
+    sfile = root / "suggestions.toml"
+    if sfile.is_file():
+        display = _display(root, sfile)
+        raw = _read_toml(root, sfile)
+        for key in raw:
+            if key not in SUGGESTIONS_FILE_KEYS:
+                raise MatrixDataError(display, "unknown-key", f"unknown top-level key {key!r} "
+                                      f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
+        shared_sources = _load_sources(raw.get("sources", {}), display)
+        suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
+    return Matrix(root, gpus, engines, suggestions, shared_sources)
+
+
+class _Ctx:
+    """Error context: which file and which rule a problem belongs to."""
+
+    def __init__(self, file: str, where: str | None = None):
+        self.file = file
+        self.where = where
+
+    def fail(self, check: str, problem: str) -> NoReturn:
+        raise MatrixDataError(self.file, check, problem, rule=self.where)
+
+
+def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
+    display = _display(root, file)
+    raw = _read_toml(root, file)
+    ctx = _Ctx(display)
+    for key in raw:
+        if key not in ENGINE_FILE_KEYS:
+            ctx.fail("unknown-key", f"unknown top-level key {key!r} "
+                     "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]])")
+    head = raw.get("engine")
+    if not isinstance(head, dict):
+        ctx.fail("missing-key", "missing the [engine] table")
+    ectx = _Ctx(display, "[engine]")
+    _check_keys(head, ENGINE_KEYS, {"id", "name", "kind", "versions"}, ectx)
+    ident = _str(head, "id", ectx)
+    if not _ENGINE_ID.match(ident):
+        ectx.fail("bad-id", f"engine id {ident!r} must be lower case letters, digits, '.', '+' or '-'")
+    if ident != file.stem:
+        ectx.fail("file-name-mismatch", f"engine id {ident!r} must equal the file name stem {file.stem!r}")
+    kind = _str(head, "kind", ectx)
+    if kind not in KINDS:
+        ectx.fail("bad-type", f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    scheme = head.get("version_scheme", "pep440")
+    if scheme not in SCHEMES:
+        ectx.fail("bad-type", f"version_scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
+    versions = _str_list(head, "versions", ectx)
+    parsed = []
+    for v in versions:
+        try:
+            parsed.append(parse_version(v, scheme))
+        except ValueError as exc:
+            ectx.fail("bad-version", f"versions: {exc}")
+    if any(b <= a for a, b in itertools.pairwise(parsed)):
+        ectx.fail("versions-order", f"versions must be strictly increasing, oldest first: {versions}")
+    sources = _load_sources(raw.get("sources", {}), display)
+    hardware: list[str] = []
+    hardware_sources: tuple[SourceSpec, ...] = ()
+    if kind != "provider":
+        hardware = _str_list(head, "hardware", ectx)
+        for vendor in hardware:
+            if vendor not in VENDORS:
+                ectx.fail("unknown-vendor", f"hardware: {vendor!r} is not one of {', '.join(VENDORS)}")
+        if "hardware_sources" not in head:
+            ectx.fail("missing-source", "hardware needs hardware_sources naming where it was read")
+        hardware_sources = _resolve_sources(_str_list(head, "hardware_sources", ectx), sources, ectx)
+    elif "hardware" in head:
+        ectx.fail("hardware-on-provider", "providers run on the provider's hardware: no 'hardware' list")
+    backends: dict[str, Backend] = {}
+    raw_backends = head.get("backends", {})
+    if not isinstance(raw_backends, dict):
+        ectx.fail("bad-type", f"backends must be a table, not {type_name(raw_backends)}")
+    for name, spec in raw_backends.items():
+        bctx = _Ctx(display, f"[engine] backends.{name}")
+        if not isinstance(spec, dict):
+            bctx.fail("bad-type", "each backend must be a table like { vendors = [\"nvidia\"] }")
+        _check_keys(spec, BACKEND_KEYS, {"vendors"}, bctx)
+        vendors = _str_list(spec, "vendors", bctx)
+        for vendor in vendors:
+            if vendor not in VENDORS:
+                bctx.fail("unknown-vendor", f"vendors: {vendor!r} is not one of {', '.join(VENDORS)}")
+        default = spec.get("default", True)
+        if not isinstance(default, bool):
+            bctx.fail("bad-type", "default must be true or false")
+        backends[name] = Backend(name, tuple(vendors), default, spec.get("note"))
+    engine = Engine(
+        id=ident, name=_str(head, "name", ectx), file=display,
+        aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
+        kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
+        hardware=tuple(hardware), hardware_sources=hardware_sources, backends=backends, sources=sources,
+        note=head.get("note"),
+    )
+    raw_rules = raw.get("rule", [])
+    if not isinstance(raw_rules, list):
+        ctx.fail("bad-type", "[[rule]] must be an array of tables")
+    seen: dict[str, str] = {}
+    for index, entry in enumerate(raw_rules):
+        rule = _load_rule(entry, index, engine, gpus)
+        if rule.id in seen:
+            _Ctx(display, rule.label).fail("duplicate-rule-id", f"id {rule.id!r} is also used by {seen[rule.id]}")
+        seen[rule.id] = rule.label
+        engine.rules.append(rule)
+    raw_modifiers = raw.get("modifier", [])
+    if not isinstance(raw_modifiers, list):
+        ctx.fail("bad-type", "[[modifier]] must be an array of tables")
+    for index, entry in enumerate(raw_modifiers):
+        rule = _load_rule(entry, index, engine, gpus, modifier=True)
+        if rule.id in seen:
+            _Ctx(display, rule.label).fail("duplicate-rule-id", f"id {rule.id!r} is also used by {seen[rule.id]}")
+        seen[rule.id] = rule.label
+        engine.modifiers.append(rule)
+    engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
+    return engine
+
+
+def _load_sources(raw: Any, display: str) -> dict[str, SourceSpec]:
+    ctx = _Ctx(display, "[sources]")
+    if not isinstance(raw, dict):
+        ctx.fail("bad-type", "[sources] must be a table of { ref = ..., version = ... }")
+    out = {}
+    for name, spec in raw.items():
+        sctx = _Ctx(display, f"[sources] {name}")
+        if not _SOURCE_NAME.match(name):
+            sctx.fail("bad-id", f"source name {name!r} must use only a-z, 0-9 and _")
+        if not isinstance(spec, dict):
+            sctx.fail("bad-type", "a source must be a table { ref = \"...\", version = \"...\" }")
+        _check_keys(spec, SOURCE_KEYS, {"ref", "version"}, sctx)
+        out[name] = SourceSpec(name, _str(spec, "ref", sctx), _str(spec, "version", sctx), spec.get("note"))
+    return out
+
+
+def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: _Ctx) -> tuple[SourceSpec, ...]:
+    out = []
+    for name in names:
+        if name not in sources:
+            ctx.fail("undefined-source", f"source {name!r} is not defined in [sources]"
+                     f" (defined: {', '.join(sorted(sources)) or 'none'})")
+        out.append(sources[name])
+    return tuple(out)
+
+
+def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False) -> Rule:
+    kind = "modifier" if modifier else "rule"
+    label = f"{kind} #{index + 1}"
+    if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+        label = f"{kind} '{entry['id']}' (#{index + 1})"
+    ctx = _Ctx(engine.file, label)
+    if not isinstance(entry, dict):
+        ctx.fail("bad-type", f"[[{kind}]] entries must be tables")
+    _check_keys(entry, MODIFIER_KEYS if modifier else RULE_KEYS, {"id"} if modifier else {"id", "status"}, ctx)
+    ident = _str(entry, "id", ctx)
+    if not _RULE_ID.match(ident):
+        ctx.fail("bad-id", f"{kind} id {ident!r} must be lower case letters, digits, '.', '_' or '-'")
+    when: list[str] = []
+    if modifier:
+        status = "modifier"
+        when = _str_list(entry, "when", ctx) if "when" in entry else ["native", "fallback"]
+        for w in when:
+            if w not in STATUSES:
+                ctx.fail("bad-status", f"when: {w!r} is not one of {', '.join(STATUSES)}")
+        if not any(k in entry for k in ("requires", "reasons", "warnings")):
+            ctx.fail("missing-key", "a modifier must add 'requires', 'reasons' or 'warnings'")
+    else:
+        status = entry.get("status")
+        if status not in STATUSES:
+            ctx.fail("bad-status", f"status {status!r} is not one of {', '.join(STATUSES)}")
+    versions_text = None
+    versions = None
+    if "versions" in entry:
+        versions_text = _str(entry, "versions", ctx)
+        try:
+            versions = parse_specifier(versions_text, engine.scheme)
+        except ValueError as exc:
+            ctx.fail("bad-version-spec", f"versions: {exc}")
+    methods = _methods(entry, ctx)
+    match = compile_match(entry.get("match", {}), ctx.fail) if "match" in entry else ()
+    if "hardware" in entry:
+        if not engine.needs_gpu:
+            ctx.fail("hardware-on-provider", "provider rules are judged without a GPU: remove 'hardware'")
+        hardware = compile_hardware(entry["hardware"], ctx.fail, gpus.arch_ids(), gpus.gpu_ids())
+    else:
+        hardware = ()
+    backends = _backends(entry, engine, ctx)
+    kernel = None if modifier else entry.get("kernel")
+    if kernel is not None and (not isinstance(kernel, str) or not kernel.strip()):
+        ctx.fail("bad-type", "kernel must be a non-empty string")
+    requires = tuple(_str_list(entry, "requires", ctx, allow_empty=True)) if "requires" in entry else ()
+    reasons = tuple(_str_list(entry, "reasons", ctx, allow_empty=True)) if "reasons" in entry else ()
+    warnings = tuple(_str_list(entry, "warnings", ctx, allow_empty=True)) if "warnings" in entry else ()
+    if status in ("unknown", "unsupported", "fallback") and not reasons:
+        ctx.fail("missing-reason", f"a '{status}' rule must say why in 'reasons'")
+    if status == "fallback" and not kernel:
+        ctx.fail("missing-kernel", "a 'fallback' rule must name the substitute path in 'kernel'")
+    for text in (kernel or "", *requires, *reasons, *warnings):
+        _check_placeholders(text, PLACEHOLDERS, ctx)
+    if "sources" not in entry or not entry["sources"]:
+        ctx.fail("missing-source", f"every {kind} must name at least one source from [sources]")
+    sources = _resolve_sources(_str_list(entry, "sources", ctx), engine.sources, ctx)
+    priority = entry.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        ctx.fail("bad-type", "priority must be an integer")
+    return Rule(id=ident, file=engine.file, index=index, versions=versions, versions_text=versions_text,
+                methods=methods, match=match, hardware=hardware, backends=backends, status=status,
+                kernel=kernel, requires=requires, reasons=reasons, warnings=warnings, sources=sources,
+                priority=priority, modifier=modifier, when=frozenset(when))
+
+
+def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],
+                      gpus: GpuTable, engine: Engine | None) -> list[SuggestionRule]:
+    if not isinstance(raw, list):
+        _Ctx(display).fail("bad-type", "[[suggestion]] must be an array of tables")
+    out: list[SuggestionRule] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(raw):
+        label = f"suggestion #{index + 1}"
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            label = f"suggestion '{entry['id']}' (#{index + 1})"
+        ctx = _Ctx(display, label)
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", "[[suggestion]] entries must be tables")
+        _check_keys(entry, SUGGESTION_KEYS, {"id", "text", "sources"}, ctx)
+        ident = _str(entry, "id", ctx)
+        if not _RULE_ID.match(ident):
+            ctx.fail("bad-id", f"suggestion id {ident!r} must be lower case letters, digits, '.', '_' or '-'")
+        if ident in seen:
+            ctx.fail("duplicate-rule-id", f"suggestion id {ident!r} is used twice")
+        seen.add(ident)
+        when = _str_list(entry, "when", ctx) if "when" in entry else ["fallback", "unsupported", "unknown"]
+        for status in when:
+            if status not in STATUSES:
+                ctx.fail("bad-status", f"when: {status!r} is not one of {', '.join(STATUSES)}")
+        text = _str(entry, "text", ctx)
+        command = entry.get("command") or None
+        if command is not None and not isinstance(command, str):
+            ctx.fail("bad-type", "command must be a string")
+        for t in (text, command or ""):
+            _check_placeholders(t, SUGGESTION_PLACEHOLDERS, ctx)
+        versions = None
+        if "versions" in entry:
+            if engine is None:
+                ctx.fail("unknown-key", "'versions' is only allowed in an engine file's suggestions")
+            try:
+                versions = parse_specifier(_str(entry, "versions", ctx), engine.scheme)
+            except ValueError as exc:
+                ctx.fail("bad-version-spec", f"versions: {exc}")
+        if engine is not None and not engine.needs_gpu and "hardware" in entry:
+            ctx.fail("hardware-on-provider", "provider suggestions are judged without a GPU: remove 'hardware'")
+        out.append(SuggestionRule(
+            id=ident, file=display, engine=engine_id, methods=_methods(entry, ctx), versions=versions,
+            when=frozenset(when),
+            match=compile_match(entry["match"], ctx.fail) if "match" in entry else (),
+            hardware=compile_hardware(entry["hardware"], ctx.fail, gpus.arch_ids(), gpus.gpu_ids())
+            if "hardware" in entry else (),
+            backends=_backends(entry, engine, ctx),
+            text=text, command=command,
+            sources=_resolve_sources(_str_list(entry, "sources", ctx), sources, ctx),
+        ))
+    return out
+
+
+def _methods(entry: dict[str, Any], ctx: _Ctx) -> frozenset[str] | None:
+    if "methods" not in entry:
+        return None
+    methods = _str_list(entry, "methods", ctx)
+    for m in methods:
+        if m not in METHODS:
+            ctx.fail("unknown-method", f"method {m!r} is not canonical (known: {', '.join(METHODS)})")
+    return frozenset(methods)
+
+
+def _backends(entry: dict[str, Any], engine: Engine | None, ctx: _Ctx) -> frozenset[str] | None:
+    if "backend" not in entry:
+        return None
+    names = _str_list(entry, "backend", ctx)
+    known = engine.backends if engine is not None else {}
+    for name in names:
+        if name not in known:
+            ctx.fail("unknown-backend", f"backend {name!r} is not in [engine] backends "
+                     f"(defined: {', '.join(known) or 'none'})")
+    return frozenset(names)
+
+
+def _check_placeholders(text: str, allowed: tuple[str, ...], ctx: _Ctx) -> None:
+    for name in _PLACEHOLDER.findall(text):
+        if name not in allowed:
+            ctx.fail("bad-placeholder", f"placeholder {{{name}}} in {text!r} is not one of "
+                     f"{', '.join('{' + p + '}' for p in allowed)}")
+
+
+def _check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], ctx: _Ctx) -> None:
+    for key in entry:
+        if key not in allowed:
+            ctx.fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})")
+    for key in sorted(required):
+        if key not in entry:
+            ctx.fail("missing-key", f"missing required key {key!r}")
+
+
+def _str(entry: dict[str, Any], key: str, ctx: _Ctx) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        ctx.fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}")
+    return value
+
+
+def _str_list(entry: dict[str, Any], key: str, ctx: _Ctx, allow_empty: bool = False) -> list[str]:
+    value = entry.get(key)
+    items = value if isinstance(value, list) else [value]
+    if (not items and not allow_empty) or not all(isinstance(v, str) and v.strip() for v in items):
+        ctx.fail("bad-type", f"{key!r} must be a string or a{'' if allow_empty else ' non-empty'} list of strings, "
+                 f"not {value!r}")
+    return list(items)

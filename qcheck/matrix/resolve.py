@@ -1,0 +1,251 @@
+"""Inspection x engine x version x GPU -> Verdict: a generic matcher over the matrix rules.
+
+No engine, GPU or format knowledge lives here; it is all in ``matrices/``. The steps are those of
+matrices/SCHEMA.md §5: pick the version, gate on the engine's hardware vendors, pick the backend,
+collect the rules that hold, let the most specific one decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from qcheck.errors import UsageError
+from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SourceSpec, Target
+from qcheck.matrix.versions import contains, parse_version
+from qcheck.model import Source, Verdict
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from qcheck.matrix.loader import Matrix
+    from qcheck.model import Inspection
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One ``--engine`` value: ``name``, ``name==version``, ``name:backend`` or ``name:backend==version``."""
+
+    engine: Engine
+    version: str | None = None
+    backend: str | None = None
+
+    @property
+    def label(self) -> str:
+        text = self.engine.id + (f":{self.backend}" if self.backend else "")
+        return text + (f"=={self.version}" if self.version else "")
+
+
+def parse_engine_spec(text: str, matrix: Matrix) -> EngineRequest:
+    """Parse an ``--engine`` value; unknown names, backends and malformed versions are usage errors."""
+    raw = text.strip()
+    name, sep, version = raw.partition("==")
+    if sep and not version.strip():
+        raise UsageError(f"--engine {text!r}: missing version after '=='")
+    if "=" in version or (not sep and "=" in name):
+        raise UsageError(f"--engine {text!r}: write name==version (e.g. vllm==0.20.0)")
+    name, _, backend = name.partition(":")
+    engine = matrix.engine(name)
+    backend_name = backend.strip().lower() or None
+    if backend_name is not None and backend_name not in engine.backends:
+        if not engine.backends:
+            raise UsageError(f"--engine {text!r}: {engine.name} has no selectable backends")
+        raise UsageError(f"--engine {text!r}: {engine.name} has no backend {backend_name!r} "
+                         f"(known: {', '.join(engine.backends)})")
+    version_text = version.strip() or None
+    if version_text is not None:
+        try:
+            parse_version(version_text, engine.scheme)
+        except ValueError as exc:
+            raise UsageError(f"--engine {text!r}: {exc}") from None
+    return EngineRequest(engine, version_text, backend_name)
+
+
+def select_version(engine: Engine, requested: str | None) -> tuple[str, Version, list[str]]:
+    """(version to report, version to evaluate rules at, warnings) for a requested engine version."""
+    if requested is None:
+        return engine.newest, engine.parsed_versions[-1], []
+    wanted = parse_version(requested, engine.scheme)
+    notes: list[str] = []
+    if wanted.is_prerelease and wanted not in engine.parsed_versions:
+        # PEP 440 puts 0.24.0rc1 outside both "<0.24.0" and ">=0.24.0"; a release candidate carries the
+        # release's code, so it is judged by the rules of its release
+        base = parse_version(wanted.base_version)
+        notes.append(f"{engine.name} {requested} is judged by the rules for {wanted.base_version}")
+        wanted = base
+    newest, oldest = engine.parsed_versions[-1], engine.parsed_versions[0]
+    if wanted > newest:
+        return requested, newest, [
+            f"rules verified up to {engine.name} {engine.newest}; {requested} is newer, unverified", *notes]
+    if wanted < oldest:
+        return requested, wanted, [
+            f"{engine.name} {requested} is older than any version the matrix was checked at "
+            f"(oldest: {engine.oldest}); only rules whose version range covers it apply", *notes]
+    return requested, wanted, notes
+
+
+def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
+    out: list[Source] = []
+    seen = set()
+    for s in specs:
+        key = (s.ref, s.version)
+        if key not in seen:
+            seen.add(key)
+            out.append(Source(ref=s.ref, version=s.version, note=s.note))
+    return out
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def pick_backend(engine: Engine, explicit: str | None, target: Target | None) -> tuple[Backend | None, str | None]:
+    """The backend an engine uses on this GPU, or (None, reason) when none fits."""
+    if not engine.backends or target is None:
+        return None, None
+    if explicit is not None:
+        backend = engine.backends[explicit]
+        if target.vendor not in backend.vendors:
+            return None, (f"the {backend.name} backend of {engine.name} does not run on {target.vendor} hardware "
+                          f"(it runs on: {', '.join(backend.vendors)})")
+        return backend, None
+    backend = engine.default_backend(target.vendor)
+    if backend is None:
+        return None, f"{engine.name} has no backend for {target.vendor} hardware"
+    return backend, None
+
+
+def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: Target | None,
+                   backend: Backend | None, rules: list[Rule] | None = None) -> list[tuple[Rule, list[str]]]:
+    """Every rule whose versions, methods, match, hardware and backend conditions hold, with matched types."""
+    method = inspection.quantization.method
+    out = []
+    for rule in engine.rules_for(method) if rules is None else rules:
+        if rule.versions is not None and not contains(rule.versions, at):
+            continue
+        if rule.methods is not None and method not in rule.methods:
+            continue
+        if rule.backends is not None and (backend is None or backend.name not in rule.backends):
+            continue
+        if rule.hardware and (target is None or not all(h.test(target) for h in rule.hardware)):
+            continue
+        types: list[str] = []
+        for cond in rule.match:
+            holds, hit = cond.test(inspection)
+            if not holds:
+                break
+            if hit:
+                types.extend(hit)
+        else:
+            out.append((rule, types))
+    return out
+
+
+def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tuple[Rule, list[str]]]:
+    """The winning rule(s): most specific, then highest priority; a tie with different outcomes is a data error."""
+    if not candidates:
+        return []
+    best = max((r.specificity, r.priority) for r, _ in candidates)
+    winners = [(r, t) for r, t in candidates if (r.specificity, r.priority) == best]
+    first = winners[0][0]
+    for rule, _ in winners[1:]:
+        if (rule.status, rule.kernel) != (first.status, first.kernel):
+            raise MatrixDataError(
+                engine.file, "ambiguous-rules",
+                f"{first.label} ({first.status}) and {rule.label} ({rule.status}) both match with the same "
+                f"specificity {best[0]} and priority {best[1]}: narrow one of them or set 'priority'",
+                rule=f"rules '{first.id}' and '{rule.id}'")
+    return winners
+
+
+def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> Verdict:
+    """The verdict for one (engine, GPU) combination, without suggestions."""
+    return _resolve(matrix, inspection, request, target)[0]
+
+
+def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
+             target: Target | None) -> tuple[Verdict, list[str]]:
+    """The verdict, plus the GGUF tensor types named by the rules that decided it (for ``{types}``)."""
+    engine = request.engine
+    if not engine.needs_gpu:
+        target = None
+    elif target is None:
+        raise UsageError(f"{engine.name} runs on a GPU or CPU you choose: give --gpu (e.g. --gpu h100, --gpu cpu)")
+    version, at, warnings = select_version(engine, request.version)
+    method = inspection.quantization.method
+    verdict = Verdict(
+        engine=engine.id, engine_version=version,
+        gpu=target.gpu if target else None, arch=target.arch.id if target else None,
+        compute_capability=target.cc if target else None, status="unknown", warnings=list(warnings),
+    )
+    if target is not None and target.vendor not in engine.hardware:
+        verdict.status = "unsupported"
+        verdict.reasons = [f"{engine.name} does not run on {target.vendor} hardware "
+                           f"(it runs on: {', '.join(engine.hardware)})"]
+        verdict.sources = _sources(engine.hardware_sources)
+        verdict.rule_id = "engine-hardware"
+        return verdict, []
+    backend, problem = pick_backend(engine, request.backend, target)
+    if problem is not None:
+        verdict.status = "unsupported"
+        verdict.reasons = [problem]
+        verdict.sources = _sources(engine.hardware_sources)
+        verdict.rule_id = "engine-backend"
+        return verdict, []
+    verdict.backend = backend.name if backend else None
+    winners = decide(engine, matching_rules(engine, inspection, at, target, backend))
+    where = f"{target.arch.id}" if target else "the provider"
+    if not winners:
+        verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}"]
+        return verdict, []
+    types = _dedupe([t for _, ts in winners for t in ts])
+    values = {
+        "types": ", ".join(types), "engine": engine.name, "version": version,
+        "arch": target.arch.id if target else "", "gpu": target.label if target else "",
+        "cc": (target.sm or "") if target else "", "method": method,
+        "file_type": inspection.quantization.gguf_file_type or "", "backend": backend.name if backend else "",
+        "path": inspection.path,
+    }
+    rule = winners[0][0]
+    modifiers = [(m, t) for m, t in matching_rules(engine, inspection, at, target, backend,
+                                                   engine.rules_for(method, modifiers=True))
+                 if rule.status in m.when]
+    types = _dedupe(types + [t for _, ts in modifiers for t in ts])
+    values["types"] = ", ".join(types)
+    winners = winners + modifiers
+    verdict.status = rule.status  # type: ignore[assignment]
+    verdict.kernel = _fill(rule.kernel, values) if rule.kernel else None
+    verdict.requires = _dedupe([_fill(x, values) for r, _ in winners for x in r.requires])
+    verdict.reasons = _dedupe([_fill(x, values) for r, _ in winners for x in r.reasons])
+    verdict.warnings += _dedupe([_fill(x, values) for r, _ in winners for x in r.warnings])
+    verdict.sources = _sources([s for r, _ in winners for s in r.sources])
+    verdict.rule_id = "+".join(dict.fromkeys(r.id for r, _ in winners))
+    return verdict, types
+
+
+def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target],
+            *, suggestions: bool = True, skip_foreign: bool = False) -> list[Verdict]:
+    """Verdicts for the cross product of engines and GPUs (providers once each: they take no GPU).
+
+    ``skip_foreign`` leaves out the combinations whose GPU vendor the engine does not run on at all (used
+    when the engines were implied by ``--gpu`` alone rather than named).
+    """
+    from qcheck.matrix.suggest import suggest
+
+    out: list[Verdict] = []
+    for request in requests:
+        combos: list[Target | None] = list(targets) if request.engine.needs_gpu else [None]
+        for target in combos:
+            if skip_foreign and target is not None and target.vendor not in request.engine.hardware:
+                continue
+            verdict, types = _resolve(matrix, inspection, request, target)
+            if suggestions and verdict.status != "native":
+                verdict.suggestions = suggest(matrix, inspection, verdict, request, target, types=types)
+            out.append(verdict)
+    return out

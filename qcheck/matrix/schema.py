@@ -1,0 +1,233 @@
+"""The vocabulary of the matrix data (matrices/SCHEMA.md) and the typed records it is validated into.
+
+Everything a data file may say is listed here once: statuses, vendors, methods, formats, keys. The
+loader checks raw TOML against it and raises ``MatrixDataError`` naming file, rule, check and problem,
+so whoever edits the data sees exactly what to fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qcheck.errors import QcheckError
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+
+STATUSES = ("native", "fallback", "unsupported", "unknown")
+VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
+KINDS = ("engine", "provider", "single-purpose")
+METHODS = (
+    "none", "gguf", "fp8", "nvfp4", "mxfp4", "mxfp6", "mxfp8", "awq", "gptq", "int8", "int4",
+    "bitsandbytes", "mlx", "exl2", "exl3", "hqq", "torchao", "aqlm", "unknown",
+)
+FORMATS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
+PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "file_type", "backend", "path")
+SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
+
+ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}
+GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
+ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion"}
+ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
+               "backends", "note"}
+BACKEND_KEYS = {"vendors", "default", "note"}
+SOURCE_KEYS = {"ref", "version", "note"}
+RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
+             "reasons", "warnings", "sources", "priority", "note"}
+MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
+                 "sources", "note"}
+SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
+SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
+
+
+class MatrixDataError(QcheckError):
+    """A matrix data file breaks the schema: names the file, the rule, the check and the problem."""
+
+    def __init__(self, file: str, check: str, problem: str, *, rule: str | None = None):
+        self.file = file
+        self.check = check
+        self.problem = problem
+        self.rule = rule
+        where = f"{file}: {rule}: " if rule else f"{file}: "
+        super().__init__(f"matrix data error: {where}[{check}] {problem}")
+
+
+@dataclass(frozen=True)
+class Arch:
+    id: str
+    vendor: str
+    name: str
+    aliases: tuple[str, ...]
+    #: compute capabilities of the family, the default first ("9.0"); empty for non-NVIDIA
+    ccs: tuple[str, ...]
+    native_formats: frozenset[str]
+    source: str
+    #: position among the vendor's architectures, oldest first (drives "oldest arch that runs it")
+    order: int
+
+    @property
+    def cc(self) -> str | None:
+        return self.ccs[0] if self.ccs else None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: str
+    names: tuple[str, ...]
+    arch: str
+    cc: str | None
+    memory_gib: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ``--gpu`` value resolved: the product (if one was named), its architecture and capability."""
+
+    label: str
+    arch: Arch
+    cc: str | None
+    gpu: str | None = None
+
+    @property
+    def vendor(self) -> str:
+        return self.arch.vendor
+
+    @property
+    def sm(self) -> str | None:
+        return "sm" + self.cc.replace(".", "") if self.cc else None
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    ref: str
+    version: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    vendors: tuple[str, ...]
+    default: bool = True
+    note: str | None = None
+
+
+@dataclass
+class Rule:
+    id: str
+    file: str
+    index: int
+    versions: SpecifierSet | None
+    versions_text: str | None
+    methods: frozenset[str] | None
+    match: tuple[MatchCondition, ...]
+    hardware: tuple[HardwareCondition, ...]
+    backends: frozenset[str] | None
+    status: str
+    kernel: str | None
+    requires: tuple[str, ...]
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    sources: tuple[SourceSpec, ...]
+    priority: int = 0
+    #: a [[modifier]]: adds requires/reasons/warnings to a decided verdict whose status is in ``when``
+    modifier: bool = False
+    when: frozenset[str] = frozenset()
+
+    @property
+    def specificity(self) -> int:
+        return ((self.versions is not None) + (self.methods is not None) + len(self.match)
+                + len(self.hardware) + (self.backends is not None))
+
+    @property
+    def label(self) -> str:
+        kind = "modifier" if self.modifier else "rule"
+        return f"{kind} '{self.id}' (#{self.index + 1})"
+
+
+@dataclass
+class SuggestionRule:
+    id: str
+    file: str
+    engine: str | None  # None: from suggestions.toml, applies to every engine
+    methods: frozenset[str] | None
+    versions: SpecifierSet | None
+    when: frozenset[str]
+    match: tuple[MatchCondition, ...]
+    hardware: tuple[HardwareCondition, ...]
+    backends: frozenset[str] | None
+    text: str
+    command: str | None
+    sources: tuple[SourceSpec, ...]
+
+
+@dataclass
+class Engine:
+    id: str
+    name: str
+    file: str
+    aliases: tuple[str, ...]
+    kind: str
+    scheme: str
+    #: versions as written, oldest first, and parsed
+    versions: tuple[str, ...]
+    parsed_versions: tuple[Version, ...]
+    hardware: tuple[str, ...]
+    hardware_sources: tuple[SourceSpec, ...]
+    backends: dict[str, Backend]
+    sources: dict[str, SourceSpec]
+    rules: list[Rule] = field(default_factory=list)
+    modifiers: list[Rule] = field(default_factory=list)
+    suggestions: list[SuggestionRule] = field(default_factory=list)
+    note: str | None = None
+    _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def newest(self) -> str:
+        return self.versions[-1]
+
+    @property
+    def oldest(self) -> str:
+        return self.versions[0]
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.kind != "provider"
+
+    def rules_for(self, method: str, modifiers: bool = False) -> list[Rule]:
+        """The rules (or modifiers) that can match a method, in file order (indexed once per method)."""
+        key = (method, modifiers)
+        cached = self._by_method.get(key)
+        if cached is None:
+            pool = self.modifiers if modifiers else self.rules
+            cached = self._by_method[key] = [r for r in pool if r.methods is None or method in r.methods]
+        return cached
+
+    def default_backend(self, vendor: str) -> Backend | None:
+        for backend in self.backends.values():
+            if backend.default and vendor in backend.vendors:
+                return backend
+        return None
+
+
+def type_name(value: Any) -> str:
+    """TOML-ish name of a value's type for error messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__

@@ -1,0 +1,145 @@
+"""Suggestions for a verdict that is not native: the nearest combinations that run the checkpoint.
+
+In order of how little the user has to change: a newer version of the same engine, another engine on
+the same GPU, the oldest architecture on which this engine runs it natively, then the conversion
+commands from the data's ``[[suggestion]]`` tables. At most four, in the user's terms (flags to pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from qcheck.matrix.resolve import EngineRequest, resolve_one, select_version
+from qcheck.matrix.schema import Target
+from qcheck.matrix.versions import contains, parse_version
+
+if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
+    from qcheck.matrix.schema import SuggestionRule
+    from qcheck.model import Inspection, Verdict
+
+MAX_SUGGESTIONS = 4
+
+
+def suggest(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
+            target: Target | None, limit: int = MAX_SUGGESTIONS, types: list[str] | None = None) -> list[str]:
+    """Up to ``limit`` short suggestions for a non-native verdict (``types``: the GGUF tensor types the
+    deciding rule named, for ``{types}`` in suggestion texts)."""
+    if verdict.status == "native":
+        return []
+    upgrade = _newer_version(matrix, inspection, request, target)
+    engines = _other_engines(matrix, inspection, verdict, request, target)
+    arch = _other_arch(matrix, inspection, request, target)
+    data = data_suggestions(matrix, inspection, verdict, request, target, types or [])
+    picked: list[str] = []
+    for group in (upgrade[:1], engines[:1], arch[:1], data[:1], engines[1:2], data[1:]):
+        for text in group:
+            if text not in picked and len(picked) < limit:
+                picked.append(text)
+    return picked
+
+
+def _requires(v: Verdict) -> str:
+    return f" (requires: {'; '.join(v.requires)})" if v.requires else ""
+
+
+def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> list[str]:
+    engine = request.engine
+    if request.version is None or parse_version(request.version, engine.scheme) >= engine.parsed_versions[-1]:
+        return []
+    v = resolve_one(matrix, inspection, EngineRequest(engine, None, request.backend), target)
+    if v.status != "native":
+        return []
+    kernel = f" ({v.kernel})" if v.kernel else ""
+    return [f"{engine.name} {engine.newest} runs it natively{kernel}: --engine {engine.id}=={engine.newest}"
+            f"{_requires(v)}"]
+
+
+def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
+                   target: Target | None) -> list[str]:
+    where = f" on {target.label}" if target else ""
+    natives: list[tuple[tuple[int, int, str], str]] = []
+    runners: list[tuple[tuple[int, int, str], str]] = []
+    for engine in matrix.engines.values():
+        if engine.id == request.engine.id or engine.needs_gpu != (target is not None):
+            continue
+        v = resolve_one(matrix, inspection, EngineRequest(engine), target)
+        rank = (len(v.requires), engine.kind != "engine", engine.id)
+        if v.status == "native":
+            kernel = f" ({v.kernel})" if v.kernel else ""
+            natives.append((rank, f"{engine.name} {v.engine_version} runs it natively{where}{kernel}: "
+                                  f"--engine {engine.id}{_requires(v)}"))
+        elif v.status == "fallback":
+            runners.append((rank, f"{engine.name} {v.engine_version} runs it{where} through a fallback "
+                                  f"({v.kernel}): --engine {engine.id}{_requires(v)}"))
+    out = [text for _, text in sorted(natives)]
+    if not out and verdict.status in ("unsupported", "unknown"):
+        out = [text for _, text in sorted(runners)]
+    return out
+
+
+def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> list[str]:
+    """The oldest architecture (same vendor first) on which this engine runs the checkpoint natively."""
+    if target is None:
+        return []
+    engine = request.engine
+    vendors = [target.vendor] + [v for v in engine.hardware if v != target.vendor]
+    for vendor in vendors:
+        for arch in matrix.gpus.archs_of(vendor):
+            if arch.id == target.arch.id:
+                continue
+            v = resolve_one(matrix, inspection, request, Target(label=arch.id, arch=arch, cc=arch.cc))
+            if v.status == "native":
+                gpu = matrix.gpus.smallest_gpu(arch.id)
+                example = f" (e.g. {gpu.id})" if gpu else ""
+                return [f"{engine.name} runs it natively on {arch.id}{example}: --gpu {arch.id}{_requires(v)}"]
+    return []
+
+
+def data_suggestions(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
+                     target: Target | None, verdict_types: Sequence[str] = ()) -> list[str]:
+    """The data's ``[[suggestion]]`` entries that apply: the engine's own first, then suggestions.toml."""
+    out = []
+    method = inspection.quantization.method
+    rules: list[SuggestionRule] = [*request.engine.suggestions, *matrix.suggestions]
+    at = select_version(request.engine, request.version)[1]
+    for rule in rules:
+        if verdict.status not in rule.when:
+            continue
+        if rule.versions is not None and not contains(rule.versions, at):
+            continue
+        if rule.methods is not None and method not in rule.methods:
+            continue
+        if rule.backends is not None and verdict.backend not in rule.backends:
+            continue
+        if rule.hardware and (target is None or not all(h.test(target) for h in rule.hardware)):
+            continue
+        types: list[str] = list(verdict_types)
+        ok = True
+        for cond in rule.match:
+            holds, hit = cond.test(inspection)
+            if not holds:
+                ok = False
+                break
+            types.extend(hit or [])
+        if not ok:
+            continue
+        values = {
+            "types": ", ".join(dict.fromkeys(types)), "engine": request.engine.name,
+            "version": verdict.engine_version or "", "arch": verdict.arch or "",
+            "gpu": target.label if target else "", "cc": (target.sm or "") if target else "", "method": method,
+            "file_type": inspection.quantization.gguf_file_type or "", "backend": verdict.backend or "",
+            "path": inspection.path,
+        }
+        text = _fill(rule.text, values)
+        if rule.command:
+            text = f"{text}: {_fill(rule.command, values)}"
+        out.append(text)
+    return out
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text

@@ -1,0 +1,84 @@
+"""Human text for ``qcheck check``: one line for the checkpoint, then one block per (engine, GPU) verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qcheck.check import CheckResult
+    from qcheck.model import Inspection, Verdict
+
+_WORDS = {"native": "NATIVE", "fallback": "FALLBACK", "unsupported": "UNSUPPORTED", "unknown": "UNKNOWN"}
+_LABEL_WIDTH = 11
+
+
+def describe(inspection: Inspection) -> str:
+    """The checkpoint line: the inspect reporter's one-liner when available, else a short summary."""
+    try:
+        return inspection.one_line()
+    except (ImportError, AttributeError):
+        q = inspection.quantization
+        parts = [inspection.architecture or inspection.model_type or inspection.container, q.method]
+        if q.gguf_file_type:
+            parts.append(q.gguf_file_type)
+        return ", ".join(p for p in parts if p)
+
+
+def target_label(v: Verdict) -> str:
+    """'h100 (hopper, sm90)', 'hopper (sm90)', 'cpu-x86', or 'hosted' for providers."""
+    if v.arch is None:
+        return "hosted"
+    sm = f"sm{v.compute_capability.replace('.', '')}" if v.compute_capability else None
+    if v.gpu:
+        inner = ", ".join(x for x in (v.arch, sm) if x)
+        return f"{v.gpu} ({inner})"
+    return f"{v.arch} ({sm})" if sm else v.arch
+
+
+def engine_label(v: Verdict) -> str:
+    backend = f" [{v.backend}]" if v.backend else ""
+    return f"{v.engine} {v.engine_version}{backend}"
+
+
+def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
+    mark = "" if failing is None else ("  <- fails" if failing else "")
+    lines = [f"{_WORDS.get(v.status, v.status.upper()):<{_LABEL_WIDTH}}  {engine_label(v)} x {target_label(v)}{mark}"]
+
+    def field(label: str, items: list[str]) -> None:
+        for i, item in enumerate(items):
+            lines.append(f"  {(label + ':') if i == 0 else '':<{_LABEL_WIDTH}}{item}")
+
+    if v.kernel:
+        field("kernel", [v.kernel])
+    field("requires", v.requires)
+    field("why", v.reasons)
+    field("warning", v.warnings)
+    field("try", v.suggestions)
+    if v.memory:
+        field("memory", [", ".join(f"{k}={val}" for k, val in v.memory.items())])
+    field("sources", [_short_source(s.ref, s.version) for s in v.sources])
+    return lines
+
+
+def _short_source(ref: str, version: str | None, limit: int = 100) -> str:
+    text = ref if len(ref) <= limit else ref[: limit - 3] + "..."
+    return f"{text} @ {version}" if version else text
+
+
+def render(result: CheckResult) -> str:
+    insp = result.inspection
+    lines = [f"{insp.path}: {describe(insp)}"]
+    for warning in [*insp.warnings, *result.warnings]:
+        lines.append(f"  warning: {warning}")
+    for v in result.verdicts:
+        lines.append("")
+        lines.extend(render_verdict(v, result.fails(v)))
+    lines.append("")
+    counts: dict[str, int] = {}
+    for v in result.verdicts:
+        counts[v.status] = counts.get(v.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+    failing = sum(1 for v in result.verdicts if result.fails(v))
+    verdict = "all combinations run it" if failing == 0 else f"{failing} of {len(result.verdicts)} fail"
+    lines.append(f"{len(result.verdicts)} combination(s): {summary}; {verdict} (exit {result.exit_code})")
+    return "\n".join(lines) + "\n"

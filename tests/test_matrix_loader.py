@@ -1,0 +1,209 @@
+"""Matrix data validation: every schema violation names file, rule, check and problem (exit 2)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from qcheck.errors import QcheckError
+from qcheck.matrix.loader import clear_cache, load_matrix
+from qcheck.matrix.schema import MatrixDataError
+
+TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
+
+HEAD = """
+[engine]
+id = "eng"
+name = "Eng"
+kind = "engine"
+versions = ["1.0.0", "2.0.0"]
+hardware = ["nvidia"]
+hardware_sources = ["s"]
+
+[sources]
+s = { ref = "example/eng: src/quant.py", version = "2.0.0" }
+"""
+
+GOOD_RULE = """
+[[rule]]
+id = "ok"
+methods = ["fp8"]
+status = "native"
+sources = ["s"]
+"""
+
+
+@pytest.fixture
+def mdir(tmp_path: Path) -> Path:
+    root = tmp_path / "matrices"
+    (root / "engines").mkdir(parents=True)
+    shutil.copy(TEST_MATRIX / "gpus.toml", root / "gpus.toml")
+    clear_cache()
+    yield root
+    clear_cache()
+
+
+def write_engine(root: Path, body: str, name: str = "eng") -> None:
+    (root / "engines" / f"{name}.toml").write_text(textwrap.dedent(body), encoding="utf-8")
+
+
+def error_of(root: Path) -> MatrixDataError:
+    with pytest.raises(MatrixDataError) as info:
+        load_matrix(root)
+    return info.value
+
+
+def test_test_matrix_loads() -> None:
+    clear_cache()
+    m = load_matrix(TEST_MATRIX)
+    assert set(m.engines) == {"fastserve", "tinycpp", "cloudco"}
+    assert [r.id for r in m.engines["fastserve"].rules][:2] == ["plain-fp16", "plain-bf16-pre-ampere"]
+    assert [r.id for r in m.engines["fastserve"].modifiers] == ["gguf-split"]
+    assert m.engines["tinycpp"].scheme == "build"
+    assert load_matrix(TEST_MATRIX) is m  # cached: loaded once per process
+
+
+def test_good_engine_loads(mdir: Path) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE)
+    m = load_matrix(mdir)
+    assert m.engines["eng"].rules[0].status == "native"
+
+
+@pytest.mark.parametrize(
+    ("body", "check", "fragment"),
+    [
+        (HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nhardwre = { vendor = "nvidia" }'),
+         "unknown-key", "'hardwre'"),
+        (HEAD + GOOD_RULE.replace('status = "native"', 'status = "works"'), "bad-status", "'works'"),
+        (HEAD + GOOD_RULE.replace('["fp8"]', '["fp8", "fp3"]'), "unknown-method", "'fp3'"),
+        (HEAD + GOOD_RULE.replace('sources = ["s"]', 'sources = ["nope"]'), "undefined-source", "'nope'"),
+        (HEAD + GOOD_RULE.replace('sources = ["s"]\n', ""), "missing-source", "at least one source"),
+        (HEAD + GOOD_RULE.replace('status = "native"', 'status = "unknown"'), "missing-reason", "'unknown'"),
+        (HEAD + GOOD_RULE.replace('status = "native"', 'status = "fallback"\nreasons = ["slow"]'),
+         "missing-kernel", "substitute path"),
+        (HEAD + GOOD_RULE.replace('methods', 'versions = ">=1.0,<<2"\nmethods'), "bad-version-spec", ">=1.0,<<2"),
+        (HEAD + GOOD_RULE + GOOD_RULE, "duplicate-rule-id", "'ok'"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { vendor = "nvida" }\nstatus'), "unknown-vendor", "'nvida'"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { arch = ["hopper", "hoper"] }\nstatus'), "unknown-arch",
+         "'hoper'"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { gpu = "h1000" }\nstatus'), "unknown-gpu", "'h1000'"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { cc = "about 9" }\nstatus'), "bad-version-spec", "about 9"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { has = ["fp7"] }\nstatus'), "unknown-format", "'fp7'"),
+        (HEAD + GOOD_RULE.replace('status', 'hardware = { colour = "green" }\nstatus'), "unknown-hardware-key",
+         "'colour'"),
+        (HEAD + GOOD_RULE.replace('status', 'match = { weight_bitz = 4 }\nstatus'), "unknown-match-key", "'weight_bitz'"),
+        (HEAD + GOOD_RULE.replace('status', 'match = { weight_bits = "four" }\nstatus'), "bad-match-value", "four"),
+        (HEAD + GOOD_RULE.replace('status', 'match = { moe = "yes" }\nstatus'), "bad-match-value", "true or false"),
+        (HEAD + GOOD_RULE.replace('status', 'match = { gguf_types_any_in = [] }\nstatus'), "bad-match-value",
+         "non-empty list"),
+        (HEAD + GOOD_RULE.replace('status', 'backend = "cuda"\nstatus'), "unknown-backend", "'cuda'"),
+        (HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nkernel = "k for {typess}"'),
+         "bad-placeholder", "{typess}"),
+        (HEAD.replace('versions = ["1.0.0", "2.0.0"]', 'versions = ["2.0.0", "1.0.0"]') + GOOD_RULE,
+         "versions-order", "oldest first"),
+        (HEAD.replace('versions = ["1.0.0", "2.0.0"]', 'versions = ["1.0.0", "two"]') + GOOD_RULE,
+         "bad-version", "'two'"),
+        (HEAD.replace('id = "eng"', 'id = "other"') + GOOD_RULE, "file-name-mismatch", "'eng'"),
+        (HEAD.replace('kind = "engine"', 'kind = "cloud"') + GOOD_RULE, "bad-type", "'cloud'"),
+        (HEAD.replace('hardware_sources = ["s"]\n', "") + GOOD_RULE, "missing-source", "hardware_sources"),
+        (HEAD + '\n[[modifier]]\nid = "m"\nsources = ["s"]\n', "missing-key", "must add"),
+        (HEAD + GOOD_RULE + '\n[[modifier]]\nid = "ok"\nreasons = ["x"]\nsources = ["s"]\n', "duplicate-rule-id",
+         "'ok'"),
+        (HEAD + GOOD_RULE + '\n[[suggestion]]\nid = "sg"\ntext = "t"\nsources = ["s"]\nwhen = ["sometimes"]\n',
+         "bad-status", "'sometimes'"),
+        (HEAD + GOOD_RULE + "\n[extra]\nx = 1\n", "unknown-key", "'extra'"),
+        (HEAD + '[[rule]\nid = \n', "toml-syntax", "line"),
+    ],
+)
+def test_violation_names_file_rule_and_check(mdir: Path, body: str, check: str, fragment: str) -> None:
+    write_engine(mdir, body)
+    err = error_of(mdir)
+    assert isinstance(err, QcheckError) and err.exit_code == 2
+    assert err.check == check, str(err)
+    message = str(err)
+    assert "matrices/engines/eng.toml" in message
+    assert f"[{check}]" in message
+    assert fragment in message
+    if check in ("unknown-key", "bad-status", "unknown-method", "missing-reason", "missing-kernel") and \
+            "extra" not in body and "sometimes" not in body:
+        assert "rule 'ok' (#" in message
+
+
+def test_rule_error_names_the_rule_by_id_and_position(mdir: Path) -> None:
+    body = HEAD + GOOD_RULE + GOOD_RULE.replace('id = "ok"', 'id = "second"').replace('"native"', '"great"')
+    write_engine(mdir, body)
+    err = error_of(mdir)
+    assert err.rule == "rule 'second' (#2)"
+    assert str(err).startswith("matrix data error: matrices/engines/eng.toml: rule 'second' (#2): [bad-status]")
+
+
+def test_provider_rules_cannot_name_hardware(mdir: Path) -> None:
+    body = """
+    [engine]
+    id = "eng"
+    name = "Eng"
+    kind = "provider"
+    versions = ["2026.1"]
+
+    [sources]
+    s = { ref = "https://example.org", version = "2026.1" }
+
+    [[rule]]
+    id = "r"
+    status = "native"
+    hardware = { vendor = "nvidia" }
+    sources = ["s"]
+    """
+    write_engine(mdir, body)
+    assert error_of(mdir).check == "hardware-on-provider"
+
+
+def test_engine_alias_collision_across_files(mdir: Path) -> None:
+    write_engine(mdir, HEAD.replace('name = "Eng"', 'name = "Eng"\naliases = ["shared"]') + GOOD_RULE)
+    write_engine(mdir, HEAD.replace('id = "eng"', 'id = "two"').replace('name = "Eng"', 'name = "Two"\naliases = ["Shared"]')
+                 + GOOD_RULE, name="two")
+    err = error_of(mdir)
+    assert err.check == "duplicate-name" and "'Shared'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("edit", "check", "fragment"),
+    [
+        (lambda s: s.replace('id = "h200"', 'id = "h100"'), "duplicate-id", "'h100'"),
+        (lambda s: s.replace('names = ["H200"]', 'names = ["H 100"]'), "duplicate-name", "'H 100'"),
+        (lambda s: s.replace('arch = "ada"', 'arch = "lovelace"', 1), "unknown-arch", "'lovelace'"),
+        (lambda s: s.replace('id = "l4"\nnames = ["L4"]\narch = "ada"\ncompute_capability = "8.9"',
+                             'id = "l4"\nnames = ["L4"]\narch = "ada"\ncompute_capability = "9.0"'), "cc-mismatch",
+         "9.0"),
+        (lambda s: s.replace('vendor = "apple"', 'vendor = "apples"'), "unknown-vendor", "'apples'"),
+        (lambda s: s.replace('native_formats = ["fp32", "fp16"]', 'native_formats = ["fp32", "fp17"]', 1),
+         "unknown-format", "'fp17'"),
+        (lambda s: s.replace('compute_capability = "7.0"\nnative', 'native', 1), "missing-key", "compute_capability"),
+        (lambda s: s + '\n[[arch]]\nid = "x"\nvendor = "cpu"\nnative_formats = ["fp32"]\nsource = "t"\nspeed = 3\n',
+         "unknown-key", "'speed'"),
+    ],
+)
+def test_gpu_file_violations(mdir: Path, edit, check: str, fragment: str) -> None:
+    gpus = mdir / "gpus.toml"
+    gpus.write_text(edit(gpus.read_text()), encoding="utf-8")
+    write_engine(mdir, HEAD + GOOD_RULE)
+    err = error_of(mdir)
+    assert err.check == check, str(err)
+    assert "matrices/gpus.toml" in str(err) and fragment in str(err)
+
+
+def test_missing_gpus_file(mdir: Path) -> None:
+    (mdir / "gpus.toml").unlink()
+    assert "gpus.toml is missing" in str(error_of(mdir))
+
+
+def test_environment_variable_selects_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_cache()
+    monkeypatch.setenv("QCHECK_MATRICES", str(TEST_MATRIX))
+    try:
+        assert set(load_matrix().engines) == {"fastserve", "tinycpp", "cloudco"}
+    finally:
+        clear_cache()
