@@ -1,0 +1,596 @@
+"""The simulated candidate: a quantised checkpoint dequantised into the reference architecture's parameters.
+
+On a CPU the faithful way to measure *weight* quantisation loss for every format is to run the reference
+architecture with exactly the weights the real kernels multiply with. ``simulated_state_dict`` reads the
+candidate (qcheck's bounded readers list and classify it; tensor data comes from safetensors ``safe_open``
+or gguf-py), picks a dequantiser per module from the tensors actually stored (names, dtypes, shapes; the
+config only supplies what shapes cannot: bit widths of MLX/compressed-tensors packs, GPTQ v1 vs v2, FP8
+block size), and returns float32 tensors under the reference's parameter names. ``apply_activation_fake_quant``
+adds the activation side of W8A8 / W4A4 formats as forward pre-hooks on the quantised Linear layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from qcheck.errors import InputError
+from qcheck.limits import DEFAULT_LIMITS, Limits
+
+#: tensors that only matter to real kernels (activation / KV-cache scales): dropped from the state dict
+SIDE_LEAVES = frozenset({
+    "input_scale", "input_global_scale", "input_zero_point", "output_scale", "output_zero_point",
+    "k_scale", "v_scale", "kv_scale",
+})
+FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64"})
+#: canonical methods (DESIGN.md) whose weights this module can dequantise; "unknown" is attempted too
+SIMULATED_METHODS = frozenset({"none", "gguf", "fp8", "nvfp4", "mxfp4", "mxfp8", "awq", "gptq", "int8", "int4",
+                               "mlx", "unknown"})
+
+__all__ = [
+    "apply_activation_fake_quant",
+    "expected_parameters",
+    "fake_quant_fp8",
+    "fake_quant_int8",
+    "fake_quant_mxfp4",
+    "fake_quant_mxfp8",
+    "fake_quant_nvfp4",
+    "round_to_e2m1",
+    "simulated_state_dict",
+]
+
+
+# ------------------------------------------------------------------------------------------ reference
+
+def _as_config(reference_config: Any) -> Any:
+    from transformers import AutoConfig
+
+    if isinstance(reference_config, (str, Path)):
+        return AutoConfig.from_pretrained(str(reference_config))
+    if isinstance(reference_config, dict):
+        data = dict(reference_config)
+        model_type = data.pop("model_type", None)
+        if not model_type:
+            raise InputError("the reference config has no model_type")
+        return AutoConfig.for_model(model_type, **data)
+    return reference_config
+
+
+def expected_parameters(reference_config: Any) -> tuple[dict[str, tuple[int, ...]], bool]:
+    """(parameter name -> shape, tied output head) of the reference architecture, built on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = _as_config(reference_config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    tied = bool(getattr(config, "tie_word_embeddings", False) or getattr(text, "tie_word_embeddings", False))
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}, tied
+
+
+# ------------------------------------------------------------------------------------------ entry point
+
+def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits = DEFAULT_LIMITS
+                         ) -> tuple[dict[str, Any], list[str]]:
+    """Dequantise every weight of ``candidate`` (a local GGUF file, safetensors file or model directory) to
+    float32 under the reference architecture's parameter names; returns (state dict, notes).
+
+    Raises ``InputError`` naming them when the candidate lacks parameters of the reference, has tensors the
+    reference does not know, or a tensor's shape differs. gpt-oss MXFP4 expert blocks (stored [E, out, in])
+    are transposed to the HF parameter layout [E, in, out], as transformers' own decoder does.
+    """
+    import torch
+
+    from qcheck.classify import classify
+    from qcheck.readers import load_checkpoint
+
+    path = Path(candidate)
+    if not path.exists():
+        raise InputError("a simulated candidate must be a local file or directory (download it first)",
+                         path=candidate)
+    expected, tied = expected_parameters(reference_config)
+    checkpoint = load_checkpoint(str(path), limits)
+    if checkpoint.container == "pickle":
+        raise InputError("pickle checkpoints are never loaded; convert the candidate to safetensors",
+                         path=candidate)
+    inspection = classify(checkpoint)
+    method = inspection.quantization.method
+    if method not in SIMULATED_METHODS:
+        raise InputError(f"qcheck cannot dequantise {method} checkpoints for simulation (it can: "
+                         f"{', '.join(sorted(SIMULATED_METHODS - {'unknown', 'none'}))}); run the real engine "
+                         "through an OpenAI-compatible endpoint instead", path=candidate)
+    if checkpoint.container == "gguf":
+        from qcheck.eval.dequant.gguf import gguf_to_hf
+
+        ggufs = [f.name for f in checkpoint.files if f.kind == "gguf"]
+        if len(ggufs) != 1:
+            raise InputError(f"a split GGUF ({len(ggufs)} files) must be merged with llama-gguf-split --merge "
+                             "before it can be simulated", path=candidate)
+        gguf_file = path if path.is_file() else path / ggufs[0]
+        arrays, notes = gguf_to_hf(str(gguf_file), expected.keys(), tie_word_embeddings=tied)
+        state = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    else:
+        root = path if path.is_dir() else path.parent
+        state, notes = _safetensors_state(root, checkpoint, inspection)
+    _check_against(state, expected, tied, candidate)
+    return state, notes
+
+
+def _check_against(state: dict[str, Any], expected: dict[str, tuple[int, ...]], tied: bool, where: str) -> None:
+    extra = sorted(k for k in state if k not in expected)
+    if extra:
+        raise InputError(f"{len(extra)} tensor(s) are not parameters of the reference architecture: "
+                         f"{', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else ""), path=where)
+    missing = sorted(k for k in expected if k not in state and not (tied and k == "lm_head.weight"))
+    if missing:
+        raise InputError(f"{len(missing)} parameter(s) of the reference architecture are missing from the "
+                         f"candidate: {', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else ""), path=where)
+    import torch
+
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != expected[name]:
+            raise InputError(f"tensor {name}: dequantised shape {tuple(tensor.shape)} differs from the reference's "
+                             f"{expected[name]}", path=where)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise InputError(f"tensor {name}: {bad} value(s) are NaN or infinite after dequantisation (NaN codes or "
+                             "scales in the file)", path=where)
+
+
+# ------------------------------------------------------------------------------------------ safetensors
+
+class _Loader:
+    """Reads tensors by name from the checkpoint's shards with safetensors ``safe_open`` (PyTorch tensors)."""
+
+    def __init__(self, root: Path, checkpoint: Any):
+        self.root = root
+        self.infos = checkpoint.tensors
+        self._handles: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        from safetensors import safe_open
+
+        info = self.infos[name]
+        file = info.file or ""
+        handle = self._handles.get(file)
+        if handle is None:
+            target = (self.root / file).resolve()
+            if self.root.resolve() not in target.parents and target != self.root.resolve():
+                raise InputError("shard path leaves the model directory", where=f"tensor {name}")
+            try:
+                handle = safe_open(str(target), framework="pt")
+            except Exception as exc:  # safetensors raises its own error types
+                raise InputError(f"safetensors cannot open the shard: {exc}", path=str(target)) from None
+            self._handles[file] = handle
+        try:
+            return handle.get_tensor(name)
+        except Exception as exc:
+            raise InputError(f"cannot read tensor data: {exc}", where=f"tensor {name}") from None
+
+
+def _quant_config(configs: dict[str, Any]) -> dict[str, Any]:
+    """The quantisation block wherever the producer put it (config.json, nested text config, side files)."""
+    cfg = configs.get("config.json") or {}
+    candidates = [cfg.get("quantization_config")]
+    for key in ("text_config", "llm_config"):
+        sub = cfg.get(key)
+        if isinstance(sub, dict):
+            candidates.append(sub.get("quantization_config"))
+    for name in ("quantize_config.json", "quant_config.json"):
+        candidates.append(configs.get(name))
+    for c in candidates:
+        if isinstance(c, dict):
+            return c
+    return {}
+
+
+def _mlx_params(configs: dict[str, Any], prefix: str) -> tuple[int, int, str]:
+    """(bits, group_size, mode) for one MLX module: the ``quantization`` block, then its per-module override."""
+    cfg = configs.get("config.json") or {}
+    q = cfg.get("quantization") or cfg.get("quantization_config") or {}
+    if not isinstance(q, dict):
+        q = {}
+    bits, group, mode = q.get("bits", 4), q.get("group_size", 64), q.get("mode", "affine")
+    override = q.get(prefix)
+    if isinstance(override, dict):
+        bits, group = override.get("bits", bits), override.get("group_size", group)
+        mode = override.get("mode", mode)
+    if isinstance(bits, bool) or isinstance(group, bool) or not isinstance(bits, int) or not isinstance(group, int):
+        raise InputError(f"MLX quantization bits/group_size are not integers ({bits!r}, {group!r})",
+                         where=f"module {prefix}")
+    return bits, group, str(mode).lower()
+
+
+def _ct_bits(qcfg: dict[str, Any], packed_cols: int, in_f: int, prefix: str) -> int:
+    """compressed-tensors num_bits: the config's when it has one value, else recomputed from the packed width."""
+    bits = set()
+    groups = qcfg.get("config_groups")
+    if isinstance(groups, dict):
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
+                bits.add(w["num_bits"])
+    fits = [b for b in range(1, 9) if math.ceil(in_f * b / 32) == packed_cols]
+    if len(bits) == 1 and next(iter(bits)) in fits:
+        return next(iter(bits))
+    if len(fits) == 1:
+        return fits[0]
+    raise InputError(f"cannot tell the bit width of weight_packed ({packed_cols} words for {in_f} inputs; "
+                     f"config says {sorted(bits) or 'nothing'})", where=f"module {prefix}")
+
+
+def _config_int(qcfg: dict[str, Any], keys: tuple[str, ...], default: int, prefix: str) -> int:
+    """An integer quantisation field (the first of ``keys`` present), refusing non-integers from hostile configs."""
+    for key in keys:
+        if key in qcfg:
+            value = qcfg[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"quantization_config.{key} must be an integer, not {value!r}",
+                                 where=f"module {prefix}")
+            return value
+    return default
+
+
+def _fp8_block(qcfg: dict[str, Any]) -> tuple[int, int] | None:
+    block = qcfg.get("weight_block_size")
+    groups = qcfg.get("config_groups")
+    if block is None and isinstance(groups, dict):
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and w.get("block_structure"):
+                block = w["block_structure"]
+    if isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+        return int(block[0]), int(block[1])
+    return None
+
+
+def _safetensors_state(root: Path, checkpoint: Any, inspection: Any) -> tuple[dict[str, Any], list[str]]:
+    import torch
+
+    from qcheck.eval.dequant import awq, compressed, fp4, fp8, gptq, mlx
+
+    load = _Loader(root, checkpoint)
+    qcfg = _quant_config(checkpoint.configs)
+    modules: dict[str, dict[str, Any]] = {}
+    for name, info in checkpoint.tensors.items():
+        prefix, _, leaf = name.rpartition(".")
+        modules.setdefault(prefix, {})[leaf] = info
+    state: dict[str, Any] = {}
+    layouts: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+
+    def full(prefix: str, leaf: str) -> str:
+        return f"{prefix}.{leaf}" if prefix else leaf
+
+    for prefix, leaves in modules.items():
+        where = f"module {prefix}"
+        used: set[str] = set()
+        weight = None
+        w_info = leaves.get("weight")
+        if "qweight" in leaves and {"qzeros", "scales"} <= leaves.keys():
+            qw, qz, sc = (load.get(full(prefix, k)) for k in ("qweight", "qzeros", "scales"))
+            version = str(qcfg.get("version", "gemm")).lower() if qcfg.get("quant_method") == "awq" else "gemm"
+            if version != "gemm":
+                raise InputError(f"AWQ version {version!r} is not simulated (only the GEMM layout is)", where=where)
+            if qw.ndim == 2 and sc.ndim == 2 and qw.shape[1] * 8 == sc.shape[1]:
+                weight = awq.dequant_awq(qw, qz, sc, where, bits=_config_int(qcfg, ("bits", "w_bit"), 4, prefix))
+                layouts["AWQ GEMM"] += 1
+            else:
+                g_idx = load.get(full(prefix, "g_idx")) if "g_idx" in leaves else None
+                fmt = qcfg.get("checkpoint_format") or qcfg.get("format") or "gptq"
+                fmt = fmt if fmt in ("gptq", "gptq_v2") else "gptq"
+                bits = _config_int(qcfg, ("bits",), 4, prefix)
+                weight = gptq.dequant_gptq(qw, qz, sc, g_idx, where, bits=bits, checkpoint_format=fmt)
+                layouts[f"GPTQ {fmt} {bits}-bit" + (" act-order" if _non_monotonic(g_idx) else "")] += 1
+            used |= {"qweight", "qzeros", "scales", "g_idx"}
+        elif "weight_packed" in leaves and "weight_scale" in leaves:
+            packed, scale = load.get(full(prefix, "weight_packed")), load.get(full(prefix, "weight_scale"))
+            if "weight_global_scale" in leaves:
+                g = fp4.global_value(load.get(full(prefix, "weight_global_scale")), where)
+                weight = fp4.dequant_nvfp4(packed, scale, 1.0 / g, where)
+                layouts["NVFP4 (compressed-tensors)"] += 1
+                used.add("weight_global_scale")
+            elif "weight_shape" in leaves:
+                shape = load.get(full(prefix, "weight_shape"))
+                in_f = int(shape.reshape(-1)[-1]) if shape.numel() == 2 else 0
+                if in_f <= 0:
+                    raise InputError(f"weight_shape {shape.tolist()} is not an [out, in] pair of positive sizes",
+                                     where=where)
+                bits = _ct_bits(qcfg, packed.shape[-1], in_f, prefix)
+                zp = load.get(full(prefix, "weight_zero_point")) if "weight_zero_point" in leaves else None
+                gi = load.get(full(prefix, "weight_g_idx")) if "weight_g_idx" in leaves else None
+                weight = compressed.dequant_pack_quantized(packed, scale, shape, where, bits=bits,
+                                                           weight_zero_point=zp, weight_g_idx=gi)
+                layouts[f"compressed-tensors pack-quantized int{bits}"] += 1
+                used |= {"weight_shape", "weight_zero_point", "weight_g_idx"}
+            elif scale.dtype == torch.uint8:
+                weight = fp4.dequant_mxfp4(packed, scale, where)
+                layouts["MXFP4 (compressed-tensors)"] += 1
+            else:
+                raise InputError(f"weight_packed with a {scale.dtype} weight_scale and no weight_shape or "
+                                 "weight_global_scale matches no compressed-tensors layout", where=where)
+            used |= {"weight_packed", "weight_scale"}
+        elif w_info is not None and w_info.dtype in ("F8_E4M3", "F8_E5M2") and (
+                "weight_scale" in leaves or "weight_scale_inv" in leaves):
+            scale_leaf = "weight_scale_inv" if "weight_scale_inv" in leaves else "weight_scale"
+            w, s = load.get(full(prefix, "weight")), load.get(full(prefix, scale_leaf))
+            weight = fp8.dequant_fp8(w, s, where, block=_fp8_block(qcfg))
+            if s.dtype == torch.uint8:
+                layouts["MXFP8 (E8M0 scale per 32)"] += 1
+            else:
+                layouts["FP8 " + ("block" if scale_leaf == "weight_scale_inv" else _fp8_granularity(w, s))] += 1
+            used |= {"weight", scale_leaf}
+        elif w_info is not None and w_info.dtype == "U8" and {"weight_scale", "weight_scale_2"} <= leaves.keys():
+            w = load.get(full(prefix, "weight"))
+            s, s2 = load.get(full(prefix, "weight_scale")), load.get(full(prefix, "weight_scale_2"))
+            weight = fp4.dequant_nvfp4(w, s, fp4.global_value(s2, where), where)
+            layouts["NVFP4 (ModelOpt)"] += 1
+            used |= {"weight", "weight_scale", "weight_scale_2"}
+        elif w_info is not None and w_info.dtype == "U32" and {"scales", "biases"} <= leaves.keys():
+            bits, group, _mode = _mlx_params(checkpoint.configs, prefix)
+            w, s, b = (load.get(full(prefix, k)) for k in ("weight", "scales", "biases"))
+            weight = mlx.dequant_mlx_affine(w, s, b, where, bits=bits, group_size=group)
+            layouts[f"MLX affine {bits}-bit g{group}"] += 1
+            used |= {"weight", "scales", "biases"}
+        elif w_info is not None and w_info.dtype == "U32" and "scales" in leaves:
+            _bits, group, mode = _mlx_params(checkpoint.configs, prefix)
+            weight = mlx.dequant_mlx_fp(load.get(full(prefix, "weight")), load.get(full(prefix, "scales")), where,
+                                        mode=mode, group_size=group)
+            layouts[f"MLX {mode}"] += 1
+            used |= {"weight", "scales"}
+        elif w_info is not None and w_info.dtype == "I8" and "weight_scale" in leaves:
+            zp = load.get(full(prefix, "weight_zero_point")) if "weight_zero_point" in leaves else None
+            gi = load.get(full(prefix, "weight_g_idx")) if "weight_g_idx" in leaves else None
+            weight = compressed.dequant_int_quantized(load.get(full(prefix, "weight")),
+                                                      load.get(full(prefix, "weight_scale")), where,
+                                                      weight_zero_point=zp, weight_g_idx=gi)
+            layouts["INT8 (compressed-tensors int-quantized)"] += 1
+            used |= {"weight", "weight_scale", "weight_zero_point", "weight_g_idx"}
+        if weight is not None:
+            state[full(prefix, "weight")] = weight.to(torch.float32)
+        # gpt-oss MXFP4: <param>_blocks + <param>_scales
+        for leaf in list(leaves):
+            if leaf.endswith("_blocks") and leaf[: -len("_blocks")] + "_scales" in leaves:
+                base = leaf[: -len("_blocks")]
+                # blocks are stored [..., out, in]; the HF parameter is [..., in, out] (transformers
+                # convert_moe_packed_tensors ends with ``out.transpose(1, 2)``)
+                state[full(prefix, base)] = fp4.dequant_mxfp4_blocks(
+                    load.get(full(prefix, leaf)), load.get(full(prefix, base + "_scales")), f"tensor {full(prefix, leaf)}"
+                ).transpose(-1, -2).contiguous()
+                layouts["MXFP4 (gpt-oss blocks)"] += 1
+                used |= {leaf, base + "_scales"}
+        for leaf, info in leaves.items():
+            if leaf in used:
+                continue
+            if leaf in SIDE_LEAVES:
+                dropped[leaf] += 1
+                continue
+            if info.dtype in FLOAT_DTYPES:
+                state[full(prefix, leaf)] = load.get(full(prefix, leaf)).to(torch.float32)
+            else:
+                raise InputError(f"tensor of dtype {info.dtype} matches no quantisation layout qcheck can "
+                                 f"dequantise", where=f"tensor {full(prefix, leaf)}")
+    notes = [_summary(inspection, layouts)]
+    if dropped:
+        notes.append("run-time scales not used by dequantised weights were dropped: "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(dropped.items())))
+    return state, notes
+
+
+def _non_monotonic(g_idx: Any | None) -> bool:
+    if g_idx is None or g_idx.numel() < 2:
+        return False
+    return bool((g_idx[1:] < g_idx[:-1]).any())
+
+
+def _fp8_granularity(w: Any, s: Any) -> str:
+    if s.numel() == 1:
+        return "per-tensor"
+    if s.shape[0] == w.shape[0] and (s.ndim == 1 or s.shape[-1] == 1):
+        return "per-channel"
+    if s.shape[0] == w.shape[0]:
+        return "per-group"
+    return "block"
+
+
+def _summary(inspection: Any, layouts: Counter[str]) -> str:
+    q = getattr(inspection, "quantization", None)
+    method = getattr(q, "method", None) or "unknown"
+    producer = getattr(q, "producer", None)
+    head = method.upper() if method not in ("none", "unknown") else "unquantised"
+    if producer:
+        head += f" ({producer})"
+    if layouts:
+        what = ", ".join(f"{k} x{v}" for k, v in sorted(layouts.items()))
+        body = f"{sum(layouts.values())} weights dequantised to float32 [{what}]"
+    else:
+        body = "no quantised weights found; tensors copied as float32"
+    act = getattr(q, "activation_dtype", None)
+    tail = (f"; activations ({act}) are not quantised by the weights alone" if act else "")
+    return f"{head}: {body}{tail}"
+
+
+# ------------------------------------------------------------------------------------------ activations
+
+_E2M1_BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+_E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+#: midpoints where round-half-to-even goes *up* (the upper neighbour has the even code)
+_E2M1_TIES_UP = (0.75, 1.75, 3.5)
+
+
+def round_to_e2m1(x: Any) -> Any:
+    """Round to the FP4 E2M1 grid, half to even, saturating at +-6 (the rounding NVFP4/MXFP4 producers use)."""
+    import torch
+
+    mag = x.abs().clamp(max=6.0)
+    bounds = torch.tensor(_E2M1_BOUNDS, dtype=mag.dtype, device=mag.device)
+    idx = torch.bucketize(mag, bounds, right=False)
+    for b in _E2M1_TIES_UP:
+        idx = idx + (mag == b).to(idx.dtype)
+    grid = torch.tensor(_E2M1_GRID, dtype=mag.dtype, device=mag.device)
+    return torch.copysign(grid[idx], x)
+
+
+def _blocks(x: Any, size: int) -> Any:
+    """[..., n] -> [..., ceil(n/size), size], zero-padding a partial last block (zeros change no block amax)."""
+    import torch
+
+    pad = -x.shape[-1] % size
+    if pad:
+        x = torch.nn.functional.pad(x, (0, pad))
+    return x.reshape(*x.shape[:-1], x.shape[-1] // size, size)
+
+
+def _unblock(v: Any, shape: Any) -> Any:
+    return v.reshape(*shape[:-1], -1)[..., : shape[-1]]
+
+
+def fake_quant_fp8(x: Any, scale: float | None = None, group: int | None = None) -> Any:
+    """FP8 E4M3 quantise-dequantise: static per-tensor with ``scale`` (x / scale, saturate, round), else
+    dynamic per token (per ``group`` channels of a token when given: DeepSeek's per-token-per-128)."""
+    import torch
+
+    xf = x.to(torch.float32)
+    if scale is not None:
+        y = (xf / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32) * scale
+        return y.to(x.dtype)
+    v = _blocks(xf, group) if group else xf.unsqueeze(-2)
+    s = (v.abs().amax(dim=-1, keepdim=True) / 448.0).clamp(min=1e-12)
+    y = (v / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32) * s
+    return _unblock(y, x.shape).to(x.dtype)
+
+
+def fake_quant_nvfp4(x: Any, global_scale: float | None = None) -> Any:
+    """NVFP4 activations: per 16 values an E4M3 scale (block amax / 6 / global), E2M1 elements.
+    ``global_scale`` is the dequant multiplier (ModelOpt ``input_scale``, 1 / compressed-tensors
+    ``input_global_scale``); dynamic (amax / (6 * 448) of the tensor) when absent."""
+    import torch
+
+    xf = x.to(torch.float32)
+    g = global_scale if global_scale else float(xf.abs().amax().clamp(min=1e-12)) / (6.0 * 448.0)
+    v = _blocks(xf, 16)
+    per_block = v.abs().amax(dim=-1, keepdim=True) / 6.0 / g
+    per_block = torch.where(per_block == 0, torch.ones_like(per_block), per_block).clamp(2.0**-9, 448.0)
+    bs = per_block.to(torch.float8_e4m3fn).to(torch.float32)
+    eff = bs * g
+    q = round_to_e2m1(v / torch.where(eff == 0, torch.ones_like(eff), eff))
+    return _unblock(q * eff, x.shape).to(x.dtype)
+
+
+def _mx_scale(v: Any, elem_emax: int) -> Any:
+    """Per-block power-of-two scale 2**(e - emax), e = floor(log2 amax) bumped by one when amax's mantissa
+    rounds up past 1.75 (compressed-tensors ``generate_mx_scales``; same rule as ``packing.mx_scale_exponent``)."""
+    import torch
+
+    amax = v.abs().amax(dim=-1, keepdim=True)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    e = torch.floor(torch.log2(safe))
+    e = e + (safe / torch.exp2(e) + 0.25 >= 2.0).to(e.dtype)
+    exp = torch.where(amax > 0, e - elem_emax, torch.full_like(amax, -127.0))
+    return torch.exp2(exp.clamp(-127, 127))
+
+
+def fake_quant_mxfp4(x: Any) -> Any:
+    """MXFP4 activations: an E8M0 scale per 32 values (``_mx_scale``, E2M1 emax 2), E2M1 elements."""
+    import torch
+
+    v = _blocks(x.to(torch.float32), 32)
+    s = _mx_scale(v, 2)
+    return _unblock(round_to_e2m1(v / s) * s, x.shape).to(x.dtype)
+
+
+def fake_quant_mxfp8(x: Any) -> Any:
+    """MXFP8 activations: an E8M0 scale per 32 values (``_mx_scale``, E4M3 emax 8), E4M3 elements."""
+    import torch
+
+    v = _blocks(x.to(torch.float32), 32)
+    s = _mx_scale(v, 8)
+    q = (v / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32)
+    return _unblock(q * s, x.shape).to(x.dtype)
+
+
+def fake_quant_int8(x: Any, scale: float | None = None) -> Any:
+    """INT8 symmetric: static per-tensor with ``scale``, else dynamic per token (amax / 127)."""
+    import torch
+
+    xf = x.to(torch.float32)
+    s = torch.tensor(scale) if scale is not None else (xf.abs().amax(dim=-1, keepdim=True) / 127.0).clamp(min=1e-12)
+    return (torch.round(xf / s).clamp(-128, 127) * s).to(x.dtype)
+
+
+def _activation_scales(inspection: Any, limits: Limits) -> tuple[set[str], dict[str, tuple[str, float]]]:
+    """(quantised module prefixes, prefix -> (scale tensor leaf, value)) read from the candidate's files."""
+    from qcheck.readers import load_checkpoint
+
+    path = Path(inspection.path)
+    if not path.exists() or path.suffix == ".gguf":
+        return set(), {}
+    checkpoint = load_checkpoint(str(path), limits)
+    root = path if path.is_dir() else path.parent
+    load = _Loader(root, checkpoint)
+    quantised: set[str] = set()
+    static: dict[str, tuple[str, float]] = {}
+    markers = {"qweight", "weight_packed", "weight_scale", "weight_scale_inv", "scales"}
+    for name in checkpoint.tensors:
+        prefix, _, leaf = name.rpartition(".")
+        if leaf in markers:
+            quantised.add(prefix)
+        if leaf in ("input_scale", "input_global_scale"):
+            t = load.get(name)
+            if t.numel() == 1:
+                static[prefix] = (leaf, float(t.float().reshape(())))
+    return quantised, static
+
+
+def apply_activation_fake_quant(model: Any, inspection: Any, limits: Limits = DEFAULT_LIMITS) -> str | None:
+    """Fake-quantise the inputs of the candidate's quantised Linear layers the way its format does at run
+    time (forward pre-hooks). Returns what was applied, or None when the format quantises weights only.
+
+    FP8 W8A8: static per-tensor with the stored ``input_scale``, else dynamic per token (per token and 128
+    channels for 2-D block FP8). NVFP4 W4A4: E4M3 scales per 16 with the stored global input scale. MXFP4 /
+    MXFP8: E8M0 scales per 32. INT8 W8A8: static with ``input_scale``, else dynamic per token.
+    """
+    import torch
+
+    q = inspection.quantization
+    act = q.activation_dtype
+    if not act:
+        return None
+    quantised, static = _activation_scales(inspection, limits)
+    method = q.method
+
+    def make_hook(prefix: str):
+        leaf, value = static.get(prefix, (None, None))
+        if act == "float8_e4m3" and method == "mxfp8":
+            return fake_quant_mxfp8
+        if act == "float8_e4m3":
+            group = 128 if q.block_size else None
+            return lambda x: fake_quant_fp8(x, scale=value, group=None if value else group)
+        if act == "fp4_e2m1" and method == "mxfp4":
+            return fake_quant_mxfp4
+        if act == "fp4_e2m1":
+            g = (1.0 / value if leaf == "input_global_scale" else value) if value else None
+            return lambda x: fake_quant_nvfp4(x, g)
+        if act == "int8":
+            return lambda x: fake_quant_int8(x, value)
+        return None
+
+    hooked = 0
+    statics = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or name not in quantised:
+            continue
+        fn = make_hook(name)
+        if fn is None:
+            return f"activation dtype {act} has no fake-quant in qcheck; not applied"
+        module.register_forward_pre_hook(lambda _m, args, fn=fn: (fn(args[0]), *args[1:]))
+        hooked += 1
+        statics += name in static
+    if not hooked:
+        return f"{act} activations: no quantised Linear layer of the model matched the checkpoint; not applied"
+    mode = "static scales from the checkpoint" if statics == hooked else (
+        "dynamic scales" if statics == 0 else f"static scales on {statics}, dynamic on {hooked - statics}")
+    return f"{act} activations fake-quantised on {hooked} Linear layers ({mode})"
