@@ -1,0 +1,177 @@
+"""The one entry point for reading a checkpoint: a path, a directory or a Hub repo id -> ``Checkpoint``.
+
+Files are recognised by their first bytes, not their names (a ``.bin`` may be a safetensors file, a
+``.safetensors`` may be a Git LFS pointer): GGUF magic, the safetensors length + ``{``, a zip (torch's
+pickle container), a Git LFS pointer, a raw pickle. The name only picks the more useful error message
+when the bytes match nothing. Local directories and Hub repos go through the same ``FileSet`` code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from qcheck.errors import InputError
+from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.model import Checkpoint
+from qcheck.readers.directory import (
+    INDEX_SUFFIX,
+    load_gguf_choice,
+    load_model_dir,
+    load_pickles,
+    load_safetensors_files,
+    read_side_files,
+)
+from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
+from qcheck.readers.pickle import EMPTY_ZIP_MAGIC, ZIP_MAGIC, looks_like_pickle, zip_pickle_entries
+from qcheck.readers.safetensors import looks_like_safetensors, read_safetensors_header
+from qcheck.source import FileSet, LocalFileSet
+
+#: ``org/name``, optional ``@revision``, optional ``:file`` (the Hub's repo id rules: letters, digits, ``-_.``)
+REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)"
+                     r"(?:@(?P<revision>[^:\s]+))?(?::(?P<file>\S.*))?$")
+_HUB_URLS = ("hf://", "hf.co/", "huggingface.co/", "https://huggingface.co/", "http://huggingface.co/",
+             "https://hf.co/")
+_LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
+SNIFF_BYTES = 64
+#: bytes read to recognise a protocol 0/1 pickle (it has no magic: it must parse to STOP)
+PICKLE_SNIFF_BYTES = 1 << 20
+
+__all__ = ["REPO_ID", "load_checkpoint", "load_from_fileset", "looks_like_repo_id", "read_side_files", "sniff"]
+
+
+def looks_like_repo_id(target: str) -> bool:
+    """True for ``org/name[@revision][:file]`` (or a Hub URL) that is not obviously a local path."""
+    if target.startswith(_HUB_URLS):
+        return True
+    if target.startswith((".", "/", "~")) or "\\" in target:
+        return False
+    match = REPO_ID.match(target)
+    if not match:
+        return False
+    return bool(match["file"] or match["revision"]) or not match["repo"].lower().endswith(_LOCAL_SUFFIXES)
+
+
+def load_checkpoint(target: str, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
+    """Read the checkpoint at a local file or directory, or a Hub repo id, headers only."""
+    if not target:
+        raise InputError("empty path")
+    if os.path.isdir(target):
+        return load_from_fileset(LocalFileSet(target), None, limits, path=target)
+    if os.path.lexists(target):
+        if not os.path.exists(target):
+            raise InputError("broken symbolic link", path=target)
+        if not os.path.isfile(target):
+            raise InputError("not a regular file or directory", path=target)
+        parent, name = os.path.split(target)
+        return load_from_fileset(LocalFileSet(parent or "."), [name], limits, path=target)
+    if looks_like_repo_id(target):
+        try:
+            from qcheck.hub import looks_like_repo_id as hub_accepts
+            from qcheck.hub import resolve_target
+        except ImportError:
+            raise InputError("no such file or directory (and Hub access is not available)", path=target) from None
+        if hub_accepts(target):
+            fileset, names = resolve_target(target, limits)
+            return load_from_fileset(fileset, names, limits, path=target)
+    raise InputError("no such file or directory", path=target)
+
+
+def load_from_fileset(fileset: FileSet, names: list[str] | None, limits: Limits = DEFAULT_LIMITS, *,
+                      path: str | None = None) -> Checkpoint:
+    """Shared logic for local directories and Hub repos: ``names`` None = the whole directory/repo."""
+    display = path or fileset.root
+    if names is None:
+        checkpoint = load_model_dir(fileset, limits, path=display)
+    else:
+        checkpoint = _load_named(fileset, list(names), limits, display)
+    checkpoint.path = display
+    if checkpoint.revision is None:
+        checkpoint.revision = fileset.revision
+    return checkpoint
+
+
+def sniff(head: bytes) -> str:
+    """The kind of file the first bytes announce: gguf, safetensors, zip, lfs-pointer, pickle or unknown."""
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if looks_like_safetensors(head):
+        return "safetensors"
+    if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
+        return "zip"
+    if is_lfs_pointer(head):
+        return "lfs-pointer"
+    if looks_like_pickle(head):
+        return "pickle"
+    return "unknown"
+
+
+def _load_named(fileset: FileSet, names: list[str], limits: Limits, display: str) -> Checkpoint:
+    if not names:
+        raise InputError("no files to read", path=display)
+    jsons = [n for n in names if n.lower().endswith(".json")]
+    weights = [n for n in names if n not in jsons]
+    index = next((n for n in jsons if n.endswith(INDEX_SUFFIX)), None)
+    if not weights:
+        if index is not None:
+            return load_safetensors_files(fileset, [], limits, path=display, index_name=index)
+        raise InputError(f"{', '.join(names)}: a JSON side file is not a checkpoint; pass the model directory",
+                         path=display)
+    kinds: dict[str, list[str]] = {}
+    for name in weights:
+        kinds.setdefault(_kind_of(fileset, name, limits), []).append(name)
+    if len(kinds) > 1:
+        detail = "; ".join(f"{kind}: {', '.join(members)}" for kind, members in sorted(kinds.items()))
+        raise InputError(f"files of different formats given together ({detail}); pass one checkpoint", path=display)
+    ((kind, members),) = kinds.items()
+    if kind == "gguf":
+        return load_gguf_choice(fileset, members, limits, path=display)
+    if kind == "safetensors":
+        checkpoint = load_safetensors_files(fileset, members, limits, path=display, index_name=index)
+        sibling_index = _prefix(members[0]) + "model.safetensors.index.json"
+        if index is None and sibling_index not in members and fileset.exists(sibling_index):
+            checkpoint.warnings.append(f"{sibling_index} lists the shards of a larger model; only "
+                                       f"{', '.join(members)} was read (pass the directory for the whole model)")
+        return checkpoint
+    # pickles: static scan only
+    return load_pickles(fileset, members, limits, path=display)
+
+
+def _kind_of(fileset: FileSet, name: str, limits: Limits) -> str:
+    """Recognise one file by content; raise the most useful InputError when it is not a checkpoint."""
+    # Not closed here: a Hub FileSet hands out one cached source per file, and closing it would drop
+    # the header bytes already fetched; local sources close themselves when released.
+    source = fileset.open(name)
+    if source.size == 0:
+        raise InputError("empty file (0 bytes)", path=source.name)
+    head = source.read_at(0, SNIFF_BYTES)
+    kind = sniff(head)
+    if (kind == "unknown" and not name.lower().endswith((".safetensors", ".gguf"))
+            and looks_like_pickle(source.read_at(0, PICKLE_SNIFF_BYTES))):
+        kind = "pickle"
+    if kind == "lfs-pointer":
+        raise_for_pointer(source)
+    if kind == "zip":
+        if not zip_pickle_entries(source, limits):
+            raise InputError("not a checkpoint: a zip archive without data.pkl (not a PyTorch file)",
+                             path=source.name)
+        return "pickle"
+    if kind != "unknown":
+        return kind
+    lower = name.lower()
+    if lower.endswith(".safetensors"):
+        read_safetensors_header(source, limits, file=name)  # raises the specific problem
+    elif lower.endswith(".gguf"):
+        return "gguf"  # the GGUF reader names the bad magic/version itself
+    raise InputError(f"not a checkpoint: first bytes {_describe(head)}", path=source.name)
+
+
+def _prefix(name: str) -> str:
+    return name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+
+
+def _describe(head: bytes) -> str:
+    shown = head[:16]
+    text = "".join(chr(b) if 32 <= b < 127 else "." for b in shown)
+    return f"{shown.hex(' ')} ({text!r})"
+

@@ -1,0 +1,223 @@
+"""Bounded JSON parsing for untrusted headers and side files.
+
+``json.loads`` alone trusts its input: it recurses without bound (RecursionError on ``[[[[...``),
+keeps the last of duplicate keys (a parser differential: another reader keeps the first), accepts
+lone surrogates that later break UTF-8 output, and decodes UTF-16/32 when given bytes. Everything
+here checks those before or while parsing and turns every failure into an ``InputError`` that names
+the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from qcheck.errors import InputError
+from qcheck.limits import Limits
+from qcheck.source import FileSet
+
+# A JSON string literal (unrolled loop: no per-character alternation, linear time).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS_ONLY = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+# A \uD800-\uDFFF escape: the only way a surrogate gets into text that decoded as UTF-8.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
+    return result
+
+
+def _unique_pairs_checked(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = _unique_pairs(pairs)
+    for key in result:
+        if not key.isascii():
+            _check_text(key)
+    return result
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("lone UTF-16 surrogate escape in a string") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _outside_strings(data: bytes) -> bytes:
+    """The JSON text with every string literal removed (so brackets and colons in strings don't count)."""
+    if b"\\" not in data:  # no escapes: quotes simply alternate open/close, and split is C-fast
+        return b"".join(data.split(b'"')[0::2])
+    return _STRING.sub(b"", data)
+
+
+def structure_scan(data: bytes, max_depth: int) -> tuple[int, int]:
+    """(nesting depth, number of objects) of JSON text, without recursion and in linear passes."""
+    depth, objects, _pairs = _structure(data, max_depth)
+    return depth, objects
+
+
+def _structure(data: bytes, max_depth: int) -> tuple[int, int, int]:
+    """(depth, objects, key/value pairs) of JSON text.
+
+    Strings are removed first so brackets inside them do not count; each pass then deletes the
+    innermost ``[]``/``{}`` pairs, so the number of passes is the depth. Stops early past
+    ``max_depth`` and returns ``max_depth + 1``. Brackets that do not pair up (which valid JSON
+    never has) give depth -1. Pairs are the colons outside strings.
+    """
+    outside = _outside_strings(data)
+    pairs = outside.count(b":")
+    skeleton = outside.translate(None, _BRACKETS_ONLY)
+    objects = skeleton.count(b"{")
+    depth = 0
+    while skeleton:
+        reduced = _INNERMOST.sub(b"", skeleton)
+        if len(reduced) == len(skeleton):
+            return -1, objects, pairs
+        depth += 1
+        if depth > max_depth:
+            return depth, objects, pairs
+        skeleton = reduced
+    return depth, objects, pairs
+
+
+def parse_json(
+    data: bytes,
+    *,
+    where: str,
+    max_depth: int,
+    path: str | None = None,
+    allow_constants: bool = True,
+    max_objects: int | None = None,
+) -> tuple[Any, int]:
+    """Parse one JSON value at the start of ``data``; return it and the offset just past it.
+
+    Rejects: invalid UTF-8, nesting deeper than ``max_depth``, more than ``max_objects`` objects,
+    duplicate keys anywhere, lone surrogates in keys, NaN/Infinity when ``allow_constants`` is false.
+    Trailing bytes are the caller's business (the offset says where the value ended).
+
+    Duplicates are found cheaply: the C parser builds the dicts and a counting ``object_hook`` sums
+    their sizes; fewer keys than colons in the text means a key was overwritten, and only then is the
+    text parsed again, pair by pair, to name it.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid UTF-8 at byte {exc.start}", path=path, where=where) from None
+    depth, objects, pairs = _structure(data, max_depth)
+    if depth < 0:
+        raise InputError("invalid JSON: brackets do not pair up", path=path, where=where)
+    if depth > max_depth:
+        raise InputError(f"JSON nested deeper than {max_depth} levels (limit max_json_nesting)",
+                         path=path, where=where)
+    if max_objects is not None and objects > max_objects:
+        raise InputError(f"{objects} JSON objects, over the limit of {max_objects}", path=path, where=where)
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    constant = None if allow_constants else _reject_constant
+    counted = [0]
+
+    def count_keys(obj: dict[str, Any]) -> dict[str, Any]:
+        counted[0] += len(obj)
+        return obj
+
+    if _SURROGATE_ESCAPE.search(data):
+        decoder = json.JSONDecoder(object_pairs_hook=_unique_pairs_checked, parse_constant=constant)
+    else:
+        decoder = json.JSONDecoder(object_hook=count_keys, parse_constant=constant)
+    try:
+        value, end = decoder.raw_decode(text, start)
+        if decoder.object_pairs_hook is None and counted[0] != pairs:
+            # a key was overwritten (or the colons are in trailing text): find out, pair by pair
+            json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=constant).raw_decode(text, start)
+    except _Duplicate as exc:
+        raise InputError(f"duplicate key {quoted(exc.key)} (parsers disagree on which one wins)",
+                         path=path, where=where) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} at character {exc.pos}", path=path, where=where) from None
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        raise InputError(f"invalid JSON: {exc}", path=path, where=where) from None
+    # raw_decode counts characters; callers need a byte offset into ``data``.
+    end_bytes = end if text.isascii() else len(text[:end].encode("utf-8"))
+    return value, end_bytes
+
+
+def check_strings(value: Any, *, where: str, path: str | None = None, max_depth: int = 64) -> None:
+    """Walk a parsed JSON value (iteratively) and reject strings that cannot be written as UTF-8."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    _check_text(item)
+                except ValueError as exc:
+                    raise InputError(str(exc), path=path, where=where) from None
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def loads_document(data: bytes, *, name: str, limits: Limits, path: str | None = None) -> dict[str, Any]:
+    """A whole JSON side file: one object, only whitespace after it, strings valid."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte-order mark: Python's json and most tools accept files written so
+    value, end = parse_json(data, where="", path=path or name, max_depth=limits.max_json_nesting,
+                            allow_constants=True)
+    if data[end:].strip(b" \t\r\n"):
+        raise InputError(f"extra data after the JSON value at byte {end}", path=path or name)
+    if not isinstance(value, dict):
+        raise InputError(f"expected a JSON object, found {_json_type(value)}", path=path or name)
+    check_strings(value, where="", path=path or name)
+    return value
+
+
+def load_json(fileset: FileSet, name: str, limits: Limits) -> dict[str, Any]:
+    """Read and parse a JSON side file (config.json, an index, a quantisation config) within the limits."""
+    data = fileset.read_small(name, limits.max_json_bytes)
+    if len(data) > limits.max_json_bytes:
+        raise InputError(f"file is over the {limits.max_json_bytes}-byte limit for side files (limit max_json_bytes)",
+                         path=_display(fileset, name))
+    return loads_document(data, name=name, limits=limits, path=_display(fileset, name))
+
+
+def _display(fileset: FileSet, name: str) -> str:
+    root = str(getattr(fileset, "root", "") or "")
+    if not root:
+        return name
+    sep = "" if root.endswith(("/", "\\")) else "/"
+    return f"{root}{sep}{name}"
+
+
+def quoted(text: object, limit: int = 120) -> str:
+    """``repr`` of a name read from a file, cut to ``limit`` characters: hostile names can be megabytes."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"

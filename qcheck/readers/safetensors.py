@@ -1,0 +1,273 @@
+"""The safetensors header: an 8-byte little-endian length, then a JSON object describing every tensor.
+
+We read only the header (never tensor data) and apply the reference reader's checks
+(huggingface/safetensors ``safetensors/src/tensor.rs``: ``read_metadata`` and ``Metadata::validate``)
+plus the ones it leaves out (duplicate keys, bounded nesting and counts). A header that the reference
+loader would refuse is an ``InputError`` here too, so ``qcheck inspect`` never calls a broken file fine.
+Unknown dtype strings are the one deliberate leniency: newer writers add dtypes (F4, F8_E8M0 and the
+FNUZ variants arrived in 2025-26), so they are kept verbatim with a warning instead of failing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from qcheck.errors import InputError
+from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.model import TensorInfo
+from qcheck.readers.jsonfile import parse_json, quoted
+from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
+from qcheck.source import ByteSource
+
+#: bits per element of every dtype safetensors 0.8 knows (``Dtype::bitsize`` in tensor.rs)
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+
+N_LEN = 8
+#: bytes read at once from the start of a file: most headers fit, so a remote source needs one request
+FIRST_READ = 100_000
+#: offsets are u64 in the format; Python ints are unbounded, so cap them where the reference would overflow
+MAX_OFFSET = 2**64 - 1
+_ENTRY_KEYS = ("dtype", "shape", "data_offsets")
+
+
+@dataclass
+class SafetensorsHeader:
+    """What one safetensors header says, validated."""
+
+    name: str
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    header_length: int  # N: bytes of JSON (with padding)
+    data_offset: int  # 8 + N: where the byte buffer starts
+    data_length: int | None  # bytes of tensor data the header covers (the last offset end)
+    file_size: int | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def looks_like_safetensors(head: bytes) -> bool:
+    """True when the first bytes are an 8-byte length followed by ``{`` (the format's only magic)."""
+    return len(head) >= N_LEN + 1 and head[N_LEN:N_LEN + 1] == b"{"
+
+
+def read_safetensors_header(
+    source: ByteSource, limits: Limits = DEFAULT_LIMITS, *, file: str = ""
+) -> SafetensorsHeader:
+    """Read and validate the header of one safetensors file; ``file`` is stored on each TensorInfo."""
+    name = source.name
+    size = source.size
+    first = source.read_at(0, FIRST_READ if size is None else min(FIRST_READ, size))
+    if is_lfs_pointer(first):
+        raise_for_pointer(source)
+    if len(first) < N_LEN:
+        raise InputError(f"file is {len(first)} bytes, too short for the 8-byte header length", path=name)
+    (n,) = struct.unpack("<Q", first[:N_LEN])
+    if n > limits.max_safetensors_header:
+        raise InputError(f"header length {n} is over the {limits.max_safetensors_header}-byte limit "
+                         "(limit max_safetensors_header)", path=name, where="offset 0")
+    if size is not None and n > size - N_LEN:
+        raise InputError(f"header length {n} runs past the end of the {size}-byte file", path=name,
+                         where="offset 0")
+    if n < 2:
+        raise InputError(f"header length {n} is too small for a JSON object", path=name, where="offset 0")
+    if len(first) >= N_LEN + n:
+        raw = first[N_LEN:N_LEN + n]
+    else:
+        rest = source.read_at(len(first), N_LEN + n - len(first))
+        raw = first[N_LEN:] + rest
+        if len(raw) < n:
+            raise InputError(f"file ends inside the {n}-byte header (got {len(raw)} bytes)", path=name,
+                             where=f"offset {N_LEN + len(raw)}")
+    return parse_header_bytes(raw, limits, name=name, file_size=size, file=file)
+
+
+def parse_header_bytes(
+    raw: bytes, limits: Limits = DEFAULT_LIMITS, *, name: str = "", file_size: int | None = None,
+    file: str = ""
+) -> SafetensorsHeader:
+    """Validate the N header bytes (everything after the length prefix)."""
+    n = len(raw)
+    if raw[:1] != b"{":
+        raise InputError(f"header does not start with '{{' (first byte {raw[:1]!r})", path=name,
+                         where=f"offset {N_LEN}")
+    value, end = parse_json(raw, where="header", path=name, max_depth=min(limits.max_json_nesting, 3),
+                            allow_constants=False, max_objects=limits.max_tensors + 2)
+    warnings: list[str] = []
+    padding = raw[end:]
+    if padding.strip(b" "):
+        if padding.strip(b" \t\r\n"):
+            first = end + len(padding) - len(padding.lstrip(b" \t\r\n"))
+            raise InputError(f"non-space bytes after the JSON header at offset {N_LEN + first}", path=name,
+                             where="header padding")
+        warnings.append("header padded with tabs or newlines; the format allows only spaces")
+    if not isinstance(value, dict):  # pragma: no cover - guarded by the leading '{'
+        raise InputError("header is not a JSON object", path=name)
+
+    metadata = _metadata(value.pop("__metadata__", None), name)
+    if len(value) > limits.max_tensors:
+        raise InputError(f"{len(value)} tensors, over the limit of {limits.max_tensors} (limit max_tensors)",
+                         path=name)
+    data_offset = N_LEN + n
+    tensors: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
+    unknown: dict[str, list[str]] = {}
+    extra_fields: list[str] = []
+    for tname, entry in value.items():
+        if len(tname) > limits.max_string_bytes:
+            raise InputError(f"tensor name of {len(tname)} characters is over the limit", path=name)
+        dtype, shape, begin, stop = _entry(tname, entry, limits, name)
+        if len(entry) > 3:
+            extra_fields.append(tname)
+        numel = _numel(tname, shape, limits, name)
+        bits = DTYPE_BITS.get(dtype)
+        nbytes: int | None = None
+        if bits is None:
+            unknown.setdefault(dtype, []).append(tname)
+        else:
+            nbits = numel * bits
+            if nbits % 8:
+                raise InputError(f"{numel} elements of {dtype} ({bits} bits each) do not fill whole bytes",
+                                 path=name, where=f"tensor {quoted(tname)}")
+            nbytes = nbits // 8
+            if stop - begin != nbytes:
+                raise InputError(
+                    f"data_offsets [{begin}, {stop}] hold {stop - begin} bytes but shape {list(shape)} of "
+                    f"{dtype} needs {nbytes}", path=name, where=f"tensor {quoted(tname)}")
+        tensors[tname] = TensorInfo(name=tname, dtype=dtype, shape=shape, nbytes=nbytes,
+                                    offset=data_offset + begin, file=file)
+        spans.append((begin, stop, tname))
+
+    data_length = _check_layout(spans, name)
+    if file_size is not None:
+        available = file_size - data_offset
+        if data_length > available:
+            raise InputError(f"tensor data ends at byte {data_offset + data_length} but the file has "
+                             f"{file_size} bytes (truncated)", path=name)
+        if data_length < available:
+            raise InputError(f"{available - data_length} bytes after the last tensor at offset "
+                             f"{data_offset + data_length} (appended data: a possible polyglot file)",
+                             path=name)
+    for dtype, names in sorted(unknown.items()):
+        warnings.append(f"unknown dtype {dtype!r} in {len(names)} tensor(s) (first: {quoted(names[0])}); "
+                        "kept verbatim, its byte size not checked")
+    if extra_fields:
+        warnings.append(f"{len(extra_fields)} tensor entries carry fields other than dtype/shape/data_offsets "
+                        f"(first: {quoted(extra_fields[0])}); ignored")
+    return SafetensorsHeader(name=name, tensors=tensors, metadata=metadata, header_length=n,
+                             data_offset=data_offset, data_length=data_length, file_size=file_size,
+                             warnings=warnings)
+
+
+def _metadata(value: Any, name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError("__metadata__ must be an object of strings", path=name, where="__metadata__")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise InputError(f"__metadata__ value for {quoted(key)} is not a string", path=name, where="__metadata__")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"__metadata__ value for {quoted(key)} holds a lone surrogate", path=name,
+                             where="__metadata__") from None
+    return value
+
+
+def _entry(tname: str, entry: Any, limits: Limits, name: str) -> tuple[str, tuple[int, ...], int, int]:
+    where = f"tensor {quoted(tname)}"
+    if type(entry) is not dict:
+        raise InputError("entry is not an object with dtype/shape/data_offsets", path=name, where=where)
+    for key in _ENTRY_KEYS:
+        if key not in entry:
+            raise InputError(f"missing {quoted(key)}", path=name, where=where)
+    dtype = entry["dtype"]
+    if type(dtype) is not str or not dtype or len(dtype) > 64:
+        raise InputError(f"dtype must be a short string, found {_short(dtype)}", path=name, where=where)
+    if dtype not in DTYPE_BITS:
+        try:
+            dtype.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("dtype holds a lone surrogate", path=name, where=where) from None
+    shape = entry["shape"]
+    if type(shape) is not list:
+        raise InputError(f"shape must be a list, found {_short(shape)}", path=name, where=where)
+    if len(shape) > limits.max_dims:
+        raise InputError(f"shape has {len(shape)} dimensions, over the limit of {limits.max_dims}",
+                         path=name, where=where)
+    for dim in shape:
+        if type(dim) is not int or dim < 0:  # type() rejects bools, which JSON true/false would give
+            raise InputError(f"shape {_short(shape)} has a dimension that is not a non-negative integer",
+                             path=name, where=where)
+        if dim > limits.max_tensor_elements:
+            raise InputError(f"dimension {dim} is over the limit of {limits.max_tensor_elements} elements",
+                             path=name, where=where)
+    offsets = entry["data_offsets"]
+    if type(offsets) is not list or len(offsets) != 2:
+        raise InputError(f"data_offsets must be two non-negative integers, found {_short(offsets)}",
+                         path=name, where=where)
+    begin, stop = offsets
+    if type(begin) is not int or type(stop) is not int or begin < 0 or stop < 0:
+        raise InputError(f"data_offsets must be two non-negative integers, found {_short(offsets)}",
+                         path=name, where=where)
+    if stop > MAX_OFFSET:
+        raise InputError(f"data_offsets end {stop} does not fit in 64 bits", path=name, where=where)
+    if stop < begin:
+        raise InputError(f"data_offsets end {stop} is before begin {begin}", path=name, where=where)
+    return dtype, tuple(shape), begin, stop
+
+
+def _numel(tname: str, shape: tuple[int, ...], limits: Limits, name: str) -> int:
+    if 0 in shape:
+        return 0
+    numel = 1
+    for dim in shape:
+        numel *= dim
+        if numel > limits.max_tensor_elements:
+            raise InputError(f"shape {list(shape)} has more than {limits.max_tensor_elements} elements "
+                             "(limit max_tensor_elements)", path=name, where=f"tensor {quoted(tname)}")
+    return numel
+
+
+def _check_layout(spans: list[tuple[int, int, str]], name: str) -> int:
+    """Offsets, sorted, must tile [0, end) exactly: no gap, no overlap (Metadata::validate)."""
+    spans.sort()
+    position = 0
+    for begin, stop, tname in spans:
+        if begin != position:
+            if begin > position:
+                problem = f"gap of {begin - position} bytes before it (previous data ends at {position})"
+            else:
+                problem = f"overlaps earlier tensor data (which ends at {position})"
+            raise InputError(f"data_offsets [{begin}, {stop}]: {problem}", path=name, where=f"tensor {quoted(tname)}")
+        position = stop
+    return position
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
