@@ -22,6 +22,7 @@ COMMANDS = {
     "matrix": "matrix_cmd",
     "eval": "eval_cmd",
     "gate": "gate_cmd",
+    "hook": "hook_cmd",
 }
 DEFAULT_COMMAND = "check"
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from qcheck.limits import Limits
-from qcheck.report import FORMATS, Result, emit
+from qcheck.report import FORMATS, Result
+
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--format``, ``--json`` and ``-o``: the same on every command."""
@@ -18,11 +21,22 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
     @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
                   help="Write the report to FILE (atomically) instead of stdout.")
+    @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                  metavar="FILE", help="Also write a JUnit XML report to FILE.")
+    @click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                  metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (for code scanning).")
+    @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                  metavar="FILE", help="Also write a Markdown summary table to FILE (for a PR comment).")
+    @click.option("--github", "github", is_flag=True,
+                  help="Also print GitHub Actions annotations and append a summary to $GITHUB_STEP_SUMMARY.")
     @functools.wraps(func)
-    def wrapper(*args: Any, fmt: str | None, as_json: bool, output: str | None, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, fmt: str | None, as_json: bool, output: str | None, junit_path: str | None,
+                sarif_path: str | None, markdown_path: str | None, github: bool, **kwargs: Any) -> Any:
         if as_json and fmt not in (None, "json"):
             raise click.UsageError("--json and --format disagree")
-        kwargs["output_spec"] = OutputSpec(fmt="json" if as_json else (fmt or "text"), path=output)
+        extra = [(f, p) for f, p in (("junit", junit_path), ("sarif", sarif_path), ("markdown", markdown_path)) if p]
+        kwargs["output_spec"] = OutputSpec(fmt="json" if as_json else (fmt or "text"), path=output, extra=extra,
+                                           github=github)
         return func(*args, **kwargs)
 
     return wrapper
@@ -48,12 +62,47 @@ def limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class OutputSpec:
-    def __init__(self, fmt: str, path: str | None):
+    """Where a result goes: the main format and path, extra report files, and GitHub output."""
+
+    def __init__(self, fmt: str, path: str | None, extra: list[tuple[str, str]] | None = None,
+                 github: bool = False):
         self.fmt = fmt
         self.path = path
+        #: (format, file) pairs written beside the main output: --junit, --sarif, --markdown
+        self.extra = list(extra or [])
+        #: --github: annotations on stdout and a summary appended to $GITHUB_STEP_SUMMARY
+        self.github = github
 
 
 def finish(result: Result, spec: OutputSpec) -> int:
-    """Write the result in the requested format and return its exit code (never format-dependent)."""
-    emit(result, spec.fmt, spec.path)
+    """Write the result in the requested format(s) and return its exit code (never format-dependent).
+
+    Everything is rendered before anything is written, and each file is written atomically, so a
+    failing renderer leaves no half-written report.
+    """
+    from qcheck.report import render, write_atomic
+
+    main = render(result, spec.fmt)
+    extra = [(path, render(result, fmt)) for fmt, path in spec.extra]
+    annotations = render(result, "github") if spec.github and spec.fmt != "github" else None
+    writes = [*extra, *([(spec.path, main)] if spec.path and spec.path != "-" else [])]
+    for path, text in writes:
+        try:
+            write_atomic(path, text)
+        except OSError as exc:
+            from qcheck.errors import QcheckError
+
+            raise QcheckError(f"cannot write the report {path}: {exc.strerror or exc}") from None
+    if not spec.path or spec.path == "-":
+        sys.stdout.write(main)
+    if annotations is not None:
+        sys.stdout.write(annotations)
+    sys.stdout.flush()
+    if spec.github or spec.fmt == "github":
+        from qcheck.report.github import write_step_summary
+
+        try:
+            write_step_summary(result)
+        except OSError as exc:  # the summary is a courtesy: never let it change the verdict
+            click.echo(f"qcheck: warning: cannot append to $GITHUB_STEP_SUMMARY: {exc.strerror or exc}", err=True)
     return result.exit_code

@@ -1,0 +1,122 @@
+"""``qcheck hook FILE...``: the pre-commit entry point (``.pre-commit-hooks.yaml``).
+
+Each staged ``*.gguf`` / ``*.safetensors`` / ``*.safetensors.index.json`` file is read header-only and
+classified; with ``--engine``/``--gpu`` (hook ``args``) it is also judged. Git LFS pointer files are what
+a clone without ``git lfs pull`` holds: they are reported as skipped, not as malformed. One line per
+file. Exit code: 2 when a file could not be judged, else 1 when a combination fails, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from qcheck.cli.common import limit_options
+from qcheck.limits import Limits
+
+
+def _lfs_note(path: str) -> str | None:
+    """'Git LFS pointer (N bytes not pulled)' when ``path`` is a pointer file, else None."""
+    from qcheck.errors import InputError
+    from qcheck.readers.lfs import MAX_POINTER_BYTES, is_lfs_pointer, parse_lfs_pointer
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(MAX_POINTER_BYTES)
+    except OSError:
+        return None
+    if not is_lfs_pointer(head):
+        return None
+    try:
+        pointer = parse_lfs_pointer(head, path=path)
+    except InputError:
+        return None  # starts like a pointer but is not one: the readers say what is wrong
+    return f"Git LFS pointer ({pointer.size} bytes of weights not pulled)"
+
+
+@click.command("hook")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True), metavar="FILE...")
+@click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
+              help="Also judge each file on this engine (repeatable, as for `qcheck check`).")
+@click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU", help="... on this GPU (repeatable).")
+@click.option("--require-native", is_flag=True, help="A fallback kernel fails the hook.")
+@click.option("--allow-unknown", is_flag=True, help="A combination without a sourced answer passes.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only files that fail or were not judged.")
+@limit_options
+def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
+            allow_unknown: bool, quiet: bool, limits: Limits) -> int:
+    """Check staged checkpoint files, headers only (the pre-commit hook).
+
+    \b
+    Exit codes: 0 every file is a readable checkpoint (and runs on every
+      --engine x --gpu); 1 a combination fails; 2 a file is malformed,
+      hostile, a pickle, or not a checkpoint. Git LFS pointers are skipped.
+    """
+    from qcheck.errors import LfsPointerError, QcheckError
+    from qcheck.report.text_check import describe
+
+    judge = bool(engines or gpus)
+    if judge:
+        from qcheck.check import plan
+
+        plan(engines, gpus)  # usage errors before any file is read
+    worst = 0
+    counts = {"ok": 0, "failed": 0, "skipped": 0, "error": 0}
+    for path in files:
+        if path.endswith(".json") and not path.endswith(".safetensors.index.json"):
+            continue
+        note = _lfs_note(path) if os.path.isfile(path) else None
+        if note is not None:
+            counts["skipped"] += 1
+            if not quiet:
+                click.echo(f"{path}: skipped: {note}")
+            continue
+        try:
+            from qcheck.check import inspect_target
+
+            inspection = inspect_target(path, limits)
+        except LfsPointerError as exc:
+            counts["skipped"] += 1
+            if not quiet:
+                click.echo(f"{path}: skipped: {_strip(str(exc), path)}")
+            continue
+        except QcheckError as exc:
+            counts["error"] += 1
+            worst = 2
+            click.echo(f"{path}: error: {_strip(' '.join(str(exc).split()), path)}")
+            continue
+        line = f"{path}: {describe(inspection)}"
+        if not judge:
+            counts["ok"] += 1
+            if not quiet:
+                click.echo(f"{line}: ok")
+            continue
+        from qcheck.check import run_check
+        from qcheck.report.text_check import engine_label, target_label
+
+        result = run_check(inspection, engines, gpus, require_native=require_native, allow_unknown=allow_unknown)
+        failing = [v for v in result.verdicts if result.fails(v)]
+        if failing:
+            counts["failed"] += 1
+            worst = max(worst, 1)
+            click.echo(f"{line}: fails")
+            for v in failing:
+                reason = f": {v.reasons[0]}" if v.reasons else ""
+                click.echo(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
+        else:
+            counts["ok"] += 1
+            if not quiet:
+                click.echo(f"{line}: runs on all {len(result.verdicts)} combination(s)")
+    if not quiet or worst:
+        click.echo(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
+                   f"{counts['skipped']} skipped (LFS pointers)")
+    return worst
+
+
+def _strip(message: str, path: str) -> str:
+    """The reader's message without the path we already print first."""
+    for prefix in (f"{path}: ", f"{os.path.abspath(path)}: "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message

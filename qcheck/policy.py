@@ -1,0 +1,541 @@
+"""The ``qcheck gate`` policy: which models, on which engines and GPUs, under which memory and quality limits.
+
+Read from ``qcheck.toml``, from ``[tool.qcheck]`` in ``pyproject.toml``, or from ``--policy FILE`` (tomllib;
+no code runs). Every key is checked: an unknown key or a bad value is a ``PolicyError`` (exit 2) naming the
+file, the key and what is allowed, so a typo can never silently weaken a CI gate. Paths and globs are
+relative to the policy file's directory. docs/ci.md documents every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import glob
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qcheck.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+POLICY_FILE = "qcheck.toml"
+PYPROJECT = "pyproject.toml"
+MAX_POLICY_BYTES = 4 * 1024 * 1024
+#: models one glob may expand to (a policy is not a way to scan a whole disk)
+MAX_MODELS = 10_000
+LFS_MODES = ("error", "skip")
+#: eval backends that take a model path (an "endpoint" candidate is a URL, not a policy model)
+PATH_BACKENDS = ("simulated", "llamacpp")
+REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "auto")
+
+TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality")
+MODEL_KEYS = ("path", "name")
+TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
+MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")
+QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "max-items", "reference-dtype", "device",
+                "cache-dir", "tier", "use-intervals")
+
+
+class PolicyError(UsageError):
+    """A policy that cannot be used: names the file, the key and what is allowed."""
+
+    def __init__(self, file: str, key: str | None, problem: str, allowed: str | None = None):
+        self.file, self.key, self.problem, self.allowed = file, key, problem, allowed
+        where = f"{file}: {key}" if key else file
+        super().__init__(f"{where}: {problem}" + (f" (allowed: {allowed})" if allowed else ""))
+
+
+@dataclass
+class ModelSpec:
+    """One model to gate: ``path`` is what the readers get (absolute for local files), ``name`` is shown."""
+
+    name: str
+    path: str
+    hub: bool = False
+    entry: str = ""  # the policy key it came from, e.g. "models[2]"
+
+
+@dataclass
+class TargetSpec:
+    engines: list[str]
+    gpus: list[str]
+    require_native: bool = False
+    allow_unknown: bool = False
+    key: str = ""
+    #: glob patterns of model names this target applies to (None: every model)
+    models: list[str] | None = None
+
+    def applies_to(self, model: ModelSpec) -> bool:
+        """Whether this target judges ``model`` (``models`` patterns match its name or its path)."""
+        if self.models is None:
+            return True
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(model.name, p) or fnmatch.fnmatchcase(model.path, p) for p in self.models)
+
+
+@dataclass
+class MemorySpec:
+    context: int | None = None
+    batch: int = 1
+    kv_cache_dtype: str | None = None
+    #: a model that does not fit fails the gate (otherwise it is only reported)
+    enforce: bool = True
+
+
+@dataclass
+class QualitySpec:
+    reference: str
+    tasks: list[str]
+    thresholds: Any  # qcheck.eval.gate.Thresholds
+    backend: str = "simulated"
+    models: list[str] | None = None
+    max_length: int = 512
+    max_items: int | None = None
+    reference_dtype: str = "float32"
+    device: str = "cpu"
+    cache_dir: str | None = None
+
+
+@dataclass
+class Policy:
+    file: str
+    models: list[ModelSpec]
+    targets: list[TargetSpec]
+    memory: MemorySpec | None = None
+    quality: QualitySpec | None = None
+    lfs_pointers: str = "error"
+    base_dir: str = "."
+
+    def to_json(self) -> dict[str, Any]:
+        """The policy as resolved (globs expanded), for the gate report."""
+        quality = None
+        if self.quality:
+            quality = {k: v for k, v in dataclasses.asdict(self.quality).items() if k != "thresholds"}
+            quality["thresholds"] = self.quality.thresholds.to_json()
+        return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
+                "targets": [dataclasses.asdict(t) for t in self.targets],
+                "memory": dataclasses.asdict(self.memory) if self.memory else None, "quality": quality,
+                "lfs_pointers": self.lfs_pointers}
+
+
+# ------------------------------------------------------------------------------------------ finding it
+def find_policy(directory: str | Path = ".") -> Path | None:
+    """``qcheck.toml`` in ``directory``, else its ``pyproject.toml`` when that has ``[tool.qcheck]``."""
+    root = Path(directory)
+    if (root / POLICY_FILE).is_file():
+        return root / POLICY_FILE
+    pyproject = root / PYPROJECT
+    if pyproject.is_file():
+        data = _read_toml(pyproject)
+        if isinstance(data.get("tool"), dict) and "qcheck" in data["tool"]:
+            return pyproject
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    name = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_POLICY_BYTES:
+            raise PolicyError(name, None, f"{size} bytes is too large for a policy file (at most {MAX_POLICY_BYTES})")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(name, None, f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PolicyError(name, None, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(name, None, f"invalid TOML: {exc}") from None
+
+
+def load_policy(path: str | Path | None = None, *, directory: str | Path = ".", validate: bool = True) -> Policy:
+    """Load and check a policy: ``path`` or the one found in ``directory``.
+
+    ``validate`` also resolves every engine and GPU against the matrix (unknown names are errors here,
+    before any model is read).
+    """
+    if path is None:
+        found = find_policy(directory)
+        if found is None:
+            raise UsageError(f"no policy found: no {POLICY_FILE} and no [tool.qcheck] in {PYPROJECT} in "
+                             f"{Path(directory).resolve()}; create one with `qcheck gate --init` or pass --policy FILE")
+        path = found
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--policy {path}: no such file")
+    data = _read_toml(file)
+    display = str(path)
+    if file.name == PYPROJECT:
+        tool = data.get("tool")
+        if not isinstance(tool, dict) or "qcheck" not in tool:
+            raise PolicyError(display, "[tool.qcheck]", "missing: this pyproject.toml has no qcheck policy")
+        data = tool["qcheck"]
+        display = f"{path} [tool.qcheck]"
+        if not isinstance(data, dict):
+            raise PolicyError(display, None, "must be a table")
+    policy = parse_policy(data, display, file.resolve().parent)
+    if validate:
+        validate_targets(policy)
+    return policy
+
+
+# ------------------------------------------------------------------------------------------ parsing
+def parse_policy(data: dict[str, Any], file: str, base_dir: Path) -> Policy:
+    """Check every key of a parsed policy table and resolve its paths against ``base_dir``."""
+    c = _Checker(file)
+    c.keys(data, TOP_KEYS, None)
+    defaults = {"require_native": c.boolean(data, "require-native", None, False),
+                "allow_unknown": c.boolean(data, "allow-unknown", None, False)}
+    lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
+    if "models" not in data:
+        raise PolicyError(file, "models", "missing: list the models to gate (paths, globs or Hub ids)",
+                          'models = ["models/*.gguf", "org/name"]')
+    models = _models(c, data["models"], base_dir)
+    if "targets" not in data:
+        raise PolicyError(file, "targets", "missing: list where the models must run",
+                          '[[targets]] engine = "vllm", gpu = ["h100"]')
+    targets = _targets(c, data["targets"], defaults)
+    for t in targets:
+        if t.models is not None and not any(t.applies_to(m) for m in models):
+            raise c.fail(f"{t.key}.models", f"{', '.join(t.models)} matches none of the policy's models",
+                         ", ".join(m.name for m in models[:20]))
+    unjudged = [m.name for m in models if not any(t.applies_to(m) for t in targets)]
+    if unjudged:
+        raise c.fail("targets", f"no target applies to {', '.join(unjudged[:10])}: add a [[targets]] without "
+                     "models, or one whose models match them")
+    memory = _memory(c, data["memory"]) if "memory" in data else None
+    quality = _quality(c, data["quality"], base_dir, models) if "quality" in data else None
+    return Policy(file=file, models=models, targets=targets, memory=memory, quality=quality, lfs_pointers=lfs,
+                  base_dir=str(base_dir))
+
+
+class _Checker:
+    """Typed access to policy tables; every failure names the file and the full key."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    @staticmethod
+    def _key(prefix: str | None, key: str) -> str:
+        return f"{prefix}.{key}" if prefix else key
+
+    def fail(self, key: str | None, problem: str, allowed: str | None = None) -> PolicyError:
+        return PolicyError(self.file, key, problem, allowed)
+
+    def keys(self, table: Any, allowed: tuple[str, ...], prefix: str | None) -> None:
+        if not isinstance(table, dict):
+            raise self.fail(prefix, f"must be a table, not {_type(table)}")
+        for key in table:
+            if key not in allowed:
+                alias = str(key).replace("_", "-")
+                hint = ""
+                if alias in allowed:
+                    hint = f"; did you mean {alias!r}?"
+                else:
+                    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.fail(self._key(prefix, str(key)), f"unknown key{hint}", ", ".join(allowed))
+
+    def boolean(self, table: dict[str, Any], key: str, prefix: str | None, default: bool) -> bool:
+        value = table.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(self._key(prefix, key), f"must be true or false, not {value!r}", "true, false")
+        return value
+
+    def choice(self, table: dict[str, Any], key: str, prefix: str | None, allowed: tuple[str, ...],
+               default: str) -> str:
+        value = table.get(key, default)
+        if not isinstance(value, str) or value not in allowed:
+            raise self.fail(self._key(prefix, key), f"{value!r} is not allowed", ", ".join(allowed))
+        return value
+
+    def string(self, table: dict[str, Any], key: str, prefix: str | None, *, required: bool = False) -> str | None:
+        if key not in table:
+            if required:
+                raise self.fail(self._key(prefix, key), "missing")
+            return None
+        value = table[key]
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(self._key(prefix, key), f"must be a non-empty string, not {value!r}")
+        return value.strip()
+
+    def strings(self, table: dict[str, Any], key: str, prefix: str | None) -> list[str]:
+        """A string or a list of non-empty strings."""
+        value = table.get(key, [])
+        items = [value] if isinstance(value, str) else value
+        full = self._key(prefix, key)
+        if not isinstance(items, list):
+            raise self.fail(full, f"must be a string or a list of strings, not {_type(value)}")
+        out = []
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip():
+                raise self.fail(f"{full}[{i}]", f"must be a non-empty string, not {item!r}")
+            out.append(item.strip())
+        return out
+
+    def integer(self, table: dict[str, Any], key: str, prefix: str | None, *, minimum: int, maximum: int,
+                default: int | None) -> int | None:
+        if key not in table:
+            return default
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self.fail(self._key(prefix, key), f"must be an integer from {minimum} to {maximum}, not {value!r}")
+        return value
+
+
+def _type(value: Any) -> str:
+    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+_GLOB_CHARS = set("*?[")
+
+
+def _display(path: Path, base_dir: Path) -> str:
+    """A model's default name: its path relative to the policy file's directory (the same from any working
+    directory), or the absolute path when it lies outside."""
+    try:
+        return Path(path).resolve().relative_to(base_dir.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _models(c: _Checker, raw: Any, base_dir: Path) -> list[ModelSpec]:
+    if not isinstance(raw, list):
+        raise c.fail("models", f"must be a list of paths, globs, Hub ids or {{path, name}} tables, not {_type(raw)}")
+    if not raw:
+        raise c.fail("models", "is empty: list at least one model", 'models = ["models/*.gguf"]')
+    out: list[ModelSpec] = []
+    for i, entry in enumerate(raw):
+        key = f"models[{i}]"
+        name: str | None = None
+        if isinstance(entry, dict):
+            c.keys(entry, MODEL_KEYS, key)
+            text = c.string(entry, "path", key, required=True)
+            name = c.string(entry, "name", key)
+        elif isinstance(entry, str) and entry.strip():
+            text = entry.strip()
+        else:
+            raise c.fail(key, f"must be a path, glob, Hub id or {{path, name}} table, not {entry!r}")
+        assert text is not None
+        expanded = os.path.expanduser(text)
+        local = Path(expanded) if os.path.isabs(expanded) else base_dir / expanded
+        if _GLOB_CHARS & set(text):
+            matches = sorted(glob.glob(str(local), recursive=True))
+            if not matches:
+                raise c.fail(key, f"the glob {text!r} matches no file (relative to {base_dir})")
+            if name and len(matches) > 1:
+                raise c.fail(f"{key}.name", f"a name needs a single model, but {text!r} matches {len(matches)}")
+            for m in matches:
+                out.append(ModelSpec(name=name or _display(Path(m), base_dir), path=m, entry=key))
+        elif local.exists() or os.path.lexists(local):
+            out.append(ModelSpec(name=name or _display(local, base_dir), path=str(local), entry=key))
+        else:
+            from qcheck.readers import looks_like_repo_id
+
+            if not looks_like_repo_id(text):
+                raise c.fail(key, f"{text!r}: no such file or directory (relative to {base_dir}), and not a Hub "
+                             "repo id", "a path, a glob, or org/name[@revision][:file]")
+            out.append(ModelSpec(name=name or text, path=text, hub=True, entry=key))
+        if len(out) > MAX_MODELS:
+            raise c.fail(key, f"more than {MAX_MODELS} models")
+    names = [m.name for m in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise c.fail("models", f"the same model is listed twice: {', '.join(dupes)}")
+    return out
+
+
+def _targets(c: _Checker, raw: Any, defaults: dict[str, bool]) -> list[TargetSpec]:
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw:
+        raise c.fail("targets", "must be a non-empty array of tables ([[targets]] with engine and gpu)",
+                     '[[targets]] engine = "vllm", gpu = ["h100"]')
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"targets[{i}]"
+        c.keys(entry, TARGET_KEYS, key)
+        engines = c.strings(entry, "engine", key)
+        gpus = c.strings(entry, "gpu", key)
+        if not engines and not gpus:
+            raise c.fail(key, "needs an engine and/or a gpu", 'engine = "vllm==0.11.0", gpu = ["h100", "l4"]')
+        patterns = c.strings(entry, "models", key) if "models" in entry else None
+        if patterns is not None and not patterns:
+            raise c.fail(f"{key}.models", "is empty: leave it out to apply the target to every model")
+        out.append(TargetSpec(engines=engines, gpus=gpus,
+                              require_native=c.boolean(entry, "require-native", key, defaults["require_native"]),
+                              allow_unknown=c.boolean(entry, "allow-unknown", key, defaults["allow_unknown"]),
+                              key=key, models=patterns))
+    return out
+
+
+def _memory(c: _Checker, raw: Any) -> MemorySpec:
+    c.keys(raw, MEMORY_KEYS, "memory")
+    kv = c.string(raw, "kv-cache-dtype", "memory")
+    if kv is not None:
+        from qcheck.memory import KV_DTYPE_BYTES
+
+        if kv.lower() not in KV_DTYPE_BYTES:
+            raise c.fail("memory.kv-cache-dtype", f"unknown KV cache dtype {kv!r}", ", ".join(sorted(KV_DTYPE_BYTES)))
+        kv = kv.lower()
+    return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
+                      batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
+                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True))
+
+
+def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec]) -> QualitySpec:
+    from qcheck.eval.gate import Thresholds
+
+    threshold_keys = tuple(n.replace("_", "-") for n in Thresholds.names())
+    c.keys(raw, QUALITY_KEYS + threshold_keys, "quality")
+    reference = c.string(raw, "reference", "quality", required=True)
+    assert reference is not None
+    ref_path = Path(os.path.expanduser(reference))
+    if not ref_path.is_absolute() and (base_dir / ref_path).exists():
+        reference = str(base_dir / ref_path)
+    tasks = []
+    for t in c.strings(raw, "tasks", "quality"):
+        p = Path(os.path.expanduser(t))
+        tasks.append(str(base_dir / p) if not p.is_absolute() and (base_dir / p).exists() else t)
+    names = c.strings(raw, "models", "quality") if "models" in raw else None
+    if names is not None:
+        known = [m.name for m in models]
+        for i, n in enumerate(names):
+            if n not in known:
+                raise c.fail(f"quality.models[{i}]", f"{n!r} is not one of the policy's models", ", ".join(known))
+    backend = c.choice(raw, "backend", "quality", quality_backends(), "simulated")
+    reference_dtype = c.choice(raw, "reference-dtype", "quality", REFERENCE_DTYPES, "float32")
+    device = c.choice(raw, "device", "quality", DEVICES, "cpu")
+    max_length = c.integer(raw, "max-length", "quality", minimum=8, maximum=1_000_000, default=512) or 512
+    max_items = c.integer(raw, "max-items", "quality", minimum=1, maximum=10_000_000, default=None)
+    thresholds_raw = {k: v for k, v in raw.items() if k in threshold_keys or k in ("tier", "use-intervals")}
+    try:
+        thresholds = Thresholds.from_mapping(thresholds_raw)
+    except UsageError as exc:
+        raise c.fail("quality", str(exc)) from None
+    if not thresholds.active():
+        raise c.fail("quality", "sets no threshold: a quality gate needs a tier or at least one threshold",
+                     "tier = \"near-lossless\" | \"good\" | \"acceptable\", " + ", ".join(threshold_keys))
+    cache_dir = c.string(raw, "cache-dir", "quality")
+    if cache_dir is not None and not os.path.isabs(cache_dir):
+        cache_dir = str(base_dir / cache_dir)
+    return QualitySpec(
+        reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
+        max_length=max_length, max_items=max_items, reference_dtype=reference_dtype, device=device,
+        cache_dir=cache_dir)
+
+
+def quality_backends() -> tuple[str, ...]:
+    """The eval backends a policy may name: those registered in qcheck.eval.runners that read a model path."""
+    try:
+        from qcheck.eval.runners import BACKENDS
+    except ImportError:
+        return ("simulated",)
+    return tuple(b for b in PATH_BACKENDS if b in BACKENDS) or ("simulated",)
+
+
+def validate_targets(policy: Policy, matrix: Any = None) -> None:
+    """Resolve every target's engines and GPUs against the matrix: unknown names name their key."""
+    from qcheck.check import plan
+    from qcheck.matrix import load_matrix
+
+    matrix = matrix or load_matrix()
+    for t in policy.targets:
+        try:
+            plan(t.engines, t.gpus, matrix)
+        except UsageError as exc:
+            raise PolicyError(policy.file, t.key, str(exc).replace("--engine", "engine").replace("--gpu", "gpu")) \
+                from None
+
+
+# ------------------------------------------------------------------------------------------ --init
+def discover_models(directory: str | Path) -> list[str]:
+    """Model files and model directories under ``directory`` (two levels deep), as relative paths."""
+    root = Path(directory)
+    found: list[str] = []
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox"}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
+        if len(rel.parts) >= 2:
+            dirnames[:] = []
+        weights = sorted(f for f in filenames if f.endswith(".safetensors"))
+        if "config.json" in filenames and weights:  # a model directory is one model
+            found.append(rel.as_posix() if rel.parts else ".")
+            dirnames[:] = []
+            continue
+        for f in sorted(filenames):
+            gguf = f.endswith(".gguf") and not _is_later_split_shard(f)
+            if gguf or f.endswith(".safetensors"):
+                found.append((rel / f).as_posix())
+        if len(found) > 200:
+            break
+    return sorted(found)
+
+
+def _is_later_split_shard(name: str) -> bool:
+    import re
+
+    m = re.search(r"-(\d{5})-of-(\d{5})\.gguf$", name)
+    return bool(m) and int(m.group(1)) != 1
+
+
+def starter_policy(directory: str | Path = ".") -> str:
+    """A commented starter ``qcheck.toml`` for the models found in ``directory``."""
+    models = discover_models(directory)
+    has_gguf = any(m.endswith(".gguf") for m in models)
+    has_st = any(not m.endswith(".gguf") for m in models)
+    lines = ["# qcheck gate policy: `qcheck gate` reads this file (docs/ci.md lists every key).",
+             "# Exit codes: 0 every model runs on every target; 1 a model cannot run there (or its status is",
+             "# unknown, or it misses a memory or quality limit); 2 a model or this policy could not be read.", ""]
+    if models:
+        lines.append("# The models to gate: paths or globs (relative to this file) or Hub ids (org/name[@rev]).")
+        lines.append("models = [")
+        lines.extend(f"  {_toml_str(m)}," for m in models)
+        lines.append("]")
+    else:
+        lines.append("# No model files were found here: list yours (paths, globs or Hub ids).")
+        lines.append('models = ["models/*.gguf"]')
+    lines += ["", "# Defaults for every target (each [[targets]] may override them):",
+              "require-native = false   # true: a slower fallback kernel fails the gate",
+              "allow-unknown = false    # true: a combination without a sourced answer passes",
+              'lfs-pointers = "error"   # "skip": Git LFS pointer files are reported and skipped', ""]
+    lines += ["# Where the models must run: engine (name or name==version) x gpu (product, architecture, sm90);",
+              "# `models` (globs of model names) limits a target to some models; without it, it judges all."]
+    if has_gguf or not models:
+        lines += ["[[targets]]", 'engine = "llama.cpp"', 'gpu = ["cpu", "rtx-4090"]']
+        lines += ['models = ["*.gguf"]', ""] if has_st else [""]
+    if has_st:
+        lines += ["[[targets]]", 'engine = "vllm"', 'gpu = ["h100"]']
+        st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
+        lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
+    lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
+              "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true", "",
+              "# Optional: a quality gate against the unquantised reference (needs qcheck[eval]).",
+              "# [quality]", '# reference = "path/to/bf16-model"', '# tasks = ["arithmetic", "prose"]',
+              '# tier = "good"            # or thresholds: max-kld = 0.03, min-top1 = 0.92, max-accuracy-drop = 0.02',
+              '# backend = "simulated"', "# max-items = 100", ""]
+    return "\n".join(lines)
+
+
+def _toml_str(text: str) -> str:
+    """A TOML basic string (escapes quotes, backslashes and control characters)."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'

@@ -1,0 +1,85 @@
+"""The quality part of ``qcheck gate``: a real eval (tiny transformers Llama as the reference, its real
+GGUF exports as candidates), gated by the policy's thresholds; JUnit gets one case per threshold.
+
+Run in-process (one torch import for the module); the CLI path of ``gate`` is covered by test_gate.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import junitparser
+import pytest
+from gate_helpers import TEST_MATRIX, qcheck
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from eval_helpers import task_file, tiny_gguf, tiny_reference
+
+from qcheck.gate import run_gate
+from qcheck.matrix import load_matrix
+from qcheck.policy import load_policy
+from qcheck.report import junit, markdown, text
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("quality")
+    shutil.copytree(tiny_reference(), root / "ref")
+    shutil.copy(tiny_gguf("Q8_0"), root / "q8.gguf")
+    shutil.copy(tiny_gguf("Q4_0"), root / "q4.gguf")
+    shutil.copy(task_file(), root / "tasks.jsonl")
+    return root
+
+
+POLICY = """models = ["q8.gguf", "q4.gguf"]
+[[targets]]
+engine = "tinycpp"
+gpu = "cpu"
+[quality]
+reference = "ref"
+tasks = ["tasks.jsonl"]
+cache-dir = "cache"
+max-length = 64
+"""
+
+
+def _run(project: Path, text: str, monkeypatch):
+    monkeypatch.setenv("QCHECK_MATRICES", str(TEST_MATRIX))
+    (project / "qcheck.toml").write_text(text)
+    return run_gate(load_policy(project / "qcheck.toml"), matrix=load_matrix(TEST_MATRIX))
+
+
+def test_quality_gate_pass_and_fail(project, monkeypatch):
+    result = _run(project, POLICY + "max-kld = 5.0\nmin-top1 = 0.1\n", monkeypatch)
+    assert result.exit_code == 0, result.quality
+    ev = result.quality["eval"]
+    assert [c["name"] for c in ev["candidates"]] == ["q8.gguf", "q4.gguf"]
+    q8, q4 = (c["metrics"]["kld_mean"] for c in ev["candidates"])
+    assert 0 <= q8 < q4  # 8-bit loses less than 4-bit
+    # a threshold between the two: Q8_0 passes, Q4_0 fails -> exit 1, one failing JUnit case
+    result = _run(project, POLICY + f"max-kld = {(q8 + q4) / 2}\n", monkeypatch)
+    assert result.exit_code == 1
+    data = result.to_json()
+    assert data["summary"]["quality_failed"] is True and data["summary"]["failing"] == 0
+    assert data["quality"]["eval"]["cache"]["hit"] is True  # the reference was computed once
+    xml = junitparser.JUnitXml.fromstring(junit.render(result).split("\n", 1)[1])
+    quality = [(c.classname, c.name, c.is_passed) for s in xml if s.name == "qcheck gate quality" for c in s]
+    assert [(cls, ok) for cls, _, ok in quality] == [("quality.q8.gguf", True), ("quality.q4.gguf", False)]
+    assert all(name.startswith("max-kld ") for _, name, _ in quality)
+    ET.fromstring(junit.render(result).split("\n", 1)[1])
+    assert "| q4.gguf |" in markdown.render(result) and "❌ **fail**" in markdown.render(result)
+    human = text.render(result)
+    assert "\nquality:\n" in human and "quality FAILED: gate FAILED (exit 1)" in human
+
+
+def test_quality_gate_that_cannot_run_is_exit_2(project):
+    (project / "qcheck.toml").write_text(POLICY.replace('reference = "ref"', 'reference = "no-such-ref"')
+                                         + 'tier = "good"\n')
+    proc = qcheck("gate", "--format", "sarif", cwd=project)
+    assert proc.returncode == 2
+    assert '"ruleId": "QC122"' in proc.stdout
+    assert "quality: reference no-such-ref: no such directory" in proc.stdout
