@@ -1,0 +1,144 @@
+"""``qcheck eval --reference DIR --candidate PATH``: how much quality did quantisation cost, on these tasks?"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
+from qcheck.eval.runners.endpoint_cli import endpoint_candidates, endpoint_options
+from qcheck.limits import Limits
+
+
+class Fraction(click.ParamType):
+    """A number, or a percentage (``92%`` = 0.92), for agreement / accuracy thresholds."""
+
+    name = "FRACTION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a number or a percentage", param, ctx)
+
+
+FRACTION = Fraction()
+#: the --endpoint flag family (qcheck.eval.runners.endpoint_cli), popped from **kwargs before thresholds
+ENDPOINT_FLAGS = ("endpoints", "endpoint_model", "api_key_env", "endpoint_mode", "endpoint_top_k", "concurrency",
+                  "request_timeout", "retries", "no_resume")
+#: CLI flag -> Thresholds field
+THRESHOLD_FLAGS = {
+    "max_kld": ("--max-kld", float, "Fail when mean KL divergence (nats/token) exceeds this."),
+    "max_kld_p99": ("--max-kld-p99", float, "Fail when the 99th percentile of per-token KLD exceeds this."),
+    "max_kld_max": ("--max-kld-max", float, "Fail when the largest per-token KLD exceeds this."),
+    "min_top1": ("--min-top1", FRACTION, "Fail when top-1 agreement is below this (0.92 or 92%)."),
+    "max_ppl_ratio": ("--max-ppl-ratio", float, "Fail when PPL(candidate)/PPL(reference) exceeds this."),
+    "max_delta_p_rms": ("--max-delta-p-rms", FRACTION, "Fail when RMS Δp of the correct token exceeds this."),
+    "max_accuracy_drop": ("--max-accuracy-drop", FRACTION,
+                          "Fail when accuracy drops by more than this (0.02 or 2% = 2 points)."),
+    "min_recovery": ("--min-recovery", FRACTION, "Fail when accuracy(candidate)/accuracy(reference) is below this."),
+    "max_flips": ("--max-flips", FRACTION, "Fail when the share of items whose correctness changed exceeds this."),
+    "max_flips_c_to_i": ("--max-flips-c-to-i", FRACTION,
+                         "Fail when the share of correct->incorrect items exceeds this."),
+    "min_greedy_agreement": ("--min-greedy-agreement", FRACTION,
+                             "Fail when the share of identical greedy generations is below this."),
+}
+
+
+def threshold_options(func: Any) -> Any:
+    for field_name, (flag, kind, help_text) in reversed(list(THRESHOLD_FLAGS.items())):
+        func = click.option(flag, field_name, type=kind, default=None, help=help_text)(func)
+    return func
+
+
+@click.command("eval")
+@click.option("--reference", "-r", required=True, metavar="DIR",
+              help="The unquantised transformers model directory (config.json, safetensors, tokenizer).")
+@click.option("--candidate", "-c", "candidates", multiple=True, metavar="[NAME=]PATH",
+              help="A quantised checkpoint to compare (GGUF file, model directory; llamacpp:PATH.gguf runs it "
+                   "with llama.cpp's kernels); repeatable.")
+@endpoint_options
+@click.option("--tasks", "-t", multiple=True, metavar="FILE|NAME",
+              help="JSONL task file, directory of them, or a bundled set name; repeatable (default: all bundled).")
+@click.option("--reference-dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
+              show_default=True, help="dtype the reference (and the simulated candidates) compute in.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
+              help="cpu, cuda, or auto (device_map='auto' when accelerate and a GPU are present).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Reference cache root (default $QCHECK_CACHE_DIR or ~/.cache/qcheck).")
+@click.option("--no-cache", is_flag=True, help="Compute the reference in a temporary directory and discard it.")
+@click.option("--cache-topk", type=click.IntRange(1, None), default=None, metavar="K",
+              help="Cache only the reference's top-K log-probs + tail mass (KLD becomes a lower bound).")
+@click.option("--max-length", type=click.IntRange(8, 1_000_000), default=512, show_default=True,
+              help="Tokens per item (longer items are truncated).")
+@click.option("--max-items", type=click.IntRange(1, None), default=None, help="Use only the first N items.")
+@click.option("--choice-metric", type=click.Choice(["acc", "acc_norm", "acc_bytes"]), default="acc",
+              show_default=True, help="How choice items are judged (lm-eval: acc, acc_norm by chars, acc_bytes).")
+@click.option("--activation-quant", is_flag=True,
+              help="Fake-quantise activations for W8A8/W4A4 formats (otherwise weights only).")
+@click.option("--tier", type=click.Choice(["near-lossless", "good", "acceptable"]), default=None,
+              help="Default thresholds (mean KLD, top-1) from published llama.cpp scales; flags override.")
+@threshold_options
+@click.option("--gate-on-intervals", is_flag=True,
+              help="Gate on the unfavourable end of each 95% interval instead of the point estimate.")
+@click.option("--bootstrap", type=click.IntRange(100, 100_000), default=1000, show_default=True,
+              help="Bootstrap replicates for the intervals.")
+@click.option("--seed", type=int, default=None, help="Bootstrap seed (default fixed: results are reproducible).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write a self-contained HTML report to this file.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@output_options
+@limit_options
+def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...], reference_dtype: str, device: str,
+            cache_dir: str | None, no_cache: bool, cache_topk: int | None, max_length: int, max_items: int | None,
+            choice_metric: str, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
+            seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
+            limits: Limits, **threshold_values: Any) -> int:
+    """Measure quantisation loss of each CANDIDATE against the unquantised REFERENCE, on your tasks.
+
+    Both sides score the same token ids (the reference's tokenizer). The reference's log-probs are
+    cached on disk, so further candidates and later runs only pay for the candidate.
+
+    \b
+    Reported: mean/median/p99/max KL divergence, top-1 agreement, Δp, PPL ratio, NLL correlation,
+    accuracy (reference and candidate), recovery, flips in both directions, greedy agreement, with
+    95% intervals (per-document bootstrap, Wilson, McNemar exact).
+
+    \b
+    Exit codes: 0 every candidate passed its thresholds (or none were set); 1 a threshold failed;
+      2 the input could not be judged (bad task file, vocabulary/BOS mismatch, missing qcheck[eval]).
+    """
+    from qcheck.eval.gate import Thresholds
+    from qcheck.eval.run import EvalConfig, run_eval
+    from qcheck.eval.stats import DEFAULT_SEED
+
+    endpoint_flags = {k: threshold_values.pop(k) for k in ENDPOINT_FLAGS}
+    candidates = (*candidates, *endpoint_candidates(**endpoint_flags))
+    thresholds = Thresholds.for_tier(tier) if tier else Thresholds()
+    explicit = {k: v for k, v in threshold_values.items() if v is not None}
+    if explicit:
+        thresholds = Thresholds.from_mapping(explicit, base=thresholds)
+    thresholds.use_intervals = gate_on_intervals
+    show_progress = progress if progress is not None else output_spec.fmt == "text"
+    config = EvalConfig(reference=reference, candidates=list(candidates), tasks=list(tasks),
+                        reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
+                        cache_topk=cache_topk, max_length=max_length, thresholds=thresholds,
+                        activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
+                        seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
+                        progress=show_progress)
+    on_event = None
+    if show_progress and sys.stderr.isatty():
+        def on_event(message: str) -> None:
+            click.echo(f"qcheck eval: {message}", err=True)
+    result = run_eval(config, on_event=on_event)
+    if report_path:
+        from qcheck.eval.html import render_html
+        from qcheck.report import write_atomic
+
+        write_atomic(report_path, render_html(result.to_json()))
+    return finish(result, output_spec)

@@ -1,0 +1,124 @@
+"""Tokenise task items once, with the reference's tokenizer, into the requests every runner scores.
+
+Why here and only here: the reference and every candidate must score the *same token ids* (research
+evals.md §6.3); re-tokenising on the candidate side is the commonest source of spurious KL divergence.
+Choice items are split the way lm-evaluation-harness ``_encode_pair`` does it: trailing spaces of the
+context move into the continuation, ``context + continuation`` is encoded as a whole and cut at
+``len(encode(context))``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from qcheck.errors import InputError
+from qcheck.eval.runners.base import GenerateRequest, ScoreRequest
+from qcheck.eval.tasks import TaskItem
+
+
+@dataclass
+class EncodedItem:
+    item: TaskItem
+    score: list[ScoreRequest] = field(default_factory=list)
+    generate: GenerateRequest | None = None
+    truncated: bool = False
+
+
+class Encoder:
+    """Wraps a Hugging Face tokenizer: encodes items, decodes generations, and fingerprints the tokenizer."""
+
+    def __init__(self, tokenizer: Any, max_length: int = 512):
+        if max_length < 8:
+            raise InputError(f"max length {max_length} is too small (at least 8 tokens)")
+        self.tok = tokenizer
+        self.max_length = max_length
+        probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+        bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+        bos = getattr(tokenizer, "bos_token_id", None)
+        self.add_bos = bool(bos is not None and len(probe) > len(bare) and probe[0] == bos)
+        self.bos_token_id = bos
+        eos = getattr(tokenizer, "eos_token_id", None)
+        #: lm-eval's prefix token for an empty context: BOS if there is one, else EOS
+        self.prefix_id = bos if bos is not None else eos
+        self.eos_ids: tuple[int, ...] = (eos,) if isinstance(eos, int) else ()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        ids = [i for i in ids if i not in self.eos_ids]
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def fingerprint(self) -> str:
+        """A hash of the whole tokenizer (vocabulary, merges, normaliser, special tokens)."""
+        h = hashlib.sha256()
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is not None and hasattr(backend, "to_str"):
+            h.update(backend.to_str().encode("utf-8"))
+        else:
+            for token, idx in sorted(self.tok.get_vocab().items()):
+                h.update(f"{idx}\t{token}\n".encode())
+        h.update(repr((self.add_bos, self.bos_token_id, self.eos_ids, type(self.tok).__name__)).encode())
+        return h.hexdigest()
+
+    def _with_prefix(self, ids: list[int]) -> list[int]:
+        if ids and self.add_bos:
+            return ids
+        if self.prefix_id is None:
+            return ids
+        return [self.prefix_id, *ids]
+
+    def encode_item(self, item: TaskItem) -> EncodedItem:
+        enc = EncodedItem(item=item)
+        if item.kind == "text":
+            ids = self.encode(item.text or "")
+            if not self.add_bos:
+                ids = self._with_prefix(ids)
+            if len(ids) > self.max_length:
+                ids, enc.truncated = ids[: self.max_length], True
+            if len(ids) < 2:
+                raise InputError("text: encodes to fewer than 2 tokens, nothing to score", path=item.source)
+            enc.score.append(ScoreRequest(key=item.id, input_ids=tuple(ids), start=1))
+        elif item.kind == "choice":
+            context = item.context or ""
+            n_spaces = len(context) - len(context.rstrip())
+            for index, choice in enumerate(item.choices):
+                ctx, cont = context, item.delimiter + choice
+                if n_spaces:
+                    ctx, cont = context[:-n_spaces], context[-n_spaces:] + cont
+                if ctx:
+                    ctx_ids = self._with_prefix(self.encode(ctx))
+                    whole = self._with_prefix(self.encode(ctx + cont))
+                    cont_ids = whole[len(ctx_ids):]
+                else:
+                    if self.prefix_id is None:
+                        raise InputError("context: empty, and the tokenizer has neither BOS nor EOS to start from",
+                                         path=item.source)
+                    ctx_ids = [self.prefix_id]
+                    cont_ids = list(self.tok(cont, add_special_tokens=False)["input_ids"])
+                if not cont_ids:
+                    raise InputError(f"choices[{index}]: encodes to no tokens after the context", path=item.source)
+                ids = ctx_ids + cont_ids
+                start = len(ctx_ids)
+                if len(ids) > self.max_length:  # left-truncate the context, as lm-eval does
+                    cut = len(ids) - self.max_length
+                    if cut >= start:
+                        raise InputError(f"choices[{index}]: the answer alone is longer than the "
+                                         f"{self.max_length}-token limit", path=item.source)
+                    ids, start, enc.truncated = ids[cut:], start - cut, True
+                enc.score.append(ScoreRequest(key=f"{item.id}#{index}", input_ids=tuple(ids), start=start))
+        else:
+            ids = self.encode(item.prompt or "")
+            if not self.add_bos:
+                ids = self._with_prefix(ids)
+            budget = self.max_length - item.max_new_tokens
+            if budget < 1:
+                raise InputError(f"max_new_tokens: {item.max_new_tokens} leaves no room for the prompt within "
+                                 f"the {self.max_length}-token limit", path=item.source)
+            if len(ids) > budget:
+                ids, enc.truncated = ids[-budget:], True
+            enc.generate = GenerateRequest(key=item.id, prompt_ids=tuple(ids), max_new_tokens=item.max_new_tokens,
+                                           stop_ids=self.eos_ids)
+        return enc

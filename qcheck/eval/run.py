@@ -1,0 +1,542 @@
+"""Orchestration of ``qcheck eval``: tasks -> reference (cached) -> candidates -> metrics -> gate -> EvalResult.
+
+Why this shape (DESIGN.md "eval" data flow): the reference is computed once per (model, tasks, tokenizer,
+settings) and cached on disk; each candidate is then streamed item by item against the cached rows, one
+candidate loaded at a time, so N candidates cost N candidate passes and memory stays bounded by one item.
+
+Public API (also used by ``qcheck gate``)::
+
+    from qcheck.eval.run import EvalConfig, CandidateSpec, run_eval
+    from qcheck.eval.gate import Thresholds
+    result = run_eval(EvalConfig(reference="./bf16", candidates=["q4=./m.Q4_0.gguf"],
+                                 thresholds=Thresholds.from_mapping({"tier": "good"})))
+    result.exit_code, result.to_json()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qcheck.errors import InputError, UsageError
+from qcheck.eval import stats
+from qcheck.eval.cache import (
+    KIND_FULL,
+    KIND_TOPK,
+    CacheInfo,
+    CacheReader,
+    CacheWriter,
+    cache_key,
+    default_cache_dir,
+    precision_note,
+)
+from qcheck.eval.gate import GateOutcome, Thresholds, evaluate, resolution_warnings
+from qcheck.eval.runners import BACKENDS, DEFAULT_BACKEND, RunnerContext, build_runner
+from qcheck.eval.runners.base import CandidateRunner, VocabInfo, check_same_vocab
+from qcheck.eval.tasks import TaskSet, load_tasks
+from qcheck.limits import DEFAULT_LIMITS, Limits
+
+EVAL_SCHEMA = "qcheck.eval/1"
+#: bumps when tokenisation or scoring changes, so old cache entries are not reused
+ENCODER_VERSION = 1
+#: per-token KLD histogram bin edges (log-spaced, nats) for the report plots
+HIST_EDGES = [0.0, *[10 ** (e / 4) for e in range(-24, 5)]]
+
+
+@dataclass
+class CandidateSpec:
+    """A candidate: ``target`` built by a named backend (default ``simulated``: a checkpoint path dequantised
+    into the reference architecture), or a ready ``runner`` (engine backends built by the caller, tests)."""
+
+    name: str
+    path: str | None = None
+    runner: CandidateRunner | None = None
+    backend: str = DEFAULT_BACKEND
+
+    @classmethod
+    def parse(cls, text: str) -> CandidateSpec:
+        """``PATH``, ``NAME=PATH``, ``BACKEND:TARGET`` or ``NAME=BACKEND:TARGET``.
+
+        ``BACKEND`` is recognised only when it names a registered backend (``qcheck.eval.runners.BACKENDS``);
+        a ``=`` or ``:`` inside an existing path is kept as part of the path.
+        """
+        name: str | None = None
+        target = text
+        if "=" in text and not os.path.exists(text):
+            name, _, target = text.partition("=")
+            name, target = name.strip(), target.strip()
+            if not name or not target:
+                raise UsageError(f"--candidate {text!r}: use PATH, NAME=PATH or NAME=BACKEND:TARGET")
+        backend = DEFAULT_BACKEND
+        head, sep, rest = target.partition(":")
+        if sep and head in BACKENDS and not os.path.exists(target):
+            backend, target = head, rest
+        if name is None:
+            p = Path(target.rstrip("/"))
+            name = (p.stem if p.suffix in (".gguf", ".safetensors") else p.name) or target
+        return cls(name=name, path=target, backend=backend)
+
+
+@dataclass
+class EvalConfig:
+    reference: str
+    candidates: list[CandidateSpec | str]
+    tasks: list[str] = field(default_factory=list)
+    reference_dtype: str = "float32"
+    device: str = "cpu"
+    cache_dir: str | None = None
+    use_cache: bool = True
+    cache_topk: int | None = None
+    max_length: int = 512
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    activation_quant: bool = False
+    choice_metric: str = "acc"
+    bootstrap: int = stats.DEFAULT_BOOTSTRAP
+    seed: int = stats.DEFAULT_SEED
+    max_items: int | None = None
+    limits: Limits = DEFAULT_LIMITS
+    progress: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], base_dir: str | os.PathLike[str] | None = None,
+                     limits: Limits = DEFAULT_LIMITS) -> EvalConfig:
+        """Build from a policy table (e.g. ``[eval]`` in qcheck.toml); unknown keys are a UsageError naming them.
+
+        Keys: ``reference``, ``candidates`` (list of ``[NAME=][BACKEND:]PATH``), ``tasks``, ``reference-dtype``,
+        ``device``, ``cache-dir``, ``no-cache``, ``cache-topk``, ``max-length``, ``max-items``, ``choice-metric``,
+        ``activation-quant``, ``bootstrap``, ``seed``, and thresholds either inline (``max-kld = 0.03``,
+        ``tier = "good"``) or in a ``thresholds`` sub-table. Relative paths are resolved against ``base_dir``.
+        """
+        if not isinstance(data, dict):
+            raise UsageError(f"the eval policy must be a table, not {type(data).__name__}")
+        norm = {str(k).strip().lower().replace("-", "_"): v for k, v in data.items()}
+        simple = {"reference": str, "reference_dtype": str, "device": str, "cache_dir": str, "no_cache": bool,
+                  "cache_topk": int, "max_length": int, "max_items": int, "choice_metric": str,
+                  "activation_quant": bool, "bootstrap": int, "seed": int}
+        threshold_keys = set(Thresholds.names()) | {"tier", "use_intervals"}
+        known = set(simple) | {"candidates", "tasks", "thresholds"} | threshold_keys
+        unknown = sorted(k for k in norm if k not in known)
+        if unknown:
+            raise UsageError(f"unknown eval setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        for key, kind in simple.items():
+            if key in norm and (not isinstance(norm[key], kind) or (kind is int and isinstance(norm[key], bool))):
+                word = {str: "a string", bool: "true or false", int: "an integer"}[kind]
+                raise UsageError(f"eval setting {key.replace('_', '-')} must be {word}")
+        if "reference" not in norm:
+            raise UsageError("the eval policy needs reference = \"PATH\"")
+
+        def resolve(path: str) -> str:
+            if base_dir is None or os.path.isabs(path) or "://" in path:
+                return path
+            return str(Path(base_dir) / path)
+
+        def str_list(key: str) -> list[str]:
+            value = norm.get(key, [])
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UsageError(f"eval setting {key} must be a list of strings")
+            return value
+
+        candidates: list[CandidateSpec | str] = []
+        for text in str_list("candidates"):
+            spec = CandidateSpec.parse(text)
+            if spec.backend == DEFAULT_BACKEND and spec.path:
+                spec.path = resolve(spec.path)
+            candidates.append(spec)
+        tasks = [resolve(t) if (os.sep in t or t.endswith(".jsonl")) else t for t in str_list("tasks")]
+        table = dict(norm.get("thresholds") or {})
+        table.update({k: v for k, v in norm.items() if k in threshold_keys})
+        config = cls(reference=resolve(norm["reference"]), candidates=candidates, tasks=tasks,
+                     thresholds=Thresholds.from_mapping(table), limits=limits)
+        for key in simple:
+            if key in norm and key not in ("reference", "no_cache"):
+                setattr(config, key, resolve(norm[key]) if key == "cache_dir" else norm[key])
+        if norm.get("no_cache"):
+            config.use_cache = False
+        return config
+
+
+@dataclass
+class CandidateResult:
+    name: str
+    backend: str
+    path: str | None
+    metrics: dict[str, Any]
+    intervals: dict[str, Any]
+    gate: GateOutcome
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    per_task: dict[str, dict[str, Any]] = field(default_factory=dict)
+    distribution: dict[str, Any] = field(default_factory=dict)
+    flipped: list[dict[str, Any]] = field(default_factory=list)
+    quantization: dict[str, Any] | None = None
+    #: simulated candidates: what was done about activation quantisation (None for engine backends)
+    activations: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "backend": self.backend, "path": self.path, "quantization": self.quantization,
+                "activations": self.activations,
+                "metrics": self.metrics, "intervals": self.intervals, "gate": self.gate.to_json(),
+                "per_task": self.per_task, "distribution": self.distribution, "flipped": self.flipped,
+                "notes": self.notes, "warnings": self.warnings}
+
+
+@dataclass
+class EvalResult:
+    """The ``qcheck.eval/1`` record; exit code 0 when every candidate passes its gate, else 1."""
+
+    reference: dict[str, Any]
+    tasks: dict[str, Any]
+    candidates: list[CandidateResult]
+    cache: CacheInfo
+    thresholds: Thresholds
+    settings: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    kind: str = "eval"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(c.gate.passed for c in self.candidates) else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return _finite_json(self._to_json())
+
+    def _to_json(self) -> dict[str, Any]:
+        return {"schema": EVAL_SCHEMA, "reference": self.reference, "tasks": self.tasks,
+                "thresholds": self.thresholds.to_json(), "settings": self.settings,
+                "cache": self.cache.to_json(), "candidates": [c.to_json() for c in self.candidates],
+                "notes": self.notes, "exit_code": self.exit_code}
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _finite_json(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (a broken candidate's metrics) become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Hash of config.json, generation_config.json and each weight file (safetensors header + size + mtime,
+    name/size/mtime for other formats): cheap, and any change to the weights files invalidates the cache."""
+    root = Path(path)
+    h = hashlib.sha256()
+    try:
+        h.update((root / "config.json").read_bytes())
+        for f in sorted(root.iterdir()):
+            if not f.is_file():
+                continue
+            if f.suffix == ".safetensors":
+                with open(f, "rb") as fh:
+                    raw = fh.read(8)
+                    n = int.from_bytes(raw, "little") if len(raw) == 8 else 0
+                    if not 0 < n <= limits.max_safetensors_header:
+                        raise InputError(f"safetensors header length {n} is out of bounds", path=str(f))
+                    h.update(f.name.encode() + b"\0" + fh.read(n))
+                st = f.stat()  # same header, retrained weights: size/mtime still tell them apart
+                h.update(f"{st.st_size}\0{st.st_mtime_ns}".encode())
+            elif f.name == "generation_config.json":
+                h.update(f.read_bytes())
+            elif f.suffix in (".bin", ".pt", ".pth", ".gguf", ".npz", ".ckpt"):
+                st = f.stat()
+                h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    except OSError as exc:
+        raise InputError(f"cannot read the reference model files: {exc.strerror or exc}", path=path) from None
+    return h.hexdigest()
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self._p = None
+        self._task = None
+
+    def start(self, label: str, total: int) -> None:
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.stop()
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           console=Console(stderr=True), transient=True)
+        self._p.start()
+        self._task = self._p.add_task(label, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._p is not None:
+            self._p.advance(self._task, n)
+
+    def stop(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None
+
+
+def _quiet_transformers(transformers: Any) -> None:
+    """No weight-loading progress bars or advisory warnings from transformers on our stderr."""
+    try:
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except AttributeError:  # pragma: no cover - very old transformers
+        pass
+
+
+def _histogram(values: Any) -> dict[str, Any]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    edges = np.array([*HIST_EDGES, math.inf])
+    clipped = np.maximum(v, 0.0)
+    counts, _ = np.histogram(clipped, bins=edges)
+    return {"edges": [float(e) for e in HIST_EDGES], "counts": [int(c) for c in counts],
+            "negative": int((v < 0).sum()), "unit": "nats"}
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = None) -> EvalResult:
+    """Run a whole evaluation; QcheckErrors (exit 2) for bad input, otherwise an EvalResult."""
+    from qcheck.eval.encode import Encoder
+    from qcheck.eval.runners.reference import load_tokenizer, torch_modules
+
+    if not config.candidates:
+        raise UsageError("give at least one --candidate")
+    if config.choice_metric not in ("acc", "acc_norm", "acc_bytes"):
+        raise UsageError(f"unknown choice metric {config.choice_metric!r}")
+    if config.cache_topk is not None and config.cache_topk < 1:
+        raise UsageError("--cache-topk must be at least 1")
+    if config.bootstrap < 100:
+        raise UsageError("--bootstrap needs at least 100 replicates")
+    specs = [CandidateSpec.parse(c) if isinstance(c, str) else c for c in config.candidates]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"candidate names must be unique: {', '.join(names)}")
+    for s in specs:
+        if s.runner is None and s.backend == DEFAULT_BACKEND and (not s.path or not os.path.exists(s.path)):
+            raise InputError("no such file or directory", path=s.path or s.name)
+
+    tasks: TaskSet = load_tasks(config.tasks)
+    if config.max_items is not None:
+        tasks.items = tasks.items[: config.max_items]
+    torch, transformers = torch_modules()
+    _quiet_transformers(transformers)
+    log = on_event or (lambda _msg: None)
+    progress = _Progress(config.progress)
+
+    tokenizer = load_tokenizer(config.reference)
+    encoder = Encoder(tokenizer, max_length=config.max_length)
+    encoded = [encoder.encode_item(item) for item in tasks.items]
+    truncated = sum(1 for e in encoded if e.truncated)
+    notes: list[str] = []
+    if truncated:
+        notes.append(f"{truncated} item(s) were truncated to the {config.max_length}-token limit")
+
+    kind = KIND_TOPK if config.cache_topk else KIND_FULL
+    key_parts = {
+        "model": model_fingerprint(config.reference, config.limits), "tasks": tasks.sha256,
+        "max_items": config.max_items, "tokenizer": encoder.fingerprint(), "dtype": config.reference_dtype,
+        "device": config.device, "max_length": config.max_length, "kind": kind, "topk": config.cache_topk,
+        "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
+        "transformers": transformers.__version__.rsplit(".", 1)[0],
+    }
+    key = cache_key(key_parts)
+    tmp_root: tempfile.TemporaryDirectory[str] | None = None
+    if config.use_cache:
+        root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        root = root / "eval"
+    else:
+        tmp_root = tempfile.TemporaryDirectory(prefix="qcheck-eval-")
+        root = Path(tmp_root.name)
+    try:
+        reader = CacheReader.open_if_complete(root, key) if config.use_cache else None
+        hit = reader is not None
+        ref_json: dict[str, Any] = {"path": config.reference, "dtype": config.reference_dtype, "device": config.device,
+                                    "fingerprint": key_parts["model"][:16], "tokenizer": key_parts["tokenizer"][:16]}
+        ref_config = transformers.AutoConfig.from_pretrained(config.reference)
+        ref_json["architecture"] = (getattr(ref_config, "architectures", None) or [None])[0]
+        ref_json["model_type"] = getattr(ref_config, "model_type", None)
+        written = 0
+        if reader is None:
+            log("computing the reference")
+            final, written, ref_json["forward_calls"] = _compute_reference(
+                config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress)
+            reader = CacheReader(final)
+        vocab_meta = reader.meta.get("vocab", {})
+        ref_vocab = VocabInfo(vocab_size=int(vocab_meta.get("vocab_size", reader.vocab_size)),
+                              bos_token_id=vocab_meta.get("bos_token_id"), add_bos=bool(vocab_meta.get("add_bos")),
+                              eos_token_ids=tuple(vocab_meta.get("eos_token_ids") or ()))
+        ref_json["vocab_size"] = ref_vocab.vocab_size
+        ref_json["bos_token_id"] = ref_vocab.bos_token_id
+        cache_info = CacheInfo(hit=hit, kind=kind, path=str(reader.dir), key=key, topk=config.cache_topk,
+                               persistent=config.use_cache, requests_written=written, bytes=reader.size,
+                               precision=precision_note(kind, config.cache_topk))
+
+        results: list[CandidateResult] = []
+        try:
+            for spec in specs:
+                results.append(_run_candidate(spec, config, encoded, encoder, reader, ref_config, ref_vocab,
+                                              progress, log))
+        finally:
+            cache_info.requests_read = reader.reads
+            reader.close()
+    finally:
+        if tmp_root is not None:
+            tmp_root.cleanup()
+
+    settings = {"max_length": config.max_length, "choice_metric": config.choice_metric,
+                "bootstrap": config.bootstrap, "seed": config.seed, "activation_quant": config.activation_quant,
+                "max_items": config.max_items, "candidate_dtype": config.reference_dtype}
+    return EvalResult(reference=ref_json, tasks=tasks.to_json() | {"tokens_per_item_limit": config.max_length},
+                      candidates=results, cache=cache_info, thresholds=config.thresholds, settings=settings,
+                      notes=notes)
+
+
+def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tokenizer: Any, root: Path, key: str,
+                       kind: str, key_parts: dict[str, Any], progress: _Progress) -> tuple[Path, int, int]:
+    """Run the reference over every request, streaming its rows into a new cache entry.
+
+    Returns (the committed entry's directory, requests written, forward calls). The model is freed before
+    returning, so candidates never share memory with it.
+    """
+    from qcheck.eval.runners.reference import TransformersRunner, load_reference, vocab_info
+
+    model, _, device = load_reference(config.reference, config.reference_dtype, config.device)
+    ref_vocab = vocab_info(model, tokenizer, encoder.add_bos)
+    runner = TransformersRunner(model, ref_vocab, name="reference", device=device)
+    del model
+    meta = {"reference": config.reference, "created_by": "qcheck eval", "parts": key_parts,
+            "vocab": {"vocab_size": ref_vocab.vocab_size, "bos_token_id": ref_vocab.bos_token_id,
+                      "add_bos": ref_vocab.add_bos, "eos_token_ids": list(ref_vocab.eos_token_ids)}}
+    writer = CacheWriter(root, key, kind, ref_vocab.vocab_size, config.cache_topk, meta)
+    written = 0
+    progress.start("reference", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
+    try:
+        for enc in encoded:
+            for req, scores in zip(enc.score, runner.score(enc.score), strict=True):
+                writer.add_scores(req.key, scores)
+                written += 1
+                progress.advance()
+            if enc.generate is not None:
+                gen = next(iter(runner.generate([enc.generate])))
+                gen.text = encoder.decode(gen.token_ids)
+                writer.add_generation(enc.generate.key, gen)
+                written += 1
+                progress.advance()
+        final = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        progress.stop()
+        calls = runner.forward_calls
+        runner.close()
+    return final, written, calls
+
+
+def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader,
+                   ref_config: Any, ref_vocab: VocabInfo, progress: _Progress,
+                   log: Callable[[str], None]) -> CandidateResult:
+    import numpy as np
+
+    from qcheck.eval.metrics import CandidateMetrics, compare_rows
+
+    notes: list[str] = []
+    quantization: dict[str, Any] | None = None
+    activations: str | None = None
+    runner = spec.runner
+    if runner is None:
+        log(f"loading candidate {spec.name}")
+        device = "cuda" if config.device in ("cuda", "auto") and _cuda() else "cpu"
+        context = RunnerContext(reference_path=config.reference, reference_config=ref_config,
+                                reference_vocab=ref_vocab, tokenizer=encoder.tok, dtype=config.reference_dtype,
+                                device=device, activation_quant=config.activation_quant, limits=config.limits,
+                                max_length=config.max_length)
+        built = build_runner(spec.backend, spec.name, spec.path or "", context)
+        runner = built.runner
+        notes.extend(built.notes)
+        quantization, activations = built.quantization, built.activations
+    try:
+        check_same_vocab(ref_vocab, runner.vocab(), spec.name)
+        from qcheck.eval.runners.endpoint import present_rows
+
+        if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
+            runner.prefetch(encoded)
+        caps = runner.capabilities
+        acc = CandidateMetrics(choice_metric=config.choice_metric, n_boot=config.bootstrap, seed=config.seed)
+        skipped = {"text": 0, "choice": 0, "generate": 0}
+        progress.start(f"candidate {spec.name}", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
+        try:
+            for enc in encoded:
+                item = enc.item
+                if enc.score:
+                    if not caps.has_prompt_logprobs:
+                        skipped[item.kind] += 1
+                        progress.advance(len(enc.score))
+                        continue
+                    lls_ref, lls_cand = [], []
+                    for index, (req, cand) in enumerate(zip(enc.score, runner.score(enc.score), strict=True)):
+                        ref = reader.rows(req.key)
+                        where = f"candidate {spec.name}, item {item.id}"
+                        if item.kind == "text" or index == item.answer:
+                            ref_p, cand_p, targets_p = present_rows(ref, cand, req.targets)
+                            acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, where))
+                        lls_ref.append(float(ref.target_logprobs.astype(np.float64).sum()))
+                        lls_cand.append(float(cand.target_logprobs.astype(np.float64).sum()))
+                        progress.advance()
+                    if item.kind == "choice":
+                        acc.add_choice(item, np.array(lls_ref), np.array(lls_cand))
+                if enc.generate is not None:
+                    if not caps.can_generate:
+                        skipped["generate"] += 1
+                        progress.advance()
+                        continue
+                    ref_gen = reader.generation(enc.generate.key)
+                    cand_gen = next(iter(runner.generate([enc.generate])))
+                    cand_text = cand_gen.text if cand_gen.text is not None else encoder.decode(cand_gen.token_ids)
+                    ref_text = ref_gen.text if ref_gen.text is not None else encoder.decode(ref_gen.token_ids)
+                    acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
+                    progress.advance()
+        finally:
+            progress.stop()
+        notes.extend(getattr(runner, "notes", None) or [])
+        for kind_name, count in skipped.items():
+            if count:
+                notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
+                             + ("return prompt log-probs" if kind_name != "generate" else "generate"))
+        metrics, intervals = acc.summary()
+        if metrics.get("kld_kind") == "lower-bound":
+            notes.append("KL divergence is the bucketed lower bound over top-k sets (research evals.md §5.7)")
+        gate = evaluate(config.thresholds, metrics, intervals)
+        warnings = resolution_warnings(config.thresholds, metrics, intervals)
+        flipped = [{"id": o.id, "task": o.task, "direction": "C->I" if o.ref_correct else "I->C",
+                    "reference": o.ref_output, "candidate": o.cand_output}
+                   for o in acc.items if o.ref_correct != o.cand_correct][:200]
+        distribution = _histogram(acc.token_arrays()["kld"]) if metrics.get("tokens_scored") else {}
+        return CandidateResult(name=spec.name, backend=runner.backend, path=spec.path, metrics=metrics,
+                               intervals=intervals, gate=gate, notes=notes, warnings=warnings,
+                               per_task=acc.per_task(), distribution=distribution, flipped=flipped,
+                               quantization=quantization, activations=activations)
+    finally:
+        if spec.runner is None:
+            runner.close()
+
+
+def _cuda() -> bool:
+    from qcheck.eval.runners.reference import torch_modules
+
+    torch, _ = torch_modules()
+    return bool(torch.cuda.is_available())

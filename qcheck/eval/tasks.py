@@ -1,0 +1,273 @@
+"""Task files for ``qcheck eval``: JSONL, one item per line, validated with ``file:line: field: problem`` errors.
+
+Three kinds of item (see docs/eval.md):
+
+- ``{"kind": "text", "id", "text"}``: a passage scored teacher-forced (KL divergence, perplexity).
+- ``{"kind": "choice", "id", "context", "choices": [...], "answer": i}``: log-likelihood multiple choice
+  as lm-evaluation-harness scores it (acc, acc_norm by characters, acc_bytes by UTF-8 bytes).
+- ``{"kind": "generate", "id", "prompt", "expected", "match": "exact"|"contains"|"regex"}``: greedy
+  decoding with a token budget; correct when the output matches, and compared with the reference's output.
+
+Optional on every item: ``task`` (group name for per-task accuracy; default the file's stem) and
+``doc`` (cluster id for the bootstrap, default the item id). ``choice`` items may set ``delimiter``
+(default ``" "``, lm-eval's ``target_delimiter``); ``generate`` items ``max_new_tokens`` (default 32).
+Unknown fields are errors, so a typo never silently drops a setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qcheck.errors import InputError, UsageError
+
+KINDS = ("text", "choice", "generate")
+MATCH_RULES = ("exact", "contains", "regex")
+
+#: bounds for hostile or accidental input
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_ITEMS = 100_000
+MAX_CHOICES = 64
+MAX_NEW_TOKENS = 4096
+MAX_ID_CHARS = 200
+
+_COMMON = {"id", "kind", "task", "doc"}
+_FIELDS = {
+    "text": _COMMON | {"text"},
+    "choice": _COMMON | {"context", "choices", "answer", "delimiter"},
+    "generate": _COMMON | {"prompt", "expected", "match", "max_new_tokens", "ignore_case"},
+}
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """One validated item; ``source`` is ``file:line`` for messages."""
+
+    id: str
+    kind: str
+    task: str
+    doc: str
+    source: str
+    text: str | None = None
+    context: str | None = None
+    choices: tuple[str, ...] = ()
+    answer: int | None = None
+    delimiter: str = " "
+    prompt: str | None = None
+    expected: str | None = None
+    match: str = "exact"
+    ignore_case: bool = False
+    max_new_tokens: int = 32
+
+    def is_correct(self, output: str) -> bool:
+        """Whether a generated ``output`` satisfies this ``generate`` item's match rule."""
+        assert self.kind == "generate" and self.expected is not None
+        out, exp = output.strip(), self.expected
+        if self.match == "regex":
+            return re.search(exp, out, flags=re.IGNORECASE if self.ignore_case else 0) is not None
+        if self.ignore_case:
+            out, exp = out.casefold(), exp.casefold()
+        if self.match == "exact":
+            return out == exp.strip()
+        return exp in out
+
+
+@dataclass
+class TaskSet:
+    """Items from one or more files, plus a content hash that keys the reference cache."""
+
+    items: list[TaskItem]
+    files: list[str]
+    sha256: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        tasks: dict[str, int] = {}
+        for item in self.items:
+            tasks[item.task] = tasks.get(item.task, 0) + 1
+        return {"files": self.files, "sha256": self.sha256, "items": len(self.items), "by_kind": self.counts,
+                "by_task": tasks}
+
+
+def bundled_dir() -> Path:
+    from qcheck.data import data_dir
+
+    return data_dir("evals")
+
+
+def bundled_names() -> list[str]:
+    """Names of the task sets shipped in ``evals/`` (file stems)."""
+    try:
+        return sorted(p.stem for p in bundled_dir().glob("*.jsonl"))
+    except FileNotFoundError:
+        return []
+
+
+def resolve_task_paths(specs: list[str] | tuple[str, ...]) -> list[Path]:
+    """Turn ``--tasks`` values into files: a path, or the name of a bundled set; none given = all bundled sets."""
+    if not specs:
+        paths = sorted(bundled_dir().glob("*.jsonl"))
+        if not paths:
+            raise UsageError("no --tasks given and no bundled task sets are installed")
+        return paths
+    out: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_file():
+            out.append(path)
+            continue
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise UsageError(f"--tasks {spec}: the directory has no .jsonl files")
+            out.extend(found)
+            continue
+        names = bundled_names()
+        if spec in names:
+            out.append(bundled_dir() / f"{spec}.jsonl")
+            continue
+        raise UsageError(f"--tasks {spec}: no such file, and not a bundled set (bundled: {', '.join(names) or 'none'})")
+    return out
+
+
+def load_tasks(specs: list[str] | tuple[str, ...] = ()) -> TaskSet:
+    """Load and validate task files; the first problem found raises InputError ``file:line: field: problem``."""
+    paths = resolve_task_paths(specs)
+    items: list[TaskItem] = []
+    digest = hashlib.sha256()
+    seen: dict[str, str] = {}
+    for path in paths:
+        data = _read_bounded(path)
+        digest.update(hashlib.sha256(data).digest())
+        for item in parse_jsonl(data, str(path), default_task=path.stem):
+            if item.id in seen:
+                raise InputError(f"id: duplicate id {item.id!r} (first at {seen[item.id]})", path=item.source)
+            seen[item.id] = item.source
+            items.append(item)
+            if len(items) > MAX_ITEMS:
+                raise InputError(f"more than {MAX_ITEMS} items in the task set", path=item.source)
+    if not items:
+        raise InputError("the task files hold no items", path=", ".join(str(p) for p in paths))
+    counts = {k: sum(1 for i in items if i.kind == k) for k in KINDS}
+    return TaskSet(items=items, files=[str(p) for p in paths], sha256=digest.hexdigest(), counts=counts)
+
+
+def _read_bounded(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"task file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", path=str(path))
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read task file: {exc.strerror or exc}", path=str(path)) from None
+
+
+def parse_jsonl(data: bytes, name: str, default_task: str) -> list[TaskItem]:
+    """Parse JSONL bytes into items; blank lines and lines starting with ``#`` or ``//`` are skipped."""
+    items: list[TaskItem] = []
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        where = f"{name}:{lineno}"
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES}-byte limit", path=where)
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 (byte {exc.start})", path=where) from None
+        if not line or line.startswith(("#", "//")):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=where) from None
+        except RecursionError:
+            raise InputError("invalid JSON: nested too deeply", path=where) from None
+        items.append(_validate(obj, where, default_task))
+    return items
+
+
+def _fail(where: str, fld: str, problem: str) -> InputError:
+    return InputError(f"{fld}: {problem}", path=where)
+
+
+def _string(obj: dict[str, Any], key: str, where: str, *, required: bool = True, allow_empty: bool = False,
+            default: str | None = None) -> str | None:
+    if key not in obj:
+        if required:
+            raise _fail(where, key, "missing")
+        return default
+    value = obj[key]
+    if not isinstance(value, str):
+        raise _fail(where, key, f"must be a string, not {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise _fail(where, key, "must not be empty")
+    return value
+
+
+def _validate(obj: Any, where: str, default_task: str) -> TaskItem:
+    if not isinstance(obj, dict):
+        raise InputError(f"each line must be a JSON object, not {type(obj).__name__}", path=where)
+    kind = obj.get("kind")
+    if kind is None:
+        raise _fail(where, "kind", f"missing (one of {', '.join(KINDS)})")
+    if kind not in KINDS:
+        raise _fail(where, "kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    unknown = sorted(set(obj) - _FIELDS[kind])
+    if unknown:
+        raise _fail(where, unknown[0], f"unknown field for a {kind} item (allowed: {', '.join(sorted(_FIELDS[kind]))})")
+    item_id = obj.get("id")
+    if isinstance(item_id, int) and not isinstance(item_id, bool):
+        item_id = str(item_id)
+    if not isinstance(item_id, str) or not item_id.strip():
+        raise _fail(where, "id", "missing or not a non-empty string")
+    if len(item_id) > MAX_ID_CHARS or "\n" in item_id:
+        raise _fail(where, "id", f"must be one line of at most {MAX_ID_CHARS} characters")
+    task = _string(obj, "task", where, required=False, default=default_task) or default_task
+    doc = _string(obj, "doc", where, required=False, default=item_id) or item_id
+    common = {"id": item_id, "kind": kind, "task": task, "doc": doc, "source": where}
+
+    if kind == "text":
+        return TaskItem(text=_string(obj, "text", where), **common)
+
+    if kind == "choice":
+        context = _string(obj, "context", where, allow_empty=True)
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            raise _fail(where, "choices", "missing or not a list")
+        if not 2 <= len(choices) <= MAX_CHOICES:
+            raise _fail(where, "choices", f"needs 2 to {MAX_CHOICES} choices, got {len(choices)}")
+        for i, choice in enumerate(choices):
+            if not isinstance(choice, str) or not choice.strip():
+                raise _fail(where, f"choices[{i}]", "must be a non-empty string")
+        if len(set(choices)) != len(choices):
+            raise _fail(where, "choices", "contains duplicates")
+        answer = obj.get("answer")
+        if not isinstance(answer, int) or isinstance(answer, bool):
+            raise _fail(where, "answer", "missing or not an integer index into choices")
+        if not 0 <= answer < len(choices):
+            raise _fail(where, "answer", f"index {answer} is out of range for {len(choices)} choices")
+        delimiter = _string(obj, "delimiter", where, required=False, allow_empty=True, default=" ")
+        return TaskItem(context=context, choices=tuple(choices), answer=answer, delimiter=delimiter or "", **common)
+
+    prompt = _string(obj, "prompt", where)
+    expected = _string(obj, "expected", where)
+    match = obj.get("match", "exact")
+    if match not in MATCH_RULES:
+        raise _fail(where, "match", f"{match!r} is not one of {', '.join(MATCH_RULES)}")
+    ignore_case = obj.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        raise _fail(where, "ignore_case", "must be true or false")
+    if match == "regex":
+        try:
+            re.compile(expected)
+        except re.error as exc:
+            raise _fail(where, "expected", f"invalid regular expression: {exc}") from None
+    max_new = obj.get("max_new_tokens", 32)
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or not 1 <= max_new <= MAX_NEW_TOKENS:
+        raise _fail(where, "max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS}")
+    return TaskItem(prompt=prompt, expected=expected, match=match, ignore_case=ignore_case,
+                    max_new_tokens=max_new, **common)

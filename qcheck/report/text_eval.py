@@ -1,0 +1,106 @@
+"""Human text for ``qcheck eval``: a header, one summary row per candidate, then failures, warnings, notes.
+
+Rendered from ``result.to_json()`` only, so the text and the JSON can never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    x = float(x)
+    if x != 0 and (abs(x) < 10 ** -(digits - 1) or abs(x) >= 10**5):
+        return f"{x:.2e}"
+    return f"{x:.{digits}f}"
+
+
+def _pct(x: Any, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * float(x):.{digits}f}%"
+
+
+def _ci(iv: dict[str, Any] | None, fmt: Any = _num) -> str:
+    if not iv or iv.get("low") is None or iv.get("high") is None:
+        return ""
+    return f" [{fmt(iv['low'])}, {fmt(iv['high'])}]"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        out.append("  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(r))
+                   .rstrip())
+    return out
+
+
+def render(result: Any) -> str:
+    data = result.to_json() if hasattr(result, "to_json") else result
+    ref = data["reference"]
+    tasks = data["tasks"]
+    cache = data["cache"]
+    by_kind = ", ".join(f"{n} {k}" for k, n in tasks.get("by_kind", {}).items() if n)
+    lines = [f"qcheck eval: reference {ref['path']} ({ref.get('dtype')}, {ref.get('device')}); "
+             f"{tasks['items']} items ({by_kind}) from {len(tasks['files'])} task file(s)"]
+    source = "reused from cache" if cache["hit"] else "computed" + (" and cached" if cache.get("persistent") else "")
+    lines.append(f"reference log-probs: {source} [{cache['kind']}{'' if not cache.get('topk') else ' k=' + str(cache['topk'])}]"
+                 + (f" {cache['path']}" if cache.get("persistent") and cache.get("path") else ""))
+    thr = data.get("thresholds") or {}
+    active = {k: v for k, v in thr.items() if k not in ("tier", "use_intervals")}
+    if active:
+        desc = ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in active.items())
+        lines.append(f"gate: {desc}" + (f" (tier {thr['tier']})" if thr.get("tier") else "")
+                     + (" on 95% interval bounds" if thr.get("use_intervals") else ""))
+    else:
+        lines.append("gate: no thresholds set (pass --tier or --max-kld ... to gate)")
+    lines.append("")
+
+    header = ["candidate", "KLD mean [95% CI]", "KLD p99", "top-1", "PPL ratio", "Δp RMS", "acc ref→cand",
+              "flips C→I/I→C", "greedy", "gate"]
+    rows = [header]
+    for c in data["candidates"]:
+        m, iv = c["metrics"], c["intervals"]
+        kld = _num(m.get("kld_mean")) + _ci(iv.get("kld_mean"))
+        if m.get("kld_kind") == "lower-bound":
+            kld = "≥" + kld
+        acc = "-" if m.get("accuracy") is None else f"{_pct(m.get('accuracy_reference'))}→{_pct(m.get('accuracy'))}"
+        flips = "-" if m.get("flips") is None else f"{m.get('flips_c_to_i_count', 0)}/{m.get('flips_i_to_c_count', 0)}"
+        rows.append([c["name"], kld, _num(m.get("kld_p99")), _pct(m.get("top1_agreement")),
+                     _num(m.get("ppl_ratio")), _pct(m.get("delta_p_rms"), 2), acc, flips,
+                     _pct(m.get("greedy_agreement"), 0), "PASS" if c["gate"]["passed"] else "FAIL"])
+    lines.extend(_table(rows))
+
+    tasks_seen = sorted({t for c in data["candidates"] for t in c.get("per_task", {})})
+    if len(tasks_seen) > 1:
+        lines.append("")
+        lines.append("accuracy per task (reference → candidate):")
+        trows = [["task", "n", *[c["name"] for c in data["candidates"]]]]
+        for t in tasks_seen:
+            first = next(c["per_task"][t] for c in data["candidates"] if t in c.get("per_task", {}))
+            cells = [t, str(first["n"])]
+            for c in data["candidates"]:
+                pt = c.get("per_task", {}).get(t)
+                cells.append("-" if pt is None else f"{_pct(pt['accuracy_reference'], 0)}→{_pct(pt['accuracy'], 0)}")
+            trows.append(cells)
+        lines.extend("  " + line for line in _table(trows))
+
+    for c in data["candidates"]:
+        extra = []
+        for f in c["gate"]["failures"]:
+            extra.append(f"  FAIL {f['message']}")
+        for w in c.get("warnings", []):
+            extra.append(f"  warning: {w}")
+        for n in c.get("notes", []):
+            extra.append(f"  note: {n}")
+        if extra:
+            lines.append("")
+            lines.append(f"{c['name']} ({c['backend']}):")
+            lines.extend(extra)
+    for n in data.get("notes", []):
+        lines.append(f"note: {n}")
+    lines.append("")
+    passed = sum(1 for c in data["candidates"] if c["gate"]["passed"])
+    lines.append(f"{passed}/{len(data['candidates'])} candidate(s) passed; exit code {data['exit_code']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""Tokenisation shared by reference and candidates: lm-eval's context/continuation split, BOS handling,
+truncation, and the tokenizer fingerprint that keys the cache (a real BPE tokenizer trained in-test)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from qcheck.errors import InputError
+from qcheck.eval.encode import Encoder
+from qcheck.eval.tasks import TaskItem
+
+
+@functools.lru_cache(maxsize=2)
+def tokenizer(with_bos: bool):
+    from qcheck.testing.tiny_llama import build_tokenizer
+
+    tok = build_tokenizer(512)
+    if not with_bos:  # a GPT-2 style tokenizer: no BOS is added
+        from tokenizers import processors
+
+        tok.backend_tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def item(**kw) -> TaskItem:
+    base = {"id": "x", "task": "t", "doc": "x", "source": "mem:1"}
+    return TaskItem(**{**base, **kw})
+
+
+def test_choice_split_follows_lm_eval():
+    enc = Encoder(tokenizer(True))
+    assert enc.add_bos and enc.bos_token_id == tokenizer(True).bos_token_id
+    it = item(kind="choice", context="Question: What is 12 + 30? Answer: ", choices=("42", "forty-two"), answer=0)
+    e = enc.encode_item(it)
+    assert [r.key for r in e.score] == ["x#0", "x#1"]
+    for req, choice in zip(e.score, it.choices, strict=True):
+        # lm-eval: continuation = delimiter + choice; the context's trailing space moves into it
+        # ("Answer: " + " 42" -> "Answer:" + "  42"); the split is at len(encode(context))
+        ctx_ids = enc.encode("Question: What is 12 + 30? Answer:")
+        whole = enc.encode("Question: What is 12 + 30? Answer:" + "  " + choice)
+        assert req.input_ids[: req.start] == tuple(ctx_ids)
+        assert req.input_ids[req.start:] == tuple(whole[len(ctx_ids):])
+        assert req.input_ids[0] == enc.bos_token_id
+        assert enc.decode(list(req.targets)).strip() == choice
+
+
+def test_text_and_generate_requests_and_truncation():
+    enc = Encoder(tokenizer(True), max_length=16)
+    long = enc.encode_item(item(kind="text", text="The quick brown fox jumps over the lazy dog. " * 5))
+    assert long.truncated and len(long.score[0].input_ids) == 16 and long.score[0].start == 1
+    gen = enc.encode_item(item(kind="generate", prompt="word " * 30, expected="x", max_new_tokens=6))
+    assert gen.truncated and len(gen.generate.prompt_ids) == 10  # left-truncated to leave room for 6 tokens
+    assert gen.generate.stop_ids == (tokenizer(True).eos_token_id,)
+    with pytest.raises(InputError, match="mem:1: max_new_tokens: 20 leaves no room"):
+        enc.encode_item(item(kind="generate", prompt="p", expected="x", max_new_tokens=20))
+    # a long context is cut from the left, the answer survives
+    ch = enc.encode_item(item(kind="choice", context="context words " * 20, choices=("yes", "no"), answer=0))
+    assert ch.truncated and all(len(r.input_ids) <= 16 and r.n_rows >= 1 for r in ch.score)
+
+
+def test_tokenizer_without_bos_gets_lm_evals_prefix_token():
+    tok = tokenizer(False)
+    enc = Encoder(tok)
+    assert not enc.add_bos
+    assert enc.prefix_id == tok.bos_token_id  # the vocabulary still has a BOS token: lm-eval's prefix token
+    text = enc.encode_item(item(kind="text", text="hello world"))
+    assert text.score[0].input_ids[0] == enc.prefix_id and text.score[0].start == 1
+    ch = enc.encode_item(item(kind="choice", context="", choices=("Paris", "Rome"), answer=0))
+    assert ch.score[0].input_ids[0] == enc.prefix_id and ch.score[0].start == 1
+    # different BOS behaviour = a different tokenizer for the cache key
+    assert enc.fingerprint() != Encoder(tokenizer(True)).fingerprint()
+    assert Encoder(tokenizer(True)).fingerprint() == Encoder(tokenizer(True)).fingerprint()

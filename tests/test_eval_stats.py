@@ -1,0 +1,71 @@
+"""Statistics against hand-computed / published values (no scipy on this machine)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from qcheck.eval import stats
+
+
+def test_wilson_known_values():
+    # p̂ = 0.5, n = 10, z = 1.959964: centre 0.5, half = z/(1+z²/n)·sqrt(0.025 + z²/400) = 0.2634
+    iv = stats.wilson(5, 10)
+    assert iv.low == pytest.approx(0.236593, abs=1e-5)
+    assert iv.high == pytest.approx(0.763407, abs=1e-5)
+    # 0 successes of 20: the upper bound is z²/(n+z²) = 3.8415/23.8415 = 0.16113
+    iv = stats.wilson(0, 20)
+    assert iv.low == 0.0
+    assert iv.high == pytest.approx(0.161125, abs=1e-5)
+    # 95 of 100 (a standard textbook case): [0.8882, 0.9785]
+    iv = stats.wilson(95, 100)
+    assert (round(iv.low, 4), round(iv.high, 4)) == (0.8882, 0.9785)
+
+
+def test_mcnemar_exact_known_values():
+    # b=0, c=5: p = 2·(1/2)^5 = 0.0625
+    assert stats.mcnemar_exact(0, 5) == pytest.approx(0.0625)
+    # b=2, c=8: 2·P(X<=2), X~Bin(10,.5) = 2·(1+10+45)/1024 = 0.109375
+    assert stats.mcnemar_exact(2, 8) == pytest.approx(0.109375)
+    assert stats.mcnemar_exact(8, 2) == pytest.approx(0.109375)
+    # symmetric / no discordant pairs
+    assert stats.mcnemar_exact(5, 5) == 1.0
+    assert stats.mcnemar_exact(0, 0) == 1.0
+    # large n stays exact in log space: b=40, c=60 -> 2·P(X<=40), X~Bin(100,.5)
+    exact = 2 * sum(math.comb(100, k) for k in range(41)) / 2**100
+    assert stats.mcnemar_exact(40, 60) == pytest.approx(exact, rel=1e-9)
+
+
+def test_paired_delta_and_mde():
+    delta, iv = stats.paired_accuracy_delta(b=10, c=4, n=100)
+    assert delta == pytest.approx(-0.06)
+    se = math.sqrt(14 - 36 / 100) / 100
+    assert iv.low == pytest.approx(-0.06 - 1.959964 * se, abs=1e-6)
+    assert iv.high == pytest.approx(-0.06 + 1.959964 * se, abs=1e-6)
+    # research evals.md §2 example: ρ_d = 0.10, m = 1000 -> δ* ≈ 2.8 pp
+    assert stats.paired_mde(0.10, 1000) == pytest.approx(0.0280, abs=2e-4)
+
+
+def test_cluster_bootstrap_is_seeded_and_clusters_matter():
+    rng = np.random.default_rng(0)
+    # 20 documents, each with a document-level offset: tokens inside one document are correlated
+    docs = np.repeat(np.arange(20), 50)
+    values = rng.normal(0, 0.1, docs.size) + rng.normal(0, 1.0, 20)[docs]
+    a = stats.cluster_bootstrap_mean(values, docs, n_boot=500, seed=7)
+    b = stats.cluster_bootstrap_mean(values, docs, n_boot=500, seed=7)
+    assert (a.low, a.high) == (b.low, b.high)
+    assert a.low < values.mean() < a.high
+    # treating every token as its own cluster (i.i.d.) gives a much narrower, over-confident interval
+    iid = stats.cluster_bootstrap_mean(values, np.arange(values.size), n_boot=500, seed=7)
+    assert (iid.high - iid.low) < 0.5 * (a.high - a.low)
+
+
+def test_paired_bootstrap_ratio_brackets_recovery():
+    ref = np.array([1] * 80 + [0] * 20, dtype=float)
+    cand = ref.copy()
+    cand[:8] = 0  # 8 C->I flips: recovery 72/80 = 0.9
+    iv = stats.paired_bootstrap_ratio(cand, ref, n_boot=1000, seed=1)
+    assert iv.low < 0.9 < iv.high
+    assert iv.high <= 1.0 + 1e-12
