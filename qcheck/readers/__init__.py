@@ -53,7 +53,21 @@ def looks_like_repo_id(target: str) -> bool:
 
 
 def load_checkpoint(target: str, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
-    """Read the checkpoint at a local file or directory, or a Hub repo id, headers only."""
+    """Read the checkpoint at a local file or directory, or a Hub repo id, headers only.
+
+    Running out of memory on a header within the limits (a bloated header under a small memory cap:
+    ~1 KB per safetensors entry, ~0.5 KB per GGUF tensor) is an InputError naming the limits to lower,
+    not an internal error.
+    """
+    try:
+        return _load_checkpoint(target, limits)
+    except MemoryError:
+        raise InputError("ran out of memory reading the headers (a bloated header?); lower the bounds with "
+                         "--limit max_tensors=N, max_safetensors_header=N or max_header_bytes=N, or give qcheck "
+                         "more memory", path=target) from None
+
+
+def _load_checkpoint(target: str, limits: Limits) -> Checkpoint:
     if not target:
         raise InputError("empty path")
     if os.path.isdir(target):

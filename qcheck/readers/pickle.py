@@ -43,11 +43,15 @@ WARNING = "pickle checkpoint: not statically verifiable, never unpickled"
 MAX_STACK = 1_000_000
 #: first read of a legacy/raw pickle stream; grows x4 while the walk runs off its end
 FIRST_PICKLE_READ = 1 << 20
-#: opcodes walked per pickle (~1 M/s): a state dict needs ~25 per tensor, so this covers 400k tensors and
-#: caps a hostile stream of cheap opcodes at seconds, not minutes
-MAX_OPS = 10_000_000
+#: opcodes walked per file, all its pickles, re-reads and zip entries together (~0.5-1 M/s): a state dict
+#: needs ~32 per tensor, so this covers ~30k tensors and caps a hostile stream of cheap opcodes near a
+#: second. (It was per pickle: a 200 KB zip of 20 deflated ``data.pkl`` entries then cost minutes.)
+MAX_OPS = 1_000_000
+#: opcodes ``looks_like_pickle`` walks looking for STOP before it calls a stream that parses a pickle
+SNIFF_OPS = 65_536
 MAX_GLOBALS = 10_000
-#: zip entries that are not ``*.pkl`` but small enough to check for hidden pickle code
+#: zip entries that are not ``*.pkl`` but small enough to check for hidden pickle code; also the bytes
+#: of all such entries of one file together (real torch side entries are a few bytes each)
 MAX_SIDE_ENTRY = 1_000_000
 
 _STORAGE = re.compile(r"[A-Za-z0-9_]*Storage")
@@ -61,6 +65,15 @@ _STRING_OPS = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE"
                "BINUNICODE8"}
 _GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
 _PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
+
+
+class _Budget:
+    """Opcodes left for one file's scan (shared by every walk of it)."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        self.ops = MAX_OPS
 
 
 class _Unknown:
@@ -108,8 +121,8 @@ def looks_like_pickle(head: bytes) -> bool:
     if not head or chr(head[0]) not in _FIRST_OPCODES:
         return False
     try:
-        for opcode, _arg, _pos in pickletools.genops(io.BytesIO(head)):
-            if opcode.name == "STOP":
+        for count, (opcode, _arg, _pos) in enumerate(pickletools.genops(io.BytesIO(head))):
+            if opcode.name == "STOP" or count >= SNIFF_OPS:  # that many well-formed opcodes: a pickle
                 return True
     except Exception:
         return False
@@ -130,13 +143,14 @@ def scan_pickle(source: ByteSource, limits: Limits = DEFAULT_LIMITS) -> PickleSc
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         return _scan_zip(source, limits)
     legacy = head.startswith(LEGACY_MAGIC)
+    budget = _Budget()
     want = min(FIRST_PICKLE_READ, limits.max_pickle_bytes)
     while True:
         data = source.read_at(0, want)
         at_end = len(data) < want or (source.size is not None and len(data) >= source.size)
         scan = PickleScan(format="legacy" if legacy else "raw")
         ran_out = _walk_stream(data, scan, max_pickles=LEGACY_PICKLES if legacy else 16, where=source.name,
-                               strict=legacy)
+                               strict=legacy, budget=budget)
         if not ran_out or at_end:
             return scan
         if want >= limits.max_pickle_bytes:
@@ -150,12 +164,14 @@ def scan_pickle(source: ByteSource, limits: Limits = DEFAULT_LIMITS) -> PickleSc
 # --- opcode walk -------------------------------------------------------------------------------------
 
 
-def _walk_stream(data: bytes, scan: PickleScan, *, max_pickles: int, where: str, strict: bool) -> bool:
+def _walk_stream(data: bytes, scan: PickleScan, *, max_pickles: int, where: str, strict: bool,
+                 budget: _Budget | None = None) -> bool:
     """Walk consecutive pickles in ``data``. ``strict``: the first ``max_pickles`` must all be there.
 
     Returns True when a walk stopped at the end of ``data`` (more bytes might complete it).
     """
     stream = io.BytesIO(data)
+    budget = budget or _Budget()
     for index in range(max_pickles):
         if stream.tell() >= len(data):
             if strict:
@@ -164,7 +180,7 @@ def _walk_stream(data: bytes, scan: PickleScan, *, max_pickles: int, where: str,
             return strict
         start = stream.tell()
         ok = _walk_one(stream, scan, where=f"{where} (pickle {index + 1} at byte {start})", quiet=index > 0
-                       and not strict)
+                       and not strict, budget=budget)
         if not ok:
             if index == 0 or strict:
                 scan.complete = False
@@ -172,16 +188,17 @@ def _walk_stream(data: bytes, scan: PickleScan, *, max_pickles: int, where: str,
     return False
 
 
-def _walk_one(stream: io.BytesIO, scan: PickleScan, *, where: str, quiet: bool) -> bool:
+def _walk_one(stream: io.BytesIO, scan: PickleScan, *, where: str, quiet: bool, budget: _Budget) -> bool:
     """Walk one pickle to its STOP, recording globals. False if it could not be walked to the end."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     memo_count = 0
     found: list[str] = []
     try:
-        for count, (opcode, arg, _pos) in enumerate(pickletools.genops(stream)):
-            if count >= MAX_OPS:
-                raise ValueError(f"more than {MAX_OPS} opcodes; the rest was not walked")
+        for opcode, arg, _pos in pickletools.genops(stream):
+            if budget.ops <= 0:
+                raise ValueError(f"more than {MAX_OPS} opcodes in this file; the rest was not walked")
+            budget.ops -= 1
             name = opcode.name
             if name in ("GLOBAL", "INST"):
                 module, _, attr = str(arg).partition(" ")
@@ -403,23 +420,46 @@ def _scan_zip(source: ByteSource, limits: Limits) -> PickleScan:
             scan.problems.append(f"{source.name}: zip entry {info.filename!r} appears twice (readers disagree "
                                  "on which one is used)")
         seen.add(info.filename)
-    for info in pickles:
-        data = _read_entry(source, info, scan, limits.max_pickle_bytes)
+    budget = _Budget()
+    pickle_bytes = limits.max_pickle_bytes  # for all the *.pkl entries together
+    for done, info in enumerate(pickles):
+        if budget.ops <= 0:  # nothing more can be walked: do not read or inflate the rest
+            scan.problems.append(f"{source.name}: {len(pickles) - done} more .pkl entries not scanned (opcode "
+                                 "budget spent)")
+            scan.complete = False
+            break
+        if info.file_size > pickle_bytes and pickle_bytes < limits.max_pickle_bytes:
+            scan.problems.append(f"{source.name}:{info.filename}: not scanned: the pickles of this file hold more "
+                                 f"than {limits.max_pickle_bytes} bytes in all (limit max_pickle_bytes)")
+            scan.complete = False
+            continue
+        data = _read_entry(source, info, scan, pickle_bytes)
         if data is None:
             scan.complete = False
             continue
-        _walk_stream(data, scan, max_pickles=1, where=f"{source.name}:{info.filename}", strict=True)
+        pickle_bytes -= len(data)
+        _walk_stream(data, scan, max_pickles=1, where=f"{source.name}:{info.filename}", strict=True, budget=budget)
+    side_bytes = MAX_SIDE_ENTRY  # for all the side entries together
+    unchecked = 0
     for info in infos:
         if info.filename.endswith(".pkl"):
             continue
-        data = _read_entry(source, info, PickleScan(format="zip"), MAX_SIDE_ENTRY)
+        if info.file_size > side_bytes:
+            unchecked += 1
+            continue
+        side_bytes -= info.file_size  # the declared size bounds the read and the inflation
+        data = _read_entry(source, info, PickleScan(format="zip"), info.file_size)
         if data and looks_like_pickle(data):
             hidden = PickleScan(format="zip")
-            _walk_stream(data, hidden, max_pickles=1, where=info.filename, strict=False)
+            _walk_stream(data, hidden, max_pickles=1, where=info.filename, strict=False, budget=budget)
             if hidden.globals:
                 scan.problems.append(f"{source.name}: entry {info.filename!r} is not a .pkl but holds pickle "
                                      f"code importing {', '.join(hidden.globals[:5])}")
                 _record(scan, hidden.globals)
+    if unchecked:
+        scan.problems.append(f"{source.name}: {unchecked} zip entries not checked for hidden pickle code (over "
+                             f"the {MAX_SIDE_ENTRY}-byte budget for side entries)")
+        scan.complete = False
     return scan
 
 
