@@ -1,0 +1,789 @@
+"""An OpenAI-compatible HTTP endpoint as an eval candidate: vLLM, SGLang, llama-cpp-python's server, llama.cpp's
+llama-server, Ollama, hosted providers (research evals.md §5).
+
+Why: the number that matters is the one from the engine a user will deploy, with its kernels. Servers return
+at most the top-k log-probs per position, so KL divergence is the exact *lower bound* of the bucketed partition
+{candidate's top-k} ∪ {rest} (research evals.md §5.7; computed by ``qcheck.eval.metrics``), labelled as such.
+
+How a candidate is scored, in the order the capability probe tries them (``mode``):
+
+``prompt_logprobs``  vLLM: ``/v1/completions`` with token ids and ``prompt_logprobs: k`` (keys are token ids).
+``sglang``           SGLang's native ``/generate`` with ``input_ids``, ``logprob_start_len: 0``,
+                     ``top_logprobs_num: k``.
+``echo``             OpenAI legacy ``echo: true, logprobs: k`` (vLLM, Together, llama-cpp-python's server);
+                     token ids when the server takes them, else text re-tokenised by the server and checked
+                     token by token against the reference's ids with the server's tokenize endpoint (and the
+                     echoed token count), refusing to compare at the first divergence.
+``generate``         The server refuses prompt log-probs (Groq: HTTP 400 on ``logprobs``; llama-server and
+                     Ollama: no echo): only generation-based metrics (greedy agreement, task accuracy, flips)
+                     are reported, said in one note, and no KL divergence at all.
+
+Requests run concurrently (``concurrency``), are retried with backoff on 429/5xx/timeouts
+(``qcheck.eval.runners.http``), and every finished request is appended to a resume file keyed by the
+candidate's configuration, so an interrupted run restarts where it stopped. The API key is read from the
+environment variable named by ``api_key_env`` and never printed.
+
+Candidates are given as ``--endpoint NAME=URL`` (CLI) or ``NAME=endpoint:URL#model=M&api_key_env=VAR&...``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from qcheck.errors import InputError, UsageError
+from qcheck.eval.runners.base import (
+    Capabilities,
+    GenerateRequest,
+    Generation,
+    ScoreRequest,
+    TokenScores,
+    VocabInfo,
+)
+from qcheck.eval.runners.http import (
+    RETRY_STATUSES,
+    EndpointError,
+    HttpClient,
+    ResumeState,
+    env_secret,
+    fan_out,
+    state_path,
+)
+
+MODES = ("auto", "prompt_logprobs", "sglang", "echo", "generate")
+FLAVOURS = ("auto", "vllm", "sglang", "llama-cpp-python", "llama-server", "ollama", "openai")
+#: ``owned_by`` of ``GET /v1/models`` -> server flavour
+OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama-cpp-python", "llamacpp": "llama-server",
+          "library": "ollama", "ollama": "ollama"}
+#: probe order of log-prob modes per flavour (the generation fallback always comes last)
+MODE_ORDER = {
+    "vllm": ("prompt_logprobs", "echo"),
+    "sglang": ("sglang", "echo"),
+    "llama-cpp-python": ("echo",),
+    "llama-server": ("echo",),
+    "ollama": ("echo",),
+    "openai": ("echo", "prompt_logprobs"),
+}
+#: a 500 from a probe is usually a refusal in disguise (llama-server "Only no echo is supported",
+#: llama-cpp-python's validation errors), so probes only retry what is clearly transient
+PROBE_RETRY = RETRY_STATUSES - {500}
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+MAX_TOP_K = 1000
+
+
+@dataclass
+class EndpointOptions:
+    """How to reach and query one endpoint candidate; every field can be set in the target's ``#fragment``."""
+
+    url: str
+    model: str | None = None
+    api_key_env: str | None = None
+    mode: str = "auto"
+    flavour: str = "auto"
+    top_k: int = 20
+    concurrency: int = 4
+    timeout: float = 120.0
+    retries: int = 5
+    backoff: float = 0.5
+    resume: bool = True
+    state_dir: str | None = None
+
+    @classmethod
+    def parse(cls, target: str, **overrides: Any) -> EndpointOptions:
+        """``URL[#key=value&...]`` plus keyword overrides (CLI flags win over the fragment)."""
+        url, _, fragment = target.partition("#")
+        values: dict[str, Any] = {"url": url.strip()}
+        known = {f.name: f for f in fields(cls)}
+        for key, raw in parse_qsl(fragment, keep_blank_values=True):
+            if key not in known or key == "url":
+                raise UsageError(f"endpoint option {key!r} is unknown; known: "
+                                 f"{', '.join(k for k in known if k != 'url')}")
+            values[key] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        opts = cls(**values)
+        opts._coerce()
+        return opts
+
+    def _coerce(self) -> None:
+        try:
+            self.top_k = int(self.top_k)
+            self.concurrency = int(self.concurrency)
+            self.retries = int(self.retries)
+            self.timeout = float(self.timeout)
+            self.backoff = float(self.backoff)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"endpoint option: {exc}") from None
+        if isinstance(self.resume, str):
+            self.resume = self.resume.strip().lower() not in ("0", "false", "no", "off")
+        if self.mode not in MODES:
+            raise UsageError(f"endpoint mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.flavour not in FLAVOURS:
+            raise UsageError(f"endpoint flavour {self.flavour!r}; use one of {', '.join(FLAVOURS)}")
+        if not 1 <= self.top_k <= MAX_TOP_K:
+            raise UsageError(f"endpoint top_k must be 1..{MAX_TOP_K}")
+        if not 1 <= self.concurrency <= 256:
+            raise UsageError("endpoint concurrency must be 1..256")
+        if not self.url.startswith(("http://", "https://")):
+            raise UsageError(f"endpoint URL {self.url!r} must start with http:// or https://")
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[:-3]
+
+
+class _Unsupported(Exception):
+    """A probe found that the server cannot do this mode (the reason is the message)."""
+
+
+class TokenStrings:
+    """Map the *strings* some servers key their top-k by (llama-cpp-python, OpenAI legacy echo) back to ids.
+
+    A string is used only when exactly one id of the reference vocabulary decodes to it; ambiguous entries
+    (partial UTF-8 bytes, special tokens) are left out of the top-k set, which keeps the bucketed KL a valid
+    lower bound (a coarser partition), and a row whose top-1 is ambiguous counts as a top-1 disagreement.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int):
+        self.tok = tokenizer
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        self.strings: list[str] = []
+        counts: dict[str, list[int]] = {}
+        for i in range(vocab_size):
+            s = "" if i in special else self._decode_one(i)
+            self.strings.append(s)
+            counts.setdefault(s, []).append(i)
+        self.unique = {s: ids[0] for s, ids in counts.items() if len(ids) == 1}
+
+    def _decode_one(self, i: int) -> str:
+        try:
+            s = self.tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        except (TypeError, ValueError, OverflowError):
+            return ""
+        piece = self.tok.convert_ids_to_tokens(i)
+        if isinstance(piece, str) and piece.startswith("▁") and not s.startswith(" "):
+            s = " " + s  # SentencePiece: llama.cpp keeps the word-initial space inside a sentence
+        return s.replace("\ufffd", "")
+
+    def resolve(self, key: str) -> int | None:
+        if key.startswith("token_id:"):
+            try:
+                return int(key[9:])
+            except ValueError:
+                return None
+        return self.unique.get(key)
+
+
+@dataclass
+class _Row:
+    target: float  # NaN when the server did not return this position
+    topk: list[tuple[int, float]]  # resolved (id, log-prob), most likely first
+    greedy: int  # -1 when the top-1 could not be resolved to an id
+
+
+class EndpointRunner:
+    """The runner protocol over an HTTP endpoint (see the module docstring)."""
+
+    def __init__(self, name: str, options: EndpointOptions, tokenizer: Any, reference: VocabInfo,
+                 client: HttpClient | None = None):
+        self.name = name
+        self.opts = options
+        self.tok = tokenizer
+        self.reference = reference
+        self._notes: list[str] = []
+        self.client = client or HttpClient(options.url, api_key=env_secret(options.api_key_env),
+                                           timeout=options.timeout, retries=options.retries,
+                                           backoff=options.backoff)
+        self._strings: TokenStrings | None = None
+        self._text_keys: set[str] = set()
+        self._verified: set[tuple[int, ...]] = set()
+        self.missing_rows = 0
+        self.unresolved_top1 = 0
+        self.lossy_generations = 0
+        self.string_mismatches = 0
+        self.flavour, self.model = self._discover()
+        self.tokenize_path, self.server_adds_bos = self._find_tokenizer()
+        self.mode, self.prompt_format, self.fallback_reason = self._probe()
+        has_lp = self.mode != "generate"
+        self.capabilities = Capabilities(has_full_logprobs=False, has_prompt_logprobs=has_lp, can_generate=True,
+                                         top_k=options.top_k if has_lp else None)
+        self.backend = f"openai:{self.flavour}" + ("" if has_lp else " (generation only)")
+        self.state = ResumeState(self._state_file())
+        if has_lp:
+            self._notes.append(f"endpoint {self.flavour} at {options.url}, model {self.model!r}: prompt log-probs via "
+                              f"{self.mode} ({self.prompt_format} prompts), top-{options.top_k}; KL divergence is "
+                              "the bucketed lower bound")
+        else:
+            self._notes.append(f"endpoint {self.flavour} at {options.url} returns no prompt log-probs "
+                              f"({self.fallback_reason}); only generation metrics (greedy agreement, task accuracy, "
+                              "flips) are reported, no KL divergence")
+        if self.state.loaded:
+            self._notes.append(f"resumed: {self.state.loaded} request(s) reused from {self.state.path}")
+
+    # ------------------------------------------------------------------ discovery
+    def _discover(self) -> tuple[str, str]:
+        flavour = self.opts.flavour
+        model = self.opts.model
+        listed: list[dict[str, Any]] = []
+        try:
+            data = self.client.get("/v1/models", retry_statuses=PROBE_RETRY)
+            listed = [m for m in (data.get("data") or []) if isinstance(m, dict)] if isinstance(data, dict) else []
+        except EndpointError as exc:
+            if exc.status in (401, 403):
+                raise EndpointError(f"endpoint {self.opts.url} refused the credentials (HTTP {exc.status}); "
+                                    f"set --api-key-env to the variable holding the key", status=exc.status) from None
+            if exc.status is None:
+                raise
+        if flavour == "auto":
+            owner = str(listed[0].get("owned_by", "")).lower() if listed else ""
+            flavour = OWNERS.get(owner, "openai")
+        if not model:
+            if not listed:
+                raise UsageError(f"endpoint {self.opts.url} lists no models; pass --endpoint-model")
+            model = str(listed[0].get("id"))
+        elif listed and model not in {str(m.get("id")) for m in listed}:
+            ids = ", ".join(str(m.get("id")) for m in listed[:5])
+            raise UsageError(f"endpoint {self.opts.url} does not serve model {model!r} (it lists: {ids})")
+        return flavour, model
+
+    def _find_tokenizer(self) -> tuple[str | None, bool | None]:
+        """The server's tokenize endpoint (path) and whether it prepends BOS, if it has one."""
+        candidates = {
+            "llama-cpp-python": ["/extras/tokenize"],
+            "vllm": ["/tokenize"],
+            "llama-server": ["/tokenize"],
+        }.get(self.flavour, ["/tokenize", "/extras/tokenize"])
+        for path in candidates:
+            try:
+                tokens = self._tokenize_at(path, PROBE_TEXT)
+            except (EndpointError, _Unsupported):
+                continue
+            bos = self.reference.bos_token_id
+            return path, bool(tokens and bos is not None and tokens[0] == bos)
+        return None, None
+
+    def _tokenize_at(self, path: str, text: str) -> list[int]:
+        if path == "/extras/tokenize":
+            body: dict[str, Any] = {"input": text, "model": self.model}
+        elif self.flavour == "llama-server":
+            body = {"content": text, "add_special": True, "parse_special": True}
+        else:
+            body = {"model": self.model, "prompt": text, "add_special_tokens": True}
+        data = self.client.post(path, body, retry_statuses=PROBE_RETRY)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise _Unsupported(f"{path} returned no token ids")
+        return tokens
+
+    def _probe(self) -> tuple[str, str, str | None]:
+        """(mode, prompt format "ids"|"text", why log-probs are unavailable) from real requests."""
+        probe_ids = tuple(self.tok(PROBE_TEXT, add_special_tokens=True)["input_ids"])
+        req = ScoreRequest(key="qcheck-probe", input_ids=probe_ids, start=max(1, len(probe_ids) // 2))
+        order = MODE_ORDER.get(self.flavour, MODE_ORDER["openai"]) if self.opts.mode == "auto" else \
+            ((self.opts.mode,) if self.opts.mode != "generate" else ())
+        reasons: list[str] = []
+        for mode in order:
+            formats = ["ids"] if mode == "sglang" else \
+                (["text"] if self.flavour == "llama-cpp-python" else ["ids", "text"])
+            for fmt in formats:
+                if fmt == "text" and self.tokenize_path is None:
+                    reasons.append(f"{mode}: text prompts need the server's tokenize endpoint to check alignment")
+                    continue
+                try:
+                    rows = self._score_one(req, mode, fmt, probe=True)
+                except _Unsupported as exc:
+                    reasons.append(f"{mode}/{fmt}: {exc}")
+                    continue
+                except EndpointError as exc:
+                    if exc.status is None or exc.status in (401, 403) or exc.status in PROBE_RETRY:
+                        raise  # unreachable, unauthorised or failing after retries: not a refusal of this mode
+                    reasons.append(f"{mode}/{fmt}: HTTP {exc.status}: {exc.body[:160]}")
+                    continue
+                if any(not math.isnan(r.target) for r in rows):
+                    return mode, fmt, None
+                reasons.append(f"{mode}/{fmt}: no log-probs in the response")
+        if self.opts.mode not in ("auto", "generate"):
+            raise EndpointError(f"endpoint {self.opts.url} cannot do mode {self.opts.mode}: {'; '.join(reasons)}")
+        fmt = "ids" if self.flavour in ("vllm", "sglang") else ("text" if self.tokenize_path else "ids")
+        gen = GenerateRequest(key="qcheck-probe", prompt_ids=probe_ids, max_new_tokens=1)
+        try:
+            try:
+                self._generate_one(gen, fmt)
+            except (EndpointError, _Unsupported):
+                if fmt == "text":
+                    raise
+                fmt = "text"
+                self._generate_one(gen, fmt)
+        except _Unsupported as exc:
+            raise EndpointError(f"endpoint {self.opts.url}: no usable completion ({exc}); "
+                                f"log-probs: {'; '.join(reasons)}") from None
+        reason = reasons[0] if reasons else "mode generate requested"
+        if fmt == "text" and self.tokenize_path is None:
+            self._notes.append("prompts are sent as text and the server has no tokenize endpoint, so its tokens "
+                               "could not be checked against the reference's; generation metrics compare text")
+        return "generate", fmt, reason
+
+    def _state_file(self) -> Path | None:
+        if not self.opts.resume:
+            return None
+        from qcheck.eval.cache import default_cache_dir
+
+        root = Path(self.opts.state_dir) if self.opts.state_dir else default_cache_dir() / "eval" / "endpoints"
+        config = {"url": self.opts.url, "model": self.model, "mode": self.mode, "format": self.prompt_format,
+                  "top_k": self.opts.top_k, "flavour": self.flavour, "state": 1}
+        return state_path(root, config)
+
+    # ------------------------------------------------------------------ prompts and alignment
+    def strings(self) -> TokenStrings:
+        if self._strings is None:
+            self._strings = TokenStrings(self.tok, self.reference.vocab_size)
+        return self._strings
+
+    def _text_for(self, ids: tuple[int, ...]) -> str:
+        """The prompt text whose server-side tokenisation should be exactly ``ids`` (checked before use)."""
+        bos = self.reference.bos_token_id
+        body = ids
+        if self.server_adds_bos is None and ids and ids[0] == bos:
+            body = ids[1:]  # unknown (no tokenize endpoint): servers commonly prepend BOS themselves
+        elif self.server_adds_bos:
+            if not ids or ids[0] != bos:
+                raise InputError("the endpoint always prepends BOS but this request does not start with it; "
+                                 "the token sequences cannot match", where=f"candidate {self.name}")
+            body = ids[1:]
+        return self.tok.decode(list(body), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _verify_text(self, ids: tuple[int, ...], text: str, key: str) -> None:
+        if ids in self._verified or self.tokenize_path is None:
+            return
+        got = self._tokenize_at(self.tokenize_path, text)
+        diverge = _first_divergence(ids, got)
+        if diverge is not None:
+            raise InputError(_divergence_message(ids, got, diverge, self.strings()),
+                             where=f"candidate {self.name}, request {key}")
+        self._verified.add(ids)
+
+    # ------------------------------------------------------------------ scoring
+    def _score_one(self, req: ScoreRequest, mode: str, fmt: str, probe: bool = False) -> list[_Row]:
+        ids = tuple(req.input_ids)
+        k = self.opts.top_k
+        retry = PROBE_RETRY if probe else RETRY_STATUSES
+        if mode == "sglang":
+            body: dict[str, Any] = {"input_ids": list(ids), "return_logprob": True, "logprob_start_len": 0,
+                                    "top_logprobs_num": k, "sampling_params": {"max_new_tokens": 0, "temperature": 0}}
+            if self.model:
+                body["model"] = self.model
+            data = self.client.post("/generate", body, retry_statuses=retry)
+            return self._parse_sglang(data, req)
+        prompt: Any = list(ids)
+        if fmt == "text":
+            prompt = self._text_for(ids)
+            self._verify_text(ids, prompt, req.key)
+        body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "top_p": 1, "n": 1,
+                "stream": False}
+        if mode == "prompt_logprobs":
+            body["prompt_logprobs"] = k
+            data = self.client.post("/v1/completions", body, retry_statuses=retry)
+            return self._parse_prompt_logprobs(data, req)
+        body.update({"echo": True, "logprobs": k})
+        if self.flavour == "vllm":
+            body["return_tokens_as_token_ids"] = True  # keys "token_id:N": exact ids instead of strings
+        if self.flavour == "llama-cpp-python":
+            body.update({"repeat_penalty": 1.0, "top_k": 0, "min_p": 0})
+        data = self.client.post("/v1/completions", body, retry_statuses=retry)
+        return self._parse_echo(data, req)
+
+    def _choice(self, data: Any) -> dict[str, Any]:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise _Unsupported("the response has no choices")
+        return choices[0]
+
+    def _parse_prompt_logprobs(self, data: Any, req: ScoreRequest) -> list[_Row]:
+        choice = self._choice(data)
+        plp = choice.get("prompt_logprobs")
+        if not isinstance(plp, list):
+            raise _Unsupported("the response has no prompt_logprobs")
+        ids = req.input_ids
+        returned_ids = choice.get("prompt_token_ids") or (data.get("prompt_token_ids") if isinstance(data, dict)
+                                                          else None)
+        if isinstance(returned_ids, list) and list(returned_ids) != list(ids):
+            at = _first_divergence(ids, returned_ids)
+            raise InputError(_divergence_message(ids, returned_ids, at or 0, self.strings()),
+                             where=f"candidate {self.name}, request {req.key}")
+        if len(plp) != len(ids):
+            raise InputError(f"the endpoint returned {len(plp)} prompt positions for {len(ids)} tokens",
+                             where=f"candidate {self.name}, request {req.key}")
+        rows = []
+        for p in range(req.start, len(ids)):
+            entry = plp[p]
+            if not isinstance(entry, dict):
+                rows.append(_Row(math.nan, [], -1))
+                continue
+            pairs: list[tuple[int, float, int]] = []
+            target = math.nan
+            for key, val in entry.items():
+                tid = _int_key(key)
+                lp, rank = _lp_rank(val)
+                if tid is None or lp is None or not 0 <= tid < self.reference.vocab_size:
+                    continue
+                lp = _logprob(lp, f"candidate {self.name}, request {req.key}, position {p}")
+                if tid == ids[p]:
+                    target = lp
+                if rank is None or rank <= self.opts.top_k:
+                    pairs.append((tid, lp, rank or 0))
+            pairs.sort(key=lambda t: -t[1])
+            rows.append(_Row(target, [(t, v) for t, v, _ in pairs[: self.opts.top_k]],
+                             pairs[0][0] if pairs else -1))
+        return rows
+
+    def _parse_sglang(self, data: Any, req: ScoreRequest) -> list[_Row]:
+        if isinstance(data, list):
+            data = data[0] if data else {}
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("input_token_logprobs"), list):
+            raise _Unsupported("the response has no meta_info.input_token_logprobs")
+        tok_lp = meta["input_token_logprobs"]
+        top_lp = meta.get("input_top_logprobs")
+        if not isinstance(top_lp, list):
+            top_lp = [None] * len(tok_lp)
+        ids = req.input_ids
+        if len(tok_lp) != len(ids):
+            raise InputError(f"the endpoint returned {len(tok_lp)} input positions for {len(ids)} tokens",
+                             where=f"candidate {self.name}, request {req.key}")
+        rows = []
+        for p in range(req.start, len(ids)):
+            entry = tok_lp[p]
+            target = math.nan
+            if isinstance(entry, list) and len(entry) >= 2 and entry[0] is not None:
+                if entry[1] != ids[p]:
+                    got = [e[1] if isinstance(e, list) and len(e) > 1 and isinstance(e[1], int) else -1
+                           for e in tok_lp]
+                    raise InputError(_divergence_message(ids, got, p, self.strings()),
+                                     where=f"candidate {self.name}, request {req.key}")
+                target = _logprob(entry[0], f"candidate {self.name}, request {req.key}, position {p}")
+            tops = top_lp[p] if p < len(top_lp) else None
+            tops = tops if isinstance(tops, list) else []
+            where = f"candidate {self.name}, request {req.key}, position {p}"
+            pairs = sorted(((int(t[1]), _logprob(t[0], where)) for t in tops[: 4 * MAX_TOP_K]
+                            if isinstance(t, list) and len(t) >= 2 and t[0] is not None and isinstance(t[1], int)
+                            and 0 <= t[1] < self.reference.vocab_size), key=lambda t: -t[1])[: self.opts.top_k]
+            rows.append(_Row(target, pairs, pairs[0][0] if pairs else -1))
+        return rows
+
+    def _parse_echo(self, data: Any, req: ScoreRequest) -> list[_Row]:
+        choice = self._choice(data)
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
+            raise _Unsupported("the response has no echoed logprobs")
+        tokens = lp.get("tokens") or []
+        token_lps = lp["token_logprobs"]
+        tops = lp.get("top_logprobs")
+        if not isinstance(tops, list):
+            tops = [None] * len(token_lps)
+        usage = data.get("usage") if isinstance(data, dict) else None
+        n_gen = usage.get("completion_tokens", 1) if isinstance(usage, dict) else 1
+        n_gen = 0 if n_gen == 0 else 1  # max_tokens is 1
+        if not isinstance(tokens, list):
+            tokens = []
+        ids = req.input_ids
+        n_echo = len(token_lps) - n_gen
+        offset = len(ids) - n_echo
+        bos = self.reference.bos_token_id
+        if not (offset == 0 or (offset == 1 and ids and ids[0] == bos)):
+            # the server saw a different token sequence: show where, from the echoed token strings
+            strings = self.strings()
+            expected = [strings.strings[i] for i in ids[(1 if ids and ids[0] == bos else 0):]]
+            got = [str(t) for t in tokens[:n_echo]]
+            at = _first_divergence(expected, got) or 0
+            raise InputError(f"the endpoint echoed {n_echo} prompt tokens where the reference has {len(ids)}; first "
+                             f"divergence at token {at}: reference {expected[at:at + 3]!r}, endpoint "
+                             f"{got[at:at + 3]!r}; refusing to compare different token sequences",
+                             where=f"candidate {self.name}, request {req.key}")
+        strings = self.strings() if not _all_token_id_keys(tops) else None
+        rows = []
+        for p in range(req.start, len(ids)):
+            e = p - offset
+            value = token_lps[e] if 0 <= e < len(token_lps) else None
+            where = f"candidate {self.name}, request {req.key}, position {p}"
+            target = math.nan if value is None else _logprob(value, where)
+            top = tops[e] if 0 <= e < len(tops) else None
+            if strings is not None and 0 <= e < len(tokens) and isinstance(tokens[e], str):
+                named = strings.resolve(tokens[e])
+                if named is not None and named != ids[p]:
+                    # the server renders this token as another token's string: its top-k strings cannot be
+                    # trusted here, so keep only what is known by position (a coarser, still valid, partition)
+                    self.string_mismatches += 1
+                    top = None
+            resolved: dict[int, float] = {}
+            ambiguous = not isinstance(top, dict) or not top  # no (trusted) top-k: the argmax is unknown
+            if isinstance(top, dict):
+                for key, val in list(top.items())[: 4 * MAX_TOP_K]:
+                    if val is None:
+                        continue
+                    val = _logprob(val, where)
+                    tid = strings.resolve(str(key)) if strings is not None else _int_key(key)
+                    if tid is None or not 0 <= tid < self.reference.vocab_size:
+                        ambiguous = True  # its id is unknown, and a string shared by several tokens hides values
+                        continue
+                    resolved[tid] = float(val)
+            if not math.isnan(target):
+                resolved[int(ids[p])] = target  # known by position, whatever its string
+            pairs = sorted(resolved.items(), key=lambda t: -t[1])
+            greedy = -1
+            if pairs:
+                # the top resolved token is the argmax unless an unresolved one could outweigh it: impossible when
+                # nothing was unresolved, or when its probability exceeds all the mass the resolved ones leave
+                rest = 1.0 - sum(math.exp(v) for _, v in pairs)
+                if not ambiguous or math.exp(pairs[0][1]) >= rest:
+                    greedy = pairs[0][0]
+            rows.append(_Row(target, pairs[: self.opts.top_k + 1], greedy))
+        return rows
+
+    def _to_scores(self, req: ScoreRequest, rows: list[_Row]) -> TokenScores:
+        n = req.n_rows
+        if len(rows) != n:
+            raise InputError(f"the endpoint returned {len(rows)} rows for {n} positions",
+                             where=f"candidate {self.name}, request {req.key}")
+        # one width for the request: rows keep their most likely entries (a smaller set keeps a lower bound)
+        width = min((len(r.topk) for r in rows if not math.isnan(r.target)), default=0)
+        ids = np.zeros((n, width), dtype=np.int64)
+        lps = np.zeros((n, width), dtype=np.float32)
+        for i, r in enumerate(rows):
+            for j, (tid, v) in enumerate(r.topk[:width]):
+                ids[i, j], lps[i, j] = tid, v
+        target = np.array([r.target for r in rows], dtype=np.float32)
+        greedy = np.array([r.greedy for r in rows], dtype=np.int64)
+        return TokenScores(target_logprobs=target, topk_ids=ids, topk_logprobs=lps, greedy_ids=greedy)
+
+    # ------------------------------------------------------------------ generation
+    def _generate_one(self, req: GenerateRequest, fmt: str) -> tuple[Generation, bool]:
+        """(greedy continuation, whether its ids had to be re-derived from text that lost tokens)."""
+        ids = tuple(req.prompt_ids)
+        prompt: Any = list(ids)
+        if fmt == "text":
+            prompt = self._text_for(ids)
+            self._verify_text(ids, prompt, req.key)
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": req.max_new_tokens,
+                                "temperature": 0, "top_p": 1, "n": 1, "stream": False}
+        if self.flavour in ("llama-cpp-python", "llama-server"):
+            body.update({"repeat_penalty": 1.0, "top_k": 1, "min_p": 0})
+        if self.flavour == "vllm":
+            body["return_token_ids"] = True
+        data = self.client.post("/v1/completions", body)
+        choice = self._choice(data)
+        text = choice.get("text")
+        if not isinstance(text, str):
+            raise EndpointError(f"endpoint {self.opts.url}: the completion has no text")
+        token_ids = choice.get("token_ids")
+        lossy = False
+        if isinstance(token_ids, list) and all(isinstance(t, int) and 0 <= t < self.reference.vocab_size
+                                               for t in token_ids):
+            new = list(token_ids)
+        else:
+            new = list(self.tok(text, add_special_tokens=False)["input_ids"])
+            usage = data.get("usage") if isinstance(data, dict) else None
+            count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            # the text does not re-tokenise to as many tokens as the server generated (e.g. it dropped a partial
+            # UTF-8 character): the ids below are not the engine's
+            lossy = isinstance(count, int) and count != len(new)
+            if choice.get("finish_reason") == "stop" and req.stop_ids and len(new) < req.max_new_tokens:
+                new.append(req.stop_ids[0])  # the server stopped on end-of-sequence, which the reference records
+        return Generation(token_ids=new[: req.max_new_tokens], text=text), lossy
+
+    # ------------------------------------------------------------------ protocol
+    def vocab(self) -> VocabInfo:
+        """The reference's token space: endpoints do not publish theirs; token alignment is checked per request."""
+        return self.reference
+
+    def _score_rid(self, req: ScoreRequest) -> str:
+        return ResumeState.record_id("score", req.key, tuple(req.input_ids), str(req.start))
+
+    def _gen_rid(self, req: GenerateRequest) -> str:
+        return ResumeState.record_id("gen", req.key, tuple(req.prompt_ids), str(req.max_new_tokens))
+
+    def _fetch_score(self, req: ScoreRequest) -> dict[str, Any]:
+        try:
+            rows = self._score_one(req, self.mode, self.prompt_format)
+        except _Unsupported as exc:  # worked for the probe, not for this request: a malformed answer
+            raise InputError(f"malformed response: {exc}", where=f"candidate {self.name}, request {req.key}") from None
+        return {"t": [None if math.isnan(r.target) else r.target for r in rows],
+                "k": [[[t, v] for t, v in r.topk] for r in rows], "g": [r.greedy for r in rows]}
+
+    def _fetch_gen(self, req: GenerateRequest) -> dict[str, Any]:
+        try:
+            gen, lossy = self._generate_one(req, self.prompt_format)
+        except _Unsupported as exc:
+            raise InputError(f"malformed response: {exc}", where=f"candidate {self.name}, request {req.key}") from None
+        return {"ids": gen.token_ids, "text": gen.text, "lossy": lossy}
+
+    def prefetch(self, encoded: Sequence[Any]) -> None:
+        """Send every request of the run not already in the resume state, ``concurrency`` at a time."""
+        jobs: list[tuple[str, str, Any]] = []
+        for enc in encoded:
+            if enc.item.kind == "text":
+                self._text_keys.update(r.key for r in enc.score)
+            if self.capabilities.has_prompt_logprobs:
+                jobs.extend(("score", self._score_rid(r), r) for r in enc.score)
+            if enc.generate is not None:
+                jobs.append(("gen", self._gen_rid(enc.generate), enc.generate))
+        todo = [j for j in jobs if j[1] not in self.state]
+
+        def work(job: tuple[str, str, Any]) -> Any:
+            kind, _, req = job
+            return self._fetch_score(req) if kind == "score" else self._fetch_gen(req)
+
+        fan_out(work, todo, self.opts.concurrency, lambda job, value: self.state.put(job[1], value))
+
+    def score(self, requests: Sequence[ScoreRequest]) -> Iterator[TokenScores]:
+        if not self.capabilities.has_prompt_logprobs:
+            raise EndpointError(f"endpoint {self.opts.url} returns no prompt log-probs")
+        for req in requests:
+            rid = self._score_rid(req)
+            rec = self.state.get(rid)
+            if rec is None:
+                rec = self._fetch_score(req)
+                self.state.put(rid, rec)
+            rows = [_Row(math.nan if t is None else float(t), [(int(a), float(b)) for a, b in k], int(g))
+                    for t, k, g in zip(rec["t"], rec["k"], rec["g"], strict=True)]
+            missing = [i for i, r in enumerate(rows) if math.isnan(r.target)]
+            if missing:
+                if req.key not in self._text_keys or missing != [0] or req.start != 1:
+                    raise InputError(f"the endpoint returned no log-prob for {len(missing)} scored position(s) "
+                                     f"(first: token {req.start + missing[0]}); this item cannot be scored",
+                                     where=f"candidate {self.name}, request {req.key}")
+                self.missing_rows += 1
+            self.unresolved_top1 += sum(1 for i, r in enumerate(rows) if r.greedy < 0 and i not in missing)
+            yield self._to_scores(req, rows)
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Generation]:
+        for req in requests:
+            rid = self._gen_rid(req)
+            rec = self.state.get(rid)
+            if rec is None:
+                rec = self._fetch_gen(req)
+                self.state.put(rid, rec)
+            if rec.get("lossy"):
+                self.lossy_generations += 1
+            yield Generation(token_ids=[int(t) for t in rec["ids"]], text=rec.get("text"))
+
+    @property
+    def notes(self) -> list[str]:
+        """What the report should say about this candidate (probe outcome, resume, excluded rows, retries)."""
+        out = list(self._notes)
+        if self.missing_rows:
+            out.append(f"{self.missing_rows} position(s), the first token after BOS of text items, are not "
+                              "returned by this server's echo (llama-cpp-python nulls the first echoed token) and "
+                              "are left out of this candidate's token metrics")
+        if self.unresolved_top1:
+            out.append("the server names some top-1 tokens only by an ambiguous string (e.g. a partial UTF-8 "
+                       "byte); top-1 agreement covers the other positions (metrics.top1_positions)")
+        if self.string_mismatches:
+            out.append(f"{self.string_mismatches} position(s): the server printed the actual token as a different "
+                       "token's string, so its top-k there was not used (only the actual token's log-prob)")
+        if self.lossy_generations:
+            out.append(f"{self.lossy_generations} generation(s) came back as text that does not re-tokenise to the "
+                       "number of tokens the server generated (a partial UTF-8 character was dropped); their greedy "
+                       "agreement is counted as a disagreement and may understate the engine")
+        if self.client.retried:
+            out.append(f"{self.client.retried} request(s) were retried (429/5xx/timeouts)")
+        return out
+
+    def close(self) -> None:
+        """Nothing to free: the resume file is appended and flushed as each request finishes."""
+
+
+#: log-probs above this are invalid (float rounding of log 1 aside)
+MAX_LOGPROB = 1e-3
+
+
+def _logprob(value: Any, where: str) -> float:
+    """A server's log-prob as a float, or an InputError: NaN, infinities and positive values are never valid."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"the endpoint returned a log-prob that is not a number ({str(value)[:40]!r})", where=where)
+    v = float(value)
+    if math.isnan(v) or v > MAX_LOGPROB or v == math.inf:
+        raise InputError(f"the endpoint returned an invalid log-prob {v!r}", where=where)
+    return max(v, -1e4)
+
+
+def _int_key(key: Any) -> int | None:
+    if isinstance(key, int):
+        return key
+    text = str(key)
+    if text.startswith("token_id:"):
+        text = text[9:]
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _lp_rank(val: Any) -> tuple[float | None, int | None]:
+    if isinstance(val, (int, float)):
+        return float(val), None
+    if isinstance(val, dict) and isinstance(val.get("logprob"), (int, float)):
+        rank = val.get("rank")
+        return float(val["logprob"]), int(rank) if isinstance(rank, int) else None
+    return None, None
+
+
+def _all_token_id_keys(tops: Sequence[Any]) -> bool:
+    for top in tops:
+        if isinstance(top, dict) and top:
+            return all(str(k).startswith("token_id:") for k in top)
+    return False
+
+
+def _first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _divergence_message(expected: Sequence[int], got: Sequence[int], at: int, strings: TokenStrings) -> str:
+    def show(seq: Sequence[Any]) -> str:
+        part = list(seq[at:at + 3])
+        return ", ".join(f"{t} {strings.strings[t]!r}" if isinstance(t, int) and 0 <= t < len(strings.strings)
+                         else repr(t)[:20] for t in part) or "end"
+
+    return (f"the endpoint tokenises the prompt differently from the reference: first divergence at token {at} "
+            f"of {len(expected)} (reference: {show(expected)}; endpoint: {show(got)}); refusing to compare "
+            "different token sequences")
+
+
+def present_rows(ref: Any, cand: TokenScores, targets: Sequence[int]) -> tuple[Any, TokenScores, np.ndarray]:
+    """Drop positions the candidate could not return (NaN target log-prob) from both sides, paired.
+
+    Only endpoint runners produce such rows (llama-cpp-python's echo omits the first token after BOS); for
+    every other runner this returns its inputs unchanged."""
+    y = np.asarray(targets, dtype=np.int64)
+    keep = ~np.isnan(cand.target_logprobs)
+    if keep.all():
+        return ref, cand, y
+    from dataclasses import replace
+
+    ref_kept = replace(ref, target_logprobs=ref.target_logprobs[keep], argmax=np.asarray(ref.argmax)[keep],
+                       full=None if ref.full is None else ref.full[keep],
+                       topk_ids=None if ref.topk_ids is None else ref.topk_ids[keep],
+                       topk_logprobs=None if ref.topk_logprobs is None else ref.topk_logprobs[keep])
+    cand_kept = TokenScores(target_logprobs=cand.target_logprobs[keep],
+                            full=None if cand.full is None else cand.full[keep],
+                            topk_ids=None if cand.topk_ids is None else cand.topk_ids[keep],
+                            topk_logprobs=None if cand.topk_logprobs is None else cand.topk_logprobs[keep],
+                            greedy_ids=None if cand.greedy_ids is None else np.asarray(cand.greedy_ids)[keep])
+    return ref_kept, cand_kept, y[keep]
+
+
+def build(name: str, target: str, context: Any) -> Any:
+    """The ``endpoint`` backend: ``--candidate NAME=endpoint:URL[#model=M&api_key_env=VAR&top_k=20&...]``."""
+    from qcheck.eval.runners import BuiltRunner
+
+    options = EndpointOptions.parse(target)
+    runner = EndpointRunner(name, options, context.tokenizer, context.reference_vocab)
+    return BuiltRunner(runner=runner, notes=[], quantization=None,
+                       activations="as the serving engine computes them (real engine)")

@@ -1,0 +1,296 @@
+"""HTTP plumbing for endpoint candidates: JSON POST/GET with timeouts, retries with backoff, bounded bodies,
+a secret that never reaches a message, concurrent fan-out, and an append-only resume state file.
+
+Why our own (stdlib ``urllib``) instead of an SDK: an eval run must survive rate limits (429 with
+``Retry-After``), flaky gateways (5xx) and hung sockets, yet stop on a real refusal (400, 401, 404) at once
+with the server's own words; and a run interrupted after N items must restart from item N+1. SDKs either
+hide the status or retry what should not be retried, and none keeps a resume file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from qcheck.errors import RemoteError, UsageError
+
+#: statuses worth another attempt: rate limiting and gateway/server trouble
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: largest JSON body accepted from a server (a full-vocabulary echo of a long prompt stays far below)
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: longest wait honoured from a Retry-After header
+MAX_RETRY_AFTER = 120.0
+#: largest resume state file read back
+MAX_STATE_BYTES = 4 * 1024 * 1024 * 1024
+
+_BEARER_RE = re.compile(r"(?i)(bearer\s+)\S+")
+_KEYLIKE_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{8,}|hf_[A-Za-z0-9]{8,})\b")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class EndpointError(RemoteError):
+    """An endpoint refused or failed a request after every retry (exit code 2)."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Remove the API key (and anything shaped like a bearer token or provider key) from ``text``."""
+    if secret:
+        text = text.replace(secret, "***")
+    text = _BEARER_RE.sub(r"\1***", text)
+    return _KEYLIKE_RE.sub("***", text)
+
+
+def server_message(body: bytes | str) -> str:
+    """The error text of an OpenAI-style error body (``{"error": {"message": ...}}``), else the raw start."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:300]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("detail", obj.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if isinstance(err, list):  # FastAPI validation details
+            err = "; ".join(str(e.get("msg", e)) if isinstance(e, dict) else str(e) for e in err[:3])
+        if err is not None:
+            return " ".join(str(err).split())[:300]
+    return " ".join(text.split())[:300]
+
+
+@dataclass
+class HttpClient:
+    """JSON over HTTP to one base URL, retried with exponential backoff and jitter.
+
+    ``retries`` is the number of *extra* attempts after the first; waits are ``backoff * 2**attempt`` (capped
+    at 30 s, ±25 % jitter), or the server's ``Retry-After`` (capped at ``MAX_RETRY_AFTER``).
+    """
+
+    base_url: str
+    api_key: str | None = None
+    timeout: float = 60.0
+    retries: int = 5
+    backoff: float = 0.5
+    user_agent: str = "qcheck-eval"
+    #: counters for tests, benchmarks and the report
+    requests: int = 0
+    retried: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise UsageError(f"endpoint URL {self.base_url!r} must start with http:// or https://")
+        self.base_url = self.base_url.rstrip("/")
+        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0:
+            raise UsageError("timeout must be positive, retries and backoff not negative")
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def post(self, path: str, body: dict[str, Any], *, retry_statuses: frozenset[int] = RETRY_STATUSES) -> Any:
+        return self._call("POST", path, body, retry_statuses)
+
+    def get(self, path: str, *, retry_statuses: frozenset[int] = RETRY_STATUSES) -> Any:
+        return self._call("GET", path, None, retry_statuses)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None, retry_statuses: frozenset[int]) -> Any:
+        data = json.dumps(body, separators=(",", ":")).encode("utf-8") if body is not None else None
+        attempt = 0
+        while True:
+            wait_s: float | None = None
+            try:
+                return self._once(method, path, data)
+            except urllib.error.HTTPError as exc:
+                raw = _read_bounded(exc, 64 * 1024)
+                status = exc.code
+                message = redact(server_message(raw), self.api_key)
+                if status not in retry_statuses or attempt >= self.retries:
+                    extra = f" after {attempt + 1} attempts" if attempt else ""
+                    raise EndpointError(f"{method} {self.url(path)}: HTTP {status}{extra}: {message}",
+                                        status=status, body=message) from None
+                wait_s = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                if attempt >= self.retries:
+                    raise EndpointError(f"{method} {self.url(path)}: {redact(str(reason), self.api_key)} "
+                                        f"(after {attempt + 1} attempts)") from None
+            with self._lock:
+                self.retried += 1
+            if wait_s is None:
+                wait_s = min(30.0, self.backoff * (2 ** attempt)) * random.uniform(0.75, 1.25)
+            time.sleep(wait_s)
+            attempt += 1
+
+    def _once(self, method: str, path: str, data: bytes | None) -> Any:
+        req = urllib.request.Request(self.url(path), data=data, method=method)
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", self.user_agent)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        with self._lock:
+            self.requests += 1
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # http(s) only: checked in __post_init__
+            raw = _read_bounded(resp, MAX_RESPONSE_BYTES)
+        if len(raw) >= MAX_RESPONSE_BYTES:
+            raise EndpointError(f"{method} {self.url(path)}: response is over {MAX_RESPONSE_BYTES} bytes")
+        try:
+            return json.loads(raw)
+        except RecursionError:
+            raise EndpointError(f"{method} {self.url(path)}: the response JSON is nested too deeply") from None
+        except ValueError:
+            raise EndpointError(f"{method} {self.url(path)}: the response is not JSON "
+                                f"({' '.join(raw[:120].decode('utf-8', 'replace').split())!r})") from None
+
+
+def _read_bounded(resp: Any, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while total < limit:
+            chunk = resp.read(min(1 << 20, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except (OSError, ValueError):
+        pass
+    return b"".join(chunks)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, min(MAX_RETRY_AFTER, float(value)))
+    except ValueError:
+        return None
+
+
+def fan_out(func: Callable[[T], R], items: Iterable[T], concurrency: int,
+            on_result: Callable[[T, R], None]) -> None:
+    """Run ``func`` over ``items`` with ``concurrency`` threads; ``on_result`` is called (in this thread) as
+    each finishes. The first exception stops new work and is raised once the running calls return."""
+    pending_items = list(items)
+    if not pending_items:
+        return
+    if concurrency <= 1:
+        for item in pending_items:
+            on_result(item, func(item))
+        return
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qcheck-endpoint") as pool:
+        it = iter(pending_items)
+        running: dict[Future[R], T] = {}
+        failed: BaseException | None = None
+
+        def submit_next() -> None:
+            item = next(it, None)
+            if item is not None:
+                running[pool.submit(func, item)] = item
+
+        for _ in range(concurrency):
+            submit_next()
+        while running:
+            done, _ = wait(list(running), return_when=FIRST_EXCEPTION)
+            for fut in done:
+                item = running.pop(fut)
+                exc = fut.exception()
+                if exc is not None:
+                    failed = failed or exc
+                    continue
+                on_result(item, fut.result())
+                if failed is None:
+                    submit_next()
+        if failed is not None:
+            raise failed
+
+
+class ResumeState:
+    """Per-request results of one endpoint candidate, appended as JSON lines as they arrive.
+
+    The file name is a hash of the run configuration (endpoint, model, mode, k, prompt format), and every
+    record carries a hash of its request's token ids, so a rerun reuses exactly the requests that are done
+    and identical; a torn last line (the run was killed mid-write) is ignored.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._data: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.loaded = 0
+        if path is not None and path.is_file():
+            size = path.stat().st_size
+            if size > MAX_STATE_BYTES:
+                raise UsageError(f"resume state {path} is {size} bytes, over the {MAX_STATE_BYTES}-byte limit; "
+                                 "delete it or pass --no-resume")
+            with open(path, "rb") as fh:
+                for line in fh:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+                        self._data[rec["id"]] = rec.get("value")
+            self.loaded = len(self._data)
+
+    @staticmethod
+    def record_id(kind: str, key: str, ids: tuple[int, ...], extra: str = "") -> str:
+        h = hashlib.sha256(f"{kind}\0{key}\0{extra}\0".encode() + json.dumps(list(ids)).encode()).hexdigest()
+        return h[:32]
+
+    def get(self, rid: str) -> Any:
+        return self._data.get(rid)
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self._data
+
+    def put(self, rid: str, value: Any) -> None:
+        with self._lock:
+            self._data[rid] = value
+            if self.path is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"id": rid, "value": value}, separators=(",", ":")) + "\n")
+                fh.flush()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def state_path(root: Path, config: dict[str, Any]) -> Path:
+    """``<root>/endpoint-<hash of config>.jsonl``: one resume file per distinct candidate configuration."""
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return root / f"endpoint-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.jsonl"
+
+
+def env_secret(var: str | None) -> str | None:
+    """The API key from environment variable ``var``; a usage error (naming the variable only) when unset."""
+    if not var:
+        return None
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var):
+        raise UsageError(f"--api-key-env {var!r} is not an environment variable name")
+    value = os.environ.get(var)
+    if not value:
+        raise UsageError(f"--api-key-env {var}: the environment variable is not set")
+    return value.strip()

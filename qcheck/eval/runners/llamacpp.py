@@ -1,0 +1,193 @@
+"""A GGUF scored by llama.cpp's own CPU/GPU kernels, in process, through llama-cpp-python.
+
+Why: simulated dequantisation shows what the *weights* lost; llama.cpp also quantises activations for its
+integer dot products (e.g. ``Q8_K``/``Q8_0`` activation blocks on CPU), fuses ops and accumulates in its own
+order. This runner returns the engine's own full-vocabulary logits (``logits_all=True``, research evals.md
+§1.7 item 2), so KL divergence against the reference is exact, not a top-k bound.
+
+Install: ``pip install 'qcheck[llamacpp]'``. Candidates are given as ``--candidate [NAME=]llamacpp:PATH.gguf``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qcheck.errors import InputError, QcheckError, require
+from qcheck.eval.runners.base import (
+    Capabilities,
+    GenerateRequest,
+    Generation,
+    ScoreRequest,
+    TokenScores,
+    VocabInfo,
+)
+
+PREFIX = "llamacpp:"
+#: extra context beyond the longest request (the harness truncates items to --max-length)
+CTX_MARGIN = 8
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float64, returned as float32 (what the reference runner returns)."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    z = x - m
+    return (z - np.log(np.exp(z).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def first_divergence(expected: Sequence[int], got: Sequence[int]) -> int | None:
+    """Index of the first differing token (or the shorter length), None when equal."""
+    for i, (a, b) in enumerate(zip(expected, got, strict=False)):
+        if a != b:
+            return i
+    return None if len(expected) == len(got) else min(len(expected), len(got))
+
+
+class LlamaCppRunner:
+    """The runner protocol over a ``llama_cpp.Llama`` built with ``logits_all=True``: full rows, greedy."""
+
+    capabilities = Capabilities(has_full_logprobs=True, has_prompt_logprobs=True, can_generate=True)
+
+    def __init__(self, path: str, name: str, *, n_ctx: int = 2048, n_threads: int | None = None,
+                 n_gpu_layers: int = 0, seed: int = 0):
+        llama_cpp = require("llama_cpp", "llamacpp", "the llama.cpp candidate backend")
+        p = Path(path)
+        if not p.is_file():
+            raise InputError("no such GGUF file", path=path)
+        self.path = str(p)
+        self.name = name
+        self.backend = "llama.cpp"
+        self.notes: list[str] = []
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        try:
+            self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx, n_batch=min(n_ctx, 512),
+                                       n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers,
+                                       seed=seed, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise InputError(f"llama.cpp cannot load the GGUF: {str(exc).strip().splitlines()[0] if str(exc) else exc}",
+                             path=path) from None
+        # llama.cpp may round the context up; llama-cpp-python sizes its logits buffer by the request
+        self.n_ctx = min(n_ctx, int(self.llm.n_ctx()))
+        meta = getattr(self.llm, "metadata", {}) or {}
+        add_bos = meta.get("tokenizer.ggml.add_bos_token")
+        if add_bos is None:
+            model = getattr(self.llm, "_model", None)
+            add_bos_flag = bool(model.add_bos_token()) if model is not None and hasattr(model, "add_bos_token") else True
+        else:
+            add_bos_flag = str(add_bos).lower() == "true"
+        bos = int(self.llm.token_bos())
+        eos = int(self.llm.token_eos())
+        self._vocab = VocabInfo(vocab_size=int(self.llm.n_vocab()), bos_token_id=bos if bos >= 0 else None,
+                                add_bos=add_bos_flag, eos_token_ids=(eos,) if eos >= 0 else ())
+        #: counters for tests and benchmarks
+        self.forward_calls = 0
+        self.rows_scored = 0
+        self.tokens_generated = 0
+
+    def vocab(self) -> VocabInfo:
+        return self._vocab
+
+    def check_tokenizer(self, samples: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+        """Compare llama.cpp's tokenisation of a few texts with the reference's ids; mismatches become notes.
+
+        Scoring is unaffected (the harness gives token ids), but a GGUF whose tokenizer disagrees with the
+        reference will see different tokens in deployment, so the user is told where they diverge."""
+        for text, ids in samples:
+            got = self.llm.tokenize(text.encode("utf-8"), add_bos=self._vocab.add_bos, special=True)
+            at = first_divergence(list(ids), got)
+            if at is not None:
+                self.notes.append(f"llama.cpp tokenises {text[:40]!r} differently from the reference from token "
+                                  f"{at} on (reference {list(ids[at:at + 3])}, llama.cpp {got[at:at + 3]}); "
+                                  "scores use the reference's ids")
+                return
+
+    def _eval(self, ids: Sequence[int]) -> None:
+        if len(ids) > self.n_ctx:
+            raise InputError(f"{len(ids)} tokens exceed the llama.cpp context of {self.n_ctx}", where=self.name)
+        self.llm.reset()
+        self.llm.eval(list(ids))
+        self.forward_calls += 1
+
+    def score(self, requests: Sequence[ScoreRequest]) -> Iterator[TokenScores]:
+        for req in requests:
+            n = req.n_rows
+            if req.start < 1 or n < 1:
+                raise InputError(f"request {req.key}: nothing to score (start {req.start}, "
+                                 f"{len(req.input_ids)} tokens)")
+            prefix = req.input_ids[:-1]
+            self._eval(prefix)
+            logits = np.asarray(self.llm.scores[req.start - 1:len(prefix)], dtype=np.float32)
+            if logits.shape != (n, self._vocab.vocab_size):
+                raise InputError(f"llama.cpp returned logits of shape {logits.shape}, expected "
+                                 f"({n}, {self._vocab.vocab_size})", where=self.name)
+            lp = log_softmax(logits)
+            targets = np.asarray(req.targets, dtype=np.int64)
+            self.rows_scored += n
+            yield TokenScores(target_logprobs=lp[np.arange(n), targets].astype(np.float32), full=lp)
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Generation]:
+        for req in requests:
+            if len(req.prompt_ids) + req.max_new_tokens > self.n_ctx:
+                raise InputError(f"prompt + {req.max_new_tokens} new tokens exceed the llama.cpp context of "
+                                 f"{self.n_ctx}", where=self.name)
+            self._eval(req.prompt_ids)
+            new: list[int] = []
+            while len(new) < req.max_new_tokens:
+                token = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+                new.append(token)
+                if token in req.stop_ids or len(new) >= req.max_new_tokens:
+                    break
+                self.llm.eval([token])
+                self.forward_calls += 1
+            self.tokens_generated += len(new)
+            yield Generation(token_ids=new)
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            try:
+                llm.close()
+            except AttributeError:  # pragma: no cover - older llama-cpp-python
+                pass
+            self.llm = None
+
+
+#: texts the GGUF's own tokenizer is checked on against the reference tokenizer (scripts, digits, code)
+TOKENIZER_PROBES = (
+    "The quick brown fox jumps over the lazy dog. 12 + 30 = 42.",
+    "Le renard brun saute. Größe, Maß. Быстрая лиса. 敏捷的狐狸。",
+    "def add(a, b):\n    return a + b  # sum",
+)
+
+
+def build(name: str, target: str, context: Any) -> Any:
+    """The ``llamacpp`` backend (``--candidate NAME=llamacpp:PATH.gguf``): the GGUF under llama.cpp's kernels."""
+    from qcheck.eval.runners import BuiltRunner
+
+    max_length = int(getattr(context, "max_length", 512) or 512)
+    runner = LlamaCppRunner(target, name, n_ctx=max(256, max_length + CTX_MARGIN),
+                            n_gpu_layers=-1 if getattr(context, "device", "cpu") != "cpu" else 0)
+    tok = getattr(context, "tokenizer", None)
+    if tok is not None:
+        samples = [(text, tuple(tok(text, add_special_tokens=True)["input_ids"])) for text in TOKENIZER_PROBES]
+        runner.check_tokenizer(samples)
+    notes = ["llama.cpp kernels in process (llama-cpp-python): full-vocabulary logits, exact KL divergence; "
+             "activations are quantised as llama.cpp's kernels do, which the simulated candidate does not "
+             "reproduce (docs/engines.md)"]
+    quantization = None
+    try:
+        from qcheck.inspect import inspect_path
+
+        q = inspect_path(target, limits=context.limits).quantization
+        quantization = {"method": q.method, "producer": q.producer, "weight_bits": q.weight_bits,
+                        "bits_per_weight": q.bits_per_weight, "gguf_file_type": q.gguf_file_type,
+                        "activation_dtype": q.activation_dtype}
+    except (QcheckError, ImportError) as exc:  # inspection only adds detail to the report
+        notes.append(f"qcheck inspect could not classify the GGUF ({str(exc)[:120]}); quantisation not reported")
+    return BuiltRunner(runner=runner, notes=notes, quantization=quantization,
+                       activations="quantised by llama.cpp's kernels (real engine)")
