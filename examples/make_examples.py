@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from qcheck import packing
+from qcheck.testing.gguf_export import llama_permute
 
 HERE = Path(__file__).resolve().parent
 SEED = 20260601
@@ -158,11 +158,6 @@ def write_gpt_oss(out: Path, rng: np.random.Generator) -> None:
 
 # --------------------------------------------------------------------------------------------------- GGUF
 
-def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """convert_hf_to_gguf.py ``LlamaModel.permute``: HF's rotary half-split -> llama.cpp's interleaved q/k rows."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def gguf_tensors(sd: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     """HF names -> llama.cpp names (gguf-py TensorNameMap for LLAMA), q/k permuted as the converter does."""
     out = [("token_embd.weight", sd["model.embed_tokens.weight"])]
@@ -174,9 +169,9 @@ def gguf_tensors(sd: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
         for hf, gg in names.items():
             a = sd[f"model.layers.{n}.{hf}.weight"]
             if hf == "self_attn.q_proj":
-                a = _permute(a, LLAMA["num_attention_heads"])
+                a = llama_permute(a, LLAMA["num_attention_heads"])
             elif hf == "self_attn.k_proj":
-                a = _permute(a, LLAMA["num_key_value_heads"])
+                a = llama_permute(a, LLAMA["num_key_value_heads"])
             out.append((f"blk.{n}.{gg}.weight", a))
     out.append(("output_norm.weight", sd["model.norm.weight"]))
     out.append(("output.weight", sd["lm_head.weight"]))
@@ -349,7 +344,6 @@ def main(argv: list[str] | None = None) -> int:
             have = _digest(args.out / p.name) if (args.out / p.name).exists() else {}
             if want != have:
                 bad.append(p.name)
-        shutil.rmtree(tmp, ignore_errors=True)
     if bad:
         print("out of date: " + ", ".join(bad), file=sys.stderr)
         return 1

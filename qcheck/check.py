@@ -8,16 +8,20 @@ is required, 2 input not judged (raised as QcheckError before any result exists)
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qcheck.errors import InputError, UnsafeFileError, UsageError
+from qcheck.errors import UnsafeFileError, UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.model import CHECK_SCHEMA, INSPECTION_SCHEMA, Inspection, Quantization, SourceFile, Verdict
+from qcheck.model import CHECK_SCHEMA, Inspection, Verdict
+from qcheck.saved_inspection import inspection_from_json, load_saved_inspection
+
+if TYPE_CHECKING:
+    from qcheck.matrix import EngineRequest, Matrix, Target
+
+__all__ = ["CheckResult", "check_path", "inspect_target", "inspection_from_json", "load_saved_inspection", "plan",
+           "run_check", "verdict_fails"]
 
 
 @dataclass
@@ -62,7 +66,8 @@ def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unkno
     return False
 
 
-def plan(engines: list[str] | tuple[str, ...], gpus: list[str] | tuple[str, ...], matrix: Any = None) -> tuple[list, list]:
+def plan(engines: Sequence[str], gpus: Sequence[str],
+         matrix: Matrix | None = None) -> tuple[list[EngineRequest], list[Target]]:
     """Resolve ``--engine``/``--gpu`` values into requests and targets (usage errors before any file is read).
 
     No ``--engine`` with ``--gpu``: every engine that runs on the GPU's vendor. ``--engine`` without
@@ -91,8 +96,8 @@ def plan(engines: list[str] | tuple[str, ...], gpus: list[str] | tuple[str, ...]
     return requests, targets
 
 
-def run_check(inspection: Inspection, engines: list[str] | tuple[str, ...], gpus: list[str] | tuple[str, ...], *,
-              require_native: bool = False, allow_unknown: bool = False, matrix: Any = None,
+def run_check(inspection: Inspection, engines: Sequence[str], gpus: Sequence[str], *,
+              require_native: bool = False, allow_unknown: bool = False, matrix: Matrix | None = None,
               annotate: Callable[[Inspection, Verdict], None] | None = None) -> CheckResult:
     """Judge an Inspection against the cross product of engines and GPUs.
 
@@ -100,29 +105,40 @@ def run_check(inspection: Inspection, engines: list[str] | tuple[str, ...], gpus
     fields such as the memory-fit estimate (``verdict.memory``; the GPU's memory is
     ``load_matrix().gpus.gpus[verdict.gpu].memory_gib``).
     """
-    from qcheck.matrix import load_matrix, resolve
+    from qcheck.matrix import load_matrix
 
     matrix = matrix or load_matrix()
     requests, targets = plan(engines, gpus, matrix)
-    # engines implied by --gpu alone: only those that run on the GPU's vendor at all
-    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=not engines)
-    if annotate is not None:
-        for verdict in verdicts:
-            annotate(inspection, verdict)
-    return CheckResult(inspection, verdicts, require_native=require_native, allow_unknown=allow_unknown)
+    return _judge(matrix, inspection, requests, targets, implied_engines=not engines,
+                  require_native=require_native, allow_unknown=allow_unknown, annotate=annotate)
 
 
-def check_path(target: str, engines: list[str] | tuple[str, ...], gpus: list[str] | tuple[str, ...], *,
+def check_path(target: str, engines: Sequence[str], gpus: Sequence[str], *,
                limits: Limits = DEFAULT_LIMITS, require_native: bool = False, allow_unknown: bool = False,
-               matrix: Any = None, annotate: Callable[[Inspection, Verdict], None] | None = None) -> CheckResult:
+               matrix: Matrix | None = None,
+               annotate: Callable[[Inspection, Verdict], None] | None = None) -> CheckResult:
     """``qcheck check TARGET``: validate the flags, inspect the checkpoint (or load a saved inspection), judge it."""
     from qcheck.matrix import load_matrix
 
     matrix = matrix or load_matrix()
-    plan(engines, gpus, matrix)  # usage errors first, before reading anything
+    requests, targets = plan(engines, gpus, matrix)  # usage errors first, before reading anything
     inspection = inspect_target(target, limits)
-    return run_check(inspection, engines, gpus, require_native=require_native, allow_unknown=allow_unknown,
-                     matrix=matrix, annotate=annotate)
+    return _judge(matrix, inspection, requests, targets, implied_engines=not engines,
+                  require_native=require_native, allow_unknown=allow_unknown, annotate=annotate)
+
+
+def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target], *,
+           implied_engines: bool, require_native: bool, allow_unknown: bool,
+           annotate: Callable[[Inspection, Verdict], None] | None) -> CheckResult:
+    """One verdict per planned (engine, GPU); engines implied by ``--gpu`` alone are judged only on the
+    vendors they run on."""
+    from qcheck.matrix import resolve
+
+    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=implied_engines)
+    if annotate is not None:
+        for verdict in verdicts:
+            annotate(inspection, verdict)
+    return CheckResult(inspection, verdicts, require_native=require_native, allow_unknown=allow_unknown)
 
 
 def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:
@@ -138,83 +154,3 @@ def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:
 
         raise UnsafeFileError(InspectResult(inspection).error_line())
     return inspection
-
-
-# --- saved inspections: `qcheck inspect --json > x.json; qcheck check x.json --engine ...` ---------------
-
-_CONTAINERS = ("gguf", "safetensors", "pickle")
-
-
-def load_saved_inspection(path: str, limits: Limits = DEFAULT_LIMITS) -> Inspection | None:
-    """An Inspection from a ``qcheck.inspection/1`` (or ``qcheck.check/1``) JSON file; None if ``path`` is not one."""
-    if not path.lower().endswith(".json") or not os.path.isfile(path):
-        return None
-    try:
-        size = os.path.getsize(path)
-        if size > limits.max_json_bytes:
-            return None
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read(limits.max_json_bytes + 1))
-    except (OSError, ValueError, RecursionError):
-        return None
-    if isinstance(data, dict) and data.get("schema") == CHECK_SCHEMA:
-        data = data.get("inspection")
-    if not isinstance(data, dict) or data.get("schema") != INSPECTION_SCHEMA:
-        return None
-    return inspection_from_json(data, path)
-
-
-def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspection:
-    """Rebuild an Inspection from its public JSON (unknown keys ignored, wrong types rejected by name)."""
-    quant_raw = data.get("quantization") or {}
-    if not isinstance(quant_raw, dict):
-        raise InputError("'quantization' must be an object", path=path, where="quantization")
-    quant = Quantization(**_fields(Quantization, quant_raw, path, "quantization."))
-    if not isinstance(quant.method, str):
-        raise InputError("quantization.method must be a string", path=path, where="quantization.method")
-    types = quant.tensor_types
-    if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
-        raise InputError("tensor_types must map type names to counts", path=path, where="quantization.tensor_types")
-    values = _fields(Inspection, data, path, "", skip={"quantization", "files"})
-    if values.get("container") not in _CONTAINERS:
-        raise InputError(f"container must be one of {', '.join(_CONTAINERS)}", path=path, where="container")
-    files = []
-    for i, f in enumerate(data.get("files") or []):
-        if not isinstance(f, dict):
-            raise InputError("files entries must be objects", path=path, where=f"files[{i}]")
-        files.append(SourceFile(**_fields(SourceFile, f, path, f"files[{i}].")))
-    values.setdefault("path", path)
-    return Inspection(quantization=quant, files=files, **values)
-
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list,), "dict": (dict,),
-}
-
-
-def _fields(cls: type, raw: dict[str, Any], path: str, prefix: str,
-            skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
-    """The dataclass fields of ``cls`` found in ``raw``, type-checked against their annotations."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip or f.name not in raw:
-            continue
-        value = raw[f.name]
-        if value is not None:
-            wanted = _expected(str(f.type))
-            if wanted and not any(isinstance(value, t) for t in wanted):
-                raise InputError(f"{prefix}{f.name} has the wrong type ({type(value).__name__})", path=path,
-                                 where=f"{prefix}{f.name}")
-            if isinstance(value, bool) and bool not in wanted and wanted:
-                raise InputError(f"{prefix}{f.name} must not be a boolean", path=path, where=f"{prefix}{f.name}")
-        out[f.name] = value
-    return out
-
-
-def _expected(annotation: str) -> tuple[type, ...]:
-    base = annotation.split("|")[0].strip()
-    for name, types in (("list", (list,)), ("dict", (dict,)), ("bool", (bool,)), ("float", (int, float)),
-                        ("int", (int,)), ("str", (str,)), ("Container", (str,))):
-        if base.startswith(name):
-            return types
-    return ()

@@ -67,7 +67,8 @@ def _ordered_globals(globals_: list[str]) -> list[str]:
     from qcheck.readers.pickle import is_dangerous_global
 
     dangerous = [g for g in globals_ if is_dangerous_global(g)]
-    return dangerous + [g for g in globals_ if g not in dangerous]
+    flagged = set(dangerous)  # a hostile pickle may name thousands: no list scans
+    return dangerous + [g for g in globals_ if g not in flagged]
 
 
 def unsafe_pickle_message(globals_: list[str], limit: int = 8) -> str:
@@ -135,6 +136,7 @@ def _majority(qlinears: list[QLinear]) -> tuple[str | None, dict[str, int]]:
 
 
 def _mode(values: list) -> object:
+    """The most common non-null value (lists compared as tuples): the layer-wide answer despite odd layers."""
     values = [v for v in values if v is not None]
     if not values:
         return None
@@ -142,6 +144,7 @@ def _mode(values: list) -> object:
 
 
 def _apply_family(family: str, view: ConfigView, draft: Draft, tensor_method: str | None) -> None:
+    """Let the family's own reader say what its config claims (``config_family`` chose the family)."""
     if family == "fp8":
         fp8.apply_config(view, draft)
     elif family == "compressed-tensors":
@@ -194,7 +197,7 @@ def _unclaimed_packed(ckpt: Checkpoint, claimed: set[str]) -> list[str]:
     for name, t in ckpt.tensors.items():
         if name in claimed or is_side_tensor(name) or len(t.shape) < 2:
             continue
-        if t.dtype.upper() not in FLOAT_DTYPES and t.dtype.upper() not in ("BOOL",):
+        if t.dtype.upper() not in (*FLOAT_DTYPES, "BOOL"):
             odd.append(name)
     return odd
 
@@ -244,8 +247,7 @@ def _resolve_method(ckpt: Checkpoint, view: ConfigView, draft: Draft, tensor_met
     expected = draft.expected_method
     where = draft.config_where or ("hf_quant_config.json" if view.hf_quant else "config")
     if tensor_method is None:
-        claimed: set[str] = set()
-        odd = _unclaimed_packed(ckpt, claimed)
+        odd = _unclaimed_packed(ckpt, set())
         if expected and expected not in ("none", "unknown"):
             if odd:
                 draft.warn(f"{where} says {expected}, but no tensor matches its layout (e.g. {odd[0]} is "

@@ -59,12 +59,6 @@ class Hints:
         return bits, group
 
 
-def split_name(name: str) -> tuple[str, str]:
-    """``a.b.weight_scale`` -> (``a.b``, ``weight_scale``)."""
-    prefix, _, suffix = name.rpartition(".")
-    return prefix, suffix
-
-
 def row_group(in_dim: int | None, scale_rows: int, hint: int | None) -> tuple[int | None, bool]:
     """Group size from ``in_dim / scale_rows``; one scale row is ambiguous (per-channel, or a group as
     wide as the input): the config's group decides, else the caller decides across layers."""
@@ -78,6 +72,7 @@ def row_group(in_dim: int | None, scale_rows: int, hint: int | None) -> tuple[in
 
 
 def prod(values: tuple[int, ...] | list[int]) -> int:
+    """Element count of a shape (1 for a scalar)."""
     n = 1
     for v in values:
         n *= v

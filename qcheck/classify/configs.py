@@ -100,6 +100,8 @@ def first(d: dict[str, Any] | None, *keys: str) -> Any:
 
 
 def as_int(value: Any) -> int | None:
+    """A config number as an int (``4``, ``4.0``, ``"4"``); anything else, booleans included, is None so a
+    malformed config field reads as absent instead of raising."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -120,12 +122,15 @@ EXCLUDE_KEYS = ("ignore", "exclude_modules", "modules_to_not_convert", "ignored_
 
 
 def excluded_modules(*configs: dict[str, Any] | None) -> list[str]:
-    """Excluded module names/patterns from every key spelling, GPTQModel ``-:`` rules and MLX ``false``
-    overrides; order kept, duplicates dropped."""
+    """Excluded module names/patterns from every key spelling and GPTQModel ``-:`` rules; order kept,
+    duplicates dropped. (MLX ``"module": false`` overrides are read by ``mlx.apply_config``: in other
+    families a false value is a flag, not a module.)"""
     out: list[str] = []
+    seen: set[str] = set()  # a hostile config may list millions: membership must not scan ``out``
 
     def add(item: Any) -> None:
-        if isinstance(item, str) and item and item not in out:
+        if isinstance(item, str) and item and item not in seen:
+            seen.add(item)
             out.append(item)
 
     for cfg in configs:

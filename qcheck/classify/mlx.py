@@ -93,8 +93,9 @@ def apply_config(view: ConfigView, draft: Draft) -> None:
         for q in draft.qlinears:
             if q.method == "mlx":
                 q.weight_dtype, q.scale_dtype, q.zero_point = wdt, sdt, False
-    excluded = [k for k, v in block.items() if v is False]
-    draft.excluded = excluded + [e for e in excluded_modules(view.quant) if e not in excluded]
+    excluded = [k for k, v in block.items() if v is False]  # MLX-only: ``"module": false`` overrides
+    listed = set(excluded)
+    draft.excluded = excluded + [e for e in excluded_modules(view.quant) if e not in listed]
     if any(isinstance(v, dict) for v in block.values()):
         bits = sorted({as_int(v.get("bits")) or draft.expected_bits or 0 for v in block.values() if isinstance(v, dict)}
                       | {draft.expected_bits or 0})

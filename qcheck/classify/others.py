@@ -156,13 +156,17 @@ def _scan_torchao(tensors: dict[str, TensorInfo], claimed: set[str], metadata: d
 
 # --- config readers ----------------------------------------------------------------------------------
 
+def _own_config(view: ConfigView, draft: Draft, method: str) -> dict[str, Any]:
+    """Methods whose name is their producer and their quant_method: claim them and read the exclusions."""
+    q = view.quant or {}
+    draft.expected_method = draft.producer = draft.config_method = method
+    draft.excluded = excluded_modules(q)
+    return q
+
+
 def apply_hqq(view: ConfigView, draft: Draft) -> None:
     """HqqConfig: nbits and group size, ``skip_modules``."""
-    q = view.quant or {}
-    draft.expected_method = "hqq"
-    draft.producer = "hqq"
-    draft.config_method = "hqq"
-    draft.excluded = excluded_modules(q)
+    q = _own_config(view, draft, "hqq")
     draft.expected_bits = as_int(_find(q, "nbits"))
     draft.expected_group = as_int(_find(q, "group_size"))
     draft.zero_point = True
@@ -170,11 +174,7 @@ def apply_hqq(view: ConfigView, draft: Draft) -> None:
 
 def apply_torchao(view: ConfigView, draft: Draft) -> None:
     """TorchAoConfig: the quant_type name (string or AOBaseConfig ``_type``) says the activation scheme."""
-    q = view.quant or {}
-    draft.expected_method = "torchao"
-    draft.producer = "torchao"
-    draft.config_method = "torchao"
-    draft.excluded = excluded_modules(q)
+    q = _own_config(view, draft, "torchao")
     qt = q.get("quant_type")
     if isinstance(qt, str):
         draft.format = qt
@@ -191,11 +191,7 @@ def apply_torchao(view: ConfigView, draft: Draft) -> None:
 
 def apply_aqlm(view: ConfigView, draft: Draft) -> None:
     """AqlmConfig: codebook count and size, group shape."""
-    q = view.quant or {}
-    draft.expected_method = "aqlm"
-    draft.producer = "aqlm"
-    draft.config_method = "aqlm"
-    draft.excluded = excluded_modules(q)
+    q = _own_config(view, draft, "aqlm")
     ncb, nb = as_int(q.get("num_codebooks")), as_int(q.get("nbits_per_codebook"))
     ig, og = as_int(q.get("in_group_size")), as_int(q.get("out_group_size"))
     if ncb and nb and ig and og:
@@ -249,9 +245,7 @@ def apply_quark(view: ConfigView, draft: Draft) -> None:
                                "per_group": "group"}.get(scheme, scheme or None)
     draft.expected_group = -1 if scheme == "per_channel" else (group if scheme == "per_group" else None)
     draft.weight_dtype = _quark_dtype(w)
-    draft.expected_bits = {"fp8": 8, "int8": 8, "mxfp4": 4, "nvfp4": 4, "mxfp6": 6}.get(method)
-    if method == "int4":
-        draft.expected_bits = 4
+    draft.expected_bits = {"fp8": 8, "int8": 8, "int4": 4, "mxfp4": 4, "nvfp4": 4, "mxfp6": 6}.get(method)
     inp = g.get("input_tensors")
     if isinstance(inp, list):
         inp = inp[0] if inp else None
@@ -270,7 +264,8 @@ def apply_quark(view: ConfigView, draft: Draft) -> None:
     if isinstance(kv_group, list) and kv_group:
         layers = q.get("layer_quant_config") if isinstance(q.get("layer_quant_config"), dict) else {}
         for pattern, spec in layers.items():
-            if any(k in str(pattern) for k in kv_group) and isinstance(spec, dict):
+            text = str(pattern)
+            if any(k in text for k in kv_group) and isinstance(spec, dict):
                 draft.kv_cache_dtype = _quark_dtype(spec.get("output_tensors"))
                 if draft.kv_cache_dtype:
                     break

@@ -50,9 +50,9 @@ def command(target: str | None, method: str | None, engines: tuple[str, ...], gp
             backends = f"  backends: {', '.join(engine.backends)}" if engine.backends else ""
             click.echo(f"engine {engine.id:<14} {engine.kind:<15} versions: {', '.join(engine.versions)}{backends}")
         for arch in matrix.gpus.archs.values():
-            gpus_of = [g.id for g in matrix.gpus.gpus.values() if g.arch == arch.id]
             ccs = ", ".join(f"sm{c.replace('.', '')}" for c in arch.ccs)
-            click.echo(f"arch   {arch.id:<20} {arch.vendor:<8} {ccs:<12} {', '.join(gpus_of)}")
+            products = ", ".join(g.id for g in matrix.gpus.gpus_of(arch.id))
+            click.echo(f"arch   {arch.id:<20} {arch.vendor:<8} {ccs:<12} {products}")
         return 0
     if output_spec.fmt not in ("text", "json", "markdown"):
         raise UsageError(f"qcheck matrix writes text, json or markdown, not {output_spec.fmt}")

@@ -8,7 +8,8 @@ it hold, so a reason can name them (``{types}``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -125,15 +126,20 @@ def _as_list(value: Any) -> list[Any]:
 
 def compile_match(raw: Any, fail: Fail) -> tuple[MatchCondition, ...]:
     """Check and compile a rule's ``match`` table."""
+    return tuple(_compile_one(key, MATCH_FIELDS[key][2], value, fail)
+                 for key, value in _condition_table(raw, "match", MATCH_FIELDS, "unknown-match-key", fail))
+
+
+def _condition_table(raw: Any, name: str, allowed: Iterable[str], check: str,
+                     fail: Fail) -> Iterator[tuple[str, Any]]:
+    """The (key, value) pairs of a ``match``/``hardware`` table, each key checked as it comes (a typo must
+    not silently match everything)."""
     if not isinstance(raw, dict):
-        fail("bad-type", f"'match' must be a table, not {type_name(raw)}")
-    out = []
+        fail("bad-type", f"'{name}' must be a table, not {type_name(raw)}")
     for key, value in raw.items():
-        if key not in MATCH_FIELDS:
-            fail("unknown-match-key", f"unknown match key {key!r} (allowed: {', '.join(MATCH_FIELDS)})")
-        kind = MATCH_FIELDS[key][2]
-        out.append(_compile_one(key, kind, value, fail))
-    return tuple(out)
+        if key not in allowed:
+            fail(check, f"unknown {name} key {key!r} (allowed: {', '.join(allowed)})")
+        yield key, value
 
 
 def _compile_one(key: str, kind: str, value: Any, fail: Fail) -> MatchCondition:
@@ -168,14 +174,11 @@ def _compile_one(key: str, kind: str, value: Any, fail: Fail) -> MatchCondition:
     return MatchCondition(key, kind, tuple(values))
 
 
-def compile_hardware(raw: Any, fail: Fail, arch_ids: set[str], gpu_ids: set[str]) -> tuple[HardwareCondition, ...]:
+def compile_hardware(raw: Any, fail: Fail, arch_ids: AbstractSet[str],
+                     gpu_ids: AbstractSet[str]) -> tuple[HardwareCondition, ...]:
     """Check and compile a rule's ``hardware`` table against the known vendors, archs and GPUs."""
-    if not isinstance(raw, dict):
-        fail("bad-type", f"'hardware' must be a table, not {type_name(raw)}")
     out = []
-    for key, value in raw.items():
-        if key not in HARDWARE_KEYS:
-            fail("unknown-hardware-key", f"unknown hardware key {key!r} (allowed: {', '.join(HARDWARE_KEYS)})")
+    for key, value in _condition_table(raw, "hardware", HARDWARE_KEYS, "unknown-hardware-key", fail):
         if key == "cc":
             if not isinstance(value, str):
                 fail("bad-type", f"hardware.cc must be a specifier string like '>=8.9,<10.0', not {type_name(value)}")
@@ -188,7 +191,7 @@ def compile_hardware(raw: Any, fail: Fail, arch_ids: set[str], gpu_ids: set[str]
         items = _as_list(value)
         if not items or not all(isinstance(v, str) for v in items):
             fail("bad-type", f"hardware.{key} must be a string or a non-empty list of strings")
-        known: tuple[str, ...] | set[str]
+        known: tuple[str, ...] | AbstractSet[str]
         check, known = {
             "vendor": ("unknown-vendor", VENDORS), "arch": ("unknown-arch", arch_ids),
             "gpu": ("unknown-gpu", gpu_ids), "has": ("unknown-format", FORMATS), "lacks": ("unknown-format", FORMATS),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, NoReturn
+from typing import Any
 
 from qcheck.errors import UsageError
 from qcheck.matrix.schema import (
@@ -18,9 +18,10 @@ from qcheck.matrix.schema import (
     VENDORS,
     Arch,
     Gpu,
-    MatrixDataError,
     Target,
-    type_name,
+    Where,
+    check_keys,
+    require_str,
 )
 
 _PUNCT = re.compile(r"[\s\-_/]+")
@@ -57,6 +58,8 @@ class GpuTable:
         self._names: dict[str, tuple[str, str]] = {}  # normalised name -> ("gpu"|"arch", id)
         self._display: dict[str, str] = {}  # normalised name -> what to show in "did you mean"
         self._cc: dict[str, str] = {}  # "8.6" -> arch id
+        self._arch_ids = frozenset(self.archs)
+        self._gpu_ids = frozenset(self.gpus)
         for gpu in gpus:
             for name in (gpu.id, *gpu.names):
                 self._names.setdefault(normalise(name), ("gpu", gpu.id))
@@ -68,11 +71,13 @@ class GpuTable:
             for cc in arch.ccs:
                 self._cc.setdefault(cc, arch.id)
 
-    def arch_ids(self) -> set[str]:
-        return set(self.archs)
+    def arch_ids(self) -> frozenset[str]:
+        """Every architecture id (built once: each rule's ``hardware`` is checked against it)."""
+        return self._arch_ids
 
-    def gpu_ids(self) -> set[str]:
-        return set(self.gpus)
+    def gpu_ids(self) -> frozenset[str]:
+        """Every product id (built once, as ``arch_ids``)."""
+        return self._gpu_ids
 
     def lookup(self, name: str) -> Target:
         """Resolve one ``--gpu`` value; raises UsageError (exit 2) with close matches if unknown."""
@@ -101,9 +106,13 @@ class GpuTable:
         """The vendor's architectures, oldest first."""
         return sorted((a for a in self.archs.values() if a.vendor == vendor), key=lambda a: a.order)
 
+    def gpus_of(self, arch_id: str) -> list[Gpu]:
+        """The products of an architecture, in data-file order (for listings and examples)."""
+        return [g for g in self.gpus.values() if g.arch == arch_id]
+
     def smallest_gpu(self, arch_id: str) -> Gpu | None:
         """The product with the least memory on an architecture: the cheapest way to name it."""
-        gpus = [g for g in self.gpus.values() if g.arch == arch_id]
+        gpus = self.gpus_of(arch_id)
         if not gpus:
             return None
         return min(gpus, key=lambda g: (g.memory_gib if g.memory_gib is not None else float("inf"), g.id))
@@ -111,10 +120,7 @@ class GpuTable:
 
 def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     """Validate the parsed ``gpus.toml`` and build the lookup table."""
-
-    def fail(check: str, problem: str, rule: str | None = None) -> NoReturn:
-        raise MatrixDataError(file, check, problem, rule=rule)
-
+    fail = Where(file).fail
     for key in raw:
         if key not in ("arch", "gpu"):
             fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]])")
@@ -128,99 +134,86 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     orders: dict[str, int] = {}
     seen_names: dict[str, str] = {}
 
-    def claim(name: str, owner: str, where: str) -> None:
+    def claim(name: str, owner: str, ctx: Where) -> None:
         key = normalise(name)
         if key in seen_names and seen_names[key] != owner:
-            fail("duplicate-name", f"name {name!r} is used by both {seen_names[key]} and {owner}", where)
+            ctx.fail("duplicate-name", f"name {name!r} is used by both {seen_names[key]} and {owner}")
         seen_names[key] = owner
 
     for i, entry in enumerate(raw_archs):
-        where = f"arch #{i + 1}" + (f" '{entry.get('id')}'" if isinstance(entry, dict) and entry.get("id") else "")
-        if not isinstance(entry, dict):
-            fail("bad-type", "[[arch]] entries must be tables", where)
-        _check_keys(entry, ARCH_KEYS, {"id", "vendor", "native_formats", "source"}, fail, where)
-        ident = _string(entry, "id", fail, where)
-        if not _ID.match(ident):
-            fail("bad-id", f"id {ident!r} must be lower case letters, digits, '.', '+' or '-'", where)
-        if ident in {a.id for a in archs}:
-            fail("duplicate-id", f"arch {ident!r} is defined twice", where)
-        vendor = _string(entry, "vendor", fail, where)
+        ctx, ident = _entry("arch", i, entry, ARCH_KEYS, {"id", "vendor", "native_formats", "source"},
+                            file, {a.id for a in archs})
+        vendor = require_str(entry, "vendor", ctx)
         if vendor not in VENDORS:
-            fail("unknown-vendor", f"vendor {vendor!r} is not one of {', '.join(VENDORS)}", where)
+            ctx.fail("unknown-vendor", f"vendor {vendor!r} is not one of {', '.join(VENDORS)}")
         ccs_raw = entry.get("compute_capability")
         ccs: tuple[str, ...] = ()
         if ccs_raw is not None:
-            ccs = tuple(_as_str_list(ccs_raw, "compute_capability", fail, where))
+            ccs = tuple(_as_str_list(ccs_raw, "compute_capability", ctx))
             for cc in ccs:
                 if not _CC_TEXT.match(cc):
-                    fail("bad-type", f"compute_capability {cc!r} must look like '9.0'", where)
+                    ctx.fail("bad-type", f"compute_capability {cc!r} must look like '9.0'")
         elif vendor == "nvidia":
-            fail("missing-key", "NVIDIA architectures need compute_capability", where)
-        formats = _as_str_list(entry["native_formats"], "native_formats", fail, where)
+            ctx.fail("missing-key", "NVIDIA architectures need compute_capability")
+        formats = _as_str_list(entry["native_formats"], "native_formats", ctx)
         for f in formats:
             if f not in FORMATS:
-                fail("unknown-format", f"native format {f!r} is not one of {', '.join(FORMATS)}", where)
-        aliases = tuple(_as_str_list(entry.get("aliases", []), "aliases", fail, where, allow_empty=True))
+                ctx.fail("unknown-format", f"native format {f!r} is not one of {', '.join(FORMATS)}")
+        aliases = tuple(_as_str_list(entry.get("aliases", []), "aliases", ctx, allow_empty=True))
         for name in (ident, *aliases):
-            claim(name, f"arch '{ident}'", where)
+            claim(name, f"arch '{ident}'", ctx)
         orders[vendor] = orders.get(vendor, -1) + 1
         archs.append(Arch(id=ident, vendor=vendor, name=str(entry.get("name") or ident), aliases=aliases, ccs=ccs,
-                          native_formats=frozenset(formats), source=_string(entry, "source", fail, where),
+                          native_formats=frozenset(formats), source=require_str(entry, "source", ctx),
                           order=orders[vendor]))
     arch_by_id = {a.id: a for a in archs}
     gpus: list[Gpu] = []
     for i, entry in enumerate(raw_gpus):
-        where = f"gpu #{i + 1}" + (f" '{entry.get('id')}'" if isinstance(entry, dict) and entry.get("id") else "")
-        if not isinstance(entry, dict):
-            fail("bad-type", "[[gpu]] entries must be tables", where)
-        _check_keys(entry, GPU_KEYS, {"id", "names", "arch", "source"}, fail, where)
-        ident = _string(entry, "id", fail, where)
-        if not _ID.match(ident):
-            fail("bad-id", f"id {ident!r} must be lower case letters, digits, '.', '+' or '-'", where)
-        if ident in {g.id for g in gpus}:
-            fail("duplicate-id", f"gpu {ident!r} is defined twice", where)
-        arch_id = _string(entry, "arch", fail, where)
+        ctx, ident = _entry("gpu", i, entry, GPU_KEYS, {"id", "names", "arch", "source"}, file,
+                            {g.id for g in gpus})
+        arch_id = require_str(entry, "arch", ctx)
         arch = arch_by_id.get(arch_id)
         if arch is None:
-            fail("unknown-arch", f"arch {arch_id!r} is not an [[arch]] id (known: {', '.join(arch_by_id)})", where)
+            ctx.fail("unknown-arch",
+                     f"arch {arch_id!r} is not an [[arch]] id (known: {', '.join(arch_by_id)})")
         cc = entry.get("compute_capability")
         if cc is not None:
             if not isinstance(cc, str) or not _CC_TEXT.match(cc):
-                fail("bad-type", f"compute_capability {cc!r} must be a string like '8.9'", where)
+                ctx.fail("bad-type", f"compute_capability {cc!r} must be a string like '8.9'")
             if cc not in arch.ccs:
-                fail("cc-mismatch", f"compute capability {cc} is not one of arch '{arch.id}' ({', '.join(arch.ccs) or 'none'})",
-                     where)
+                known = ", ".join(arch.ccs) or "none"
+                ctx.fail("cc-mismatch", f"compute capability {cc} is not one of arch '{arch.id}' ({known})")
         elif arch.vendor == "nvidia":
-            fail("missing-key", "NVIDIA GPUs need compute_capability", where)
-        names = tuple(_as_str_list(entry["names"], "names", fail, where))
+            ctx.fail("missing-key", "NVIDIA GPUs need compute_capability")
+        names = tuple(_as_str_list(entry["names"], "names", ctx))
         for name in (ident, *names):
-            claim(name, f"gpu '{ident}'", where)
+            claim(name, f"gpu '{ident}'", ctx)
         memory = entry.get("memory_gib")
         if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
-            fail("bad-type", f"memory_gib must be a positive number, not {memory!r}", where)
+            ctx.fail("bad-type", f"memory_gib must be a positive number, not {memory!r}")
         gpus.append(Gpu(id=ident, names=names, arch=arch_id, cc=cc, memory_gib=memory,
-                        source=_string(entry, "source", fail, where)))
+                        source=require_str(entry, "source", ctx)))
     return GpuTable(archs, gpus)
 
 
-def _check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], fail: Any, where: str) -> None:
-    for key in entry:
-        if key not in allowed:
-            fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})", where)
-    for key in sorted(required):
-        if key not in entry:
-            fail("missing-key", f"missing required key {key!r}", where)
+def _entry(kind: str, index: int, entry: Any, allowed: set[str], required: set[str], file: str,
+           taken: set[str]) -> tuple[Where, str]:
+    """The checks every [[arch]]/[[gpu]] entry starts with: a table, known keys, a well-formed unique id."""
+    named = isinstance(entry, dict) and entry.get("id")
+    ctx = Where(file, f"{kind} #{index + 1}" + (f" '{entry.get('id')}'" if named else ""))
+    if not isinstance(entry, dict):
+        ctx.fail("bad-type", f"[[{kind}]] entries must be tables")
+    check_keys(entry, allowed, required, ctx)
+    ident = require_str(entry, "id", ctx)
+    if not _ID.match(ident):
+        ctx.fail("bad-id", f"id {ident!r} must be lower case letters, digits, '.', '+' or '-'")
+    if ident in taken:
+        ctx.fail("duplicate-id", f"{kind} {ident!r} is defined twice")
+    return ctx, ident
 
 
-def _string(entry: dict[str, Any], key: str, fail: Any, where: str) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str) or not value.strip():
-        fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}", where)
-    return value
-
-
-def _as_str_list(value: Any, key: str, fail: Any, where: str, allow_empty: bool = False) -> list[str]:
+def _as_str_list(value: Any, key: str, ctx: Where, allow_empty: bool = False) -> list[str]:
     items = value if isinstance(value, list) else [value]
     if (not items and not allow_empty) or not all(isinstance(v, str) and v for v in items):
-        fail("bad-type", f"{key!r} must be a string or a non-empty list of strings", where)
+        ctx.fail("bad-type", f"{key!r} must be a string or a non-empty list of strings")
     return items

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from qcheck.errors import UsageError
 from qcheck.matrix.conditions import compile_hardware, compile_match
@@ -37,6 +37,9 @@ from qcheck.matrix.schema import (
     Rule,
     SourceSpec,
     SuggestionRule,
+    Where,
+    check_keys,
+    require_str,
     type_name,
 )
 from qcheck.matrix.versions import SCHEMES, parse_specifier, parse_version
@@ -80,12 +83,6 @@ class Matrix:
         hint = f"; did you mean: {', '.join(dict.fromkeys(self._engine_names[c] for c in close))}?" if close else ""
         raise UsageError(f"unknown engine {name!r}{hint} (known: {', '.join(sorted(self.engines))})")
 
-    def all_sources(self) -> list[tuple[str, SourceSpec]]:
-        """(engine id or 'shared', source) for every named source, for the docs page."""
-        out = [(e.id, s) for e in self.engines.values() for s in e.sources.values()]
-        out += [("shared", s) for s in self.shared_sources.values()]
-        return out
-
 
 _CACHE: dict[Path, Matrix] = {}
 
@@ -107,6 +104,7 @@ def load_matrix(root: str | Path | None = None) -> Matrix:
 
 
 def clear_cache() -> None:
+    """Forget loaded matrices (tests that rewrite a matrix directory in place)."""
     _CACHE.clear()
 
 
@@ -161,21 +159,10 @@ def _load(root: Path) -> Matrix:
     return Matrix(root, gpus, engines, suggestions, shared_sources)
 
 
-class _Ctx:
-    """Error context: which file and which rule a problem belongs to."""
-
-    def __init__(self, file: str, where: str | None = None):
-        self.file = file
-        self.where = where
-
-    def fail(self, check: str, problem: str) -> NoReturn:
-        raise MatrixDataError(self.file, check, problem, rule=self.where)
-
-
 def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     display = _display(root, file)
     raw = _read_toml(root, file)
-    ctx = _Ctx(display)
+    ctx = Where(display)
     for key in raw:
         if key not in ENGINE_FILE_KEYS:
             ctx.fail("unknown-key", f"unknown top-level key {key!r} "
@@ -183,14 +170,14 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
-    ectx = _Ctx(display, "[engine]")
-    _check_keys(head, ENGINE_KEYS, {"id", "name", "kind", "versions"}, ectx)
-    ident = _str(head, "id", ectx)
+    ectx = Where(display, "[engine]")
+    check_keys(head, ENGINE_KEYS, {"id", "name", "kind", "versions"}, ectx)
+    ident = require_str(head, "id", ectx)
     if not _ENGINE_ID.match(ident):
         ectx.fail("bad-id", f"engine id {ident!r} must be lower case letters, digits, '.', '+' or '-'")
     if ident != file.stem:
         ectx.fail("file-name-mismatch", f"engine id {ident!r} must equal the file name stem {file.stem!r}")
-    kind = _str(head, "kind", ectx)
+    kind = require_str(head, "kind", ectx)
     if kind not in KINDS:
         ectx.fail("bad-type", f"kind {kind!r} is not one of {', '.join(KINDS)}")
     scheme = head.get("version_scheme", "pep440")
@@ -223,10 +210,10 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     if not isinstance(raw_backends, dict):
         ectx.fail("bad-type", f"backends must be a table, not {type_name(raw_backends)}")
     for name, spec in raw_backends.items():
-        bctx = _Ctx(display, f"[engine] backends.{name}")
+        bctx = Where(display, f"[engine] backends.{name}")
         if not isinstance(spec, dict):
             bctx.fail("bad-type", "each backend must be a table like { vendors = [\"nvidia\"] }")
-        _check_keys(spec, BACKEND_KEYS, {"vendors"}, bctx)
+        check_keys(spec, BACKEND_KEYS, {"vendors"}, bctx)
         vendors = _str_list(spec, "vendors", bctx)
         for vendor in vendors:
             if vendor not in VENDORS:
@@ -236,52 +223,46 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
             bctx.fail("bad-type", "default must be true or false")
         backends[name] = Backend(name, tuple(vendors), default, spec.get("note"))
     engine = Engine(
-        id=ident, name=_str(head, "name", ectx), file=display,
+        id=ident, name=require_str(head, "name", ectx), file=display,
         aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
         kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
         hardware=tuple(hardware), hardware_sources=hardware_sources, backends=backends, sources=sources,
         note=head.get("note"),
     )
-    raw_rules = raw.get("rule", [])
-    if not isinstance(raw_rules, list):
-        ctx.fail("bad-type", "[[rule]] must be an array of tables")
-    seen: dict[str, str] = {}
-    for index, entry in enumerate(raw_rules):
-        rule = _load_rule(entry, index, engine, gpus)
-        if rule.id in seen:
-            _Ctx(display, rule.label).fail("duplicate-rule-id", f"id {rule.id!r} is also used by {seen[rule.id]}")
-        seen[rule.id] = rule.label
-        engine.rules.append(rule)
-    raw_modifiers = raw.get("modifier", [])
-    if not isinstance(raw_modifiers, list):
-        ctx.fail("bad-type", "[[modifier]] must be an array of tables")
-    for index, entry in enumerate(raw_modifiers):
-        rule = _load_rule(entry, index, engine, gpus, modifier=True)
-        if rule.id in seen:
-            _Ctx(display, rule.label).fail("duplicate-rule-id", f"id {rule.id!r} is also used by {seen[rule.id]}")
-        seen[rule.id] = rule.label
-        engine.modifiers.append(rule)
+    seen: dict[str, str] = {}  # rule and modifier ids share one namespace
+    for kind, modifier, into in (("rule", False, engine.rules), ("modifier", True, engine.modifiers)):
+        raw_rules = raw.get(kind, [])
+        if not isinstance(raw_rules, list):
+            ctx.fail("bad-type", f"[[{kind}]] must be an array of tables")
+        for index, entry in enumerate(raw_rules):
+            rule = _load_rule(entry, index, engine, gpus, modifier=modifier)
+            if rule.id in seen:
+                Where(display, rule.label).fail("duplicate-rule-id",
+                                              f"id {rule.id!r} is also used by {seen[rule.id]}")
+            seen[rule.id] = rule.label
+            into.append(rule)
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
     return engine
 
 
 def _load_sources(raw: Any, display: str) -> dict[str, SourceSpec]:
-    ctx = _Ctx(display, "[sources]")
+    ctx = Where(display, "[sources]")
     if not isinstance(raw, dict):
         ctx.fail("bad-type", "[sources] must be a table of { ref = ..., version = ... }")
     out = {}
     for name, spec in raw.items():
-        sctx = _Ctx(display, f"[sources] {name}")
+        sctx = Where(display, f"[sources] {name}")
         if not _SOURCE_NAME.match(name):
             sctx.fail("bad-id", f"source name {name!r} must use only a-z, 0-9 and _")
         if not isinstance(spec, dict):
             sctx.fail("bad-type", "a source must be a table { ref = \"...\", version = \"...\" }")
-        _check_keys(spec, SOURCE_KEYS, {"ref", "version"}, sctx)
-        out[name] = SourceSpec(name, _str(spec, "ref", sctx), _str(spec, "version", sctx), spec.get("note"))
+        check_keys(spec, SOURCE_KEYS, {"ref", "version"}, sctx)
+        out[name] = SourceSpec(name, require_str(spec, "ref", sctx), require_str(spec, "version", sctx),
+                               spec.get("note"))
     return out
 
 
-def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: _Ctx) -> tuple[SourceSpec, ...]:
+def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: Where) -> tuple[SourceSpec, ...]:
     out = []
     for name in names:
         if name not in sources:
@@ -291,16 +272,20 @@ def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: _Ctx
     return tuple(out)
 
 
+def _entry_label(kind: str, index: int, entry: Any) -> str:
+    """How errors name a [[rule]]/[[modifier]]/[[suggestion]]: by id when it has one, always by position."""
+    if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+        return f"{kind} '{entry['id']}' (#{index + 1})"
+    return f"{kind} #{index + 1}"
+
+
 def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False) -> Rule:
     kind = "modifier" if modifier else "rule"
-    label = f"{kind} #{index + 1}"
-    if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-        label = f"{kind} '{entry['id']}' (#{index + 1})"
-    ctx = _Ctx(engine.file, label)
+    ctx = Where(engine.file, _entry_label(kind, index, entry))
     if not isinstance(entry, dict):
         ctx.fail("bad-type", f"[[{kind}]] entries must be tables")
-    _check_keys(entry, MODIFIER_KEYS if modifier else RULE_KEYS, {"id"} if modifier else {"id", "status"}, ctx)
-    ident = _str(entry, "id", ctx)
+    check_keys(entry, MODIFIER_KEYS if modifier else RULE_KEYS, {"id"} if modifier else {"id", "status"}, ctx)
+    ident = require_str(entry, "id", ctx)
     if not _RULE_ID.match(ident):
         ctx.fail("bad-id", f"{kind} id {ident!r} must be lower case letters, digits, '.', '_' or '-'")
     when: list[str] = []
@@ -319,7 +304,7 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     versions_text = None
     versions = None
     if "versions" in entry:
-        versions_text = _str(entry, "versions", ctx)
+        versions_text = require_str(entry, "versions", ctx)
         try:
             versions = parse_specifier(versions_text, engine.scheme)
         except ValueError as exc:
@@ -360,18 +345,15 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
 def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],
                       gpus: GpuTable, engine: Engine | None) -> list[SuggestionRule]:
     if not isinstance(raw, list):
-        _Ctx(display).fail("bad-type", "[[suggestion]] must be an array of tables")
+        Where(display).fail("bad-type", "[[suggestion]] must be an array of tables")
     out: list[SuggestionRule] = []
     seen: set[str] = set()
     for index, entry in enumerate(raw):
-        label = f"suggestion #{index + 1}"
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-            label = f"suggestion '{entry['id']}' (#{index + 1})"
-        ctx = _Ctx(display, label)
+        ctx = Where(display, _entry_label("suggestion", index, entry))
         if not isinstance(entry, dict):
             ctx.fail("bad-type", "[[suggestion]] entries must be tables")
-        _check_keys(entry, SUGGESTION_KEYS, {"id", "text", "sources"}, ctx)
-        ident = _str(entry, "id", ctx)
+        check_keys(entry, SUGGESTION_KEYS, {"id", "text", "sources"}, ctx)
+        ident = require_str(entry, "id", ctx)
         if not _RULE_ID.match(ident):
             ctx.fail("bad-id", f"suggestion id {ident!r} must be lower case letters, digits, '.', '_' or '-'")
         if ident in seen:
@@ -381,7 +363,7 @@ def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: di
         for status in when:
             if status not in STATUSES:
                 ctx.fail("bad-status", f"when: {status!r} is not one of {', '.join(STATUSES)}")
-        text = _str(entry, "text", ctx)
+        text = require_str(entry, "text", ctx)
         command = entry.get("command") or None
         if command is not None and not isinstance(command, str):
             ctx.fail("bad-type", "command must be a string")
@@ -392,7 +374,7 @@ def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: di
             if engine is None:
                 ctx.fail("unknown-key", "'versions' is only allowed in an engine file's suggestions")
             try:
-                versions = parse_specifier(_str(entry, "versions", ctx), engine.scheme)
+                versions = parse_specifier(require_str(entry, "versions", ctx), engine.scheme)
             except ValueError as exc:
                 ctx.fail("bad-version-spec", f"versions: {exc}")
         if engine is not None and not engine.needs_gpu and "hardware" in entry:
@@ -410,7 +392,7 @@ def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: di
     return out
 
 
-def _methods(entry: dict[str, Any], ctx: _Ctx) -> frozenset[str] | None:
+def _methods(entry: dict[str, Any], ctx: Where) -> frozenset[str] | None:
     if "methods" not in entry:
         return None
     methods = _str_list(entry, "methods", ctx)
@@ -420,7 +402,7 @@ def _methods(entry: dict[str, Any], ctx: _Ctx) -> frozenset[str] | None:
     return frozenset(methods)
 
 
-def _backends(entry: dict[str, Any], engine: Engine | None, ctx: _Ctx) -> frozenset[str] | None:
+def _backends(entry: dict[str, Any], engine: Engine | None, ctx: Where) -> frozenset[str] | None:
     if "backend" not in entry:
         return None
     names = _str_list(entry, "backend", ctx)
@@ -432,30 +414,14 @@ def _backends(entry: dict[str, Any], engine: Engine | None, ctx: _Ctx) -> frozen
     return frozenset(names)
 
 
-def _check_placeholders(text: str, allowed: tuple[str, ...], ctx: _Ctx) -> None:
+def _check_placeholders(text: str, allowed: tuple[str, ...], ctx: Where) -> None:
     for name in _PLACEHOLDER.findall(text):
         if name not in allowed:
             ctx.fail("bad-placeholder", f"placeholder {{{name}}} in {text!r} is not one of "
                      f"{', '.join('{' + p + '}' for p in allowed)}")
 
 
-def _check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], ctx: _Ctx) -> None:
-    for key in entry:
-        if key not in allowed:
-            ctx.fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})")
-    for key in sorted(required):
-        if key not in entry:
-            ctx.fail("missing-key", f"missing required key {key!r}")
-
-
-def _str(entry: dict[str, Any], key: str, ctx: _Ctx) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str) or not value.strip():
-        ctx.fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}")
-    return value
-
-
-def _str_list(entry: dict[str, Any], key: str, ctx: _Ctx, allow_empty: bool = False) -> list[str]:
+def _str_list(entry: dict[str, Any], key: str, ctx: Where, allow_empty: bool = False) -> list[str]:
     value = entry.get(key)
     items = value if isinstance(value, list) else [value]
     if (not items and not allow_empty) or not all(isinstance(v, str) and v.strip() for v in items):

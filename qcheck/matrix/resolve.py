@@ -7,11 +7,12 @@ collect the rules that hold, let the most specific one decide.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from qcheck.errors import UsageError
-from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SourceSpec, Target
+from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SourceSpec, SuggestionRule, Target
 from qcheck.matrix.versions import contains, parse_version
 from qcheck.model import Source, Verdict
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
     from qcheck.model import Inspection
 
+#: what ``matching_rules`` matches: rules and modifiers, or ``[[suggestion]]`` entries
+R = TypeVar("R", Rule, SuggestionRule)
 
 @dataclass(frozen=True)
 class EngineRequest:
@@ -95,10 +98,23 @@ def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
     return out
 
 
-def _fill(text: str, values: dict[str, str]) -> str:
+def fill(text: str, values: dict[str, str]) -> str:
+    """Substitute ``{placeholder}`` values (see ``placeholders``) into a rule or suggestion text."""
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
     return text
+
+
+def placeholders(inspection: Inspection, engine: Engine, version: str, target: Target | None,
+                 backend: str | None, types: list[str]) -> dict[str, str]:
+    """The values of matrices/SCHEMA.md's placeholders for one combination (rules and suggestions alike)."""
+    return {
+        "types": ", ".join(types), "engine": engine.name, "version": version,
+        "arch": target.arch.id if target else "", "gpu": target.label if target else "",
+        "cc": (target.sm or "") if target else "", "method": inspection.quantization.method,
+        "file_type": inspection.quantization.gguf_file_type or "", "backend": backend or "",
+        "path": inspection.path,
+    }
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -122,8 +138,12 @@ def pick_backend(engine: Engine, explicit: str | None, target: Target | None) ->
 
 
 def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: Target | None,
-                   backend: Backend | None, rules: list[Rule] | None = None) -> list[tuple[Rule, list[str]]]:
-    """Every rule whose versions, methods, match, hardware and backend conditions hold, with matched types."""
+                   backend: Backend | None, rules: Sequence[R] | None = None) -> list[tuple[R, list[str]]]:
+    """Every rule whose versions, methods, match, hardware and backend conditions hold, with matched types.
+
+    ``rules`` defaults to the engine's rules for the method; modifiers and ``[[suggestion]]`` entries
+    carry the same conditions and are matched by passing them instead.
+    """
     method = inspection.quantization.method
     out = []
     for rule in engine.rules_for(method) if rules is None else rules:
@@ -204,26 +224,18 @@ def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
     if not winners:
         verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}"]
         return verdict, []
-    types = _dedupe([t for _, ts in winners for t in ts])
-    values = {
-        "types": ", ".join(types), "engine": engine.name, "version": version,
-        "arch": target.arch.id if target else "", "gpu": target.label if target else "",
-        "cc": (target.sm or "") if target else "", "method": method,
-        "file_type": inspection.quantization.gguf_file_type or "", "backend": backend.name if backend else "",
-        "path": inspection.path,
-    }
     rule = winners[0][0]
     modifiers = [(m, t) for m, t in matching_rules(engine, inspection, at, target, backend,
                                                    engine.rules_for(method, modifiers=True))
                  if rule.status in m.when]
-    types = _dedupe(types + [t for _, ts in modifiers for t in ts])
-    values["types"] = ", ".join(types)
     winners = winners + modifiers
+    types = _dedupe([t for _, ts in winners for t in ts])
+    values = placeholders(inspection, engine, version, target, verdict.backend, types)
     verdict.status = rule.status  # type: ignore[assignment]
-    verdict.kernel = _fill(rule.kernel, values) if rule.kernel else None
-    verdict.requires = _dedupe([_fill(x, values) for r, _ in winners for x in r.requires])
-    verdict.reasons = _dedupe([_fill(x, values) for r, _ in winners for x in r.reasons])
-    verdict.warnings += _dedupe([_fill(x, values) for r, _ in winners for x in r.warnings])
+    verdict.kernel = fill(rule.kernel, values) if rule.kernel else None
+    verdict.requires = _dedupe([fill(x, values) for r, _ in winners for x in r.requires])
+    verdict.reasons = _dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
+    verdict.warnings += _dedupe([fill(x, values) for r, _ in winners for x in r.warnings])
     verdict.sources = _sources([s for r, _ in winners for s in r.sources])
     verdict.rule_id = "+".join(dict.fromkeys(r.id for r, _ in winners))
     return verdict, types

@@ -8,7 +8,7 @@ so whoever edits the data sees exactly what to fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from qcheck.errors import QcheckError
 
@@ -54,6 +54,35 @@ class MatrixDataError(QcheckError):
         self.rule = rule
         where = f"{file}: {rule}: " if rule else f"{file}: "
         super().__init__(f"matrix data error: {where}[{check}] {problem}")
+
+
+class Where:
+    """Where a problem is (file, and the rule/entry inside it), so every check raises the same way."""
+
+    def __init__(self, file: str, where: str | None = None) -> None:
+        self.file = file
+        self.where = where
+
+    def fail(self, check: str, problem: str) -> NoReturn:
+        raise MatrixDataError(self.file, check, problem, rule=self.where)
+
+
+def check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], ctx: Where) -> None:
+    """Every key of a table is known and every required key is there (typos fail loudly, not silently)."""
+    for key in entry:
+        if key not in allowed:
+            ctx.fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})")
+    for key in sorted(required):
+        if key not in entry:
+            ctx.fail("missing-key", f"missing required key {key!r}")
+
+
+def require_str(entry: dict[str, Any], key: str, ctx: Where) -> str:
+    """``entry[key]`` as a non-blank string."""
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        ctx.fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}")
+    return value
 
 
 @dataclass(frozen=True)

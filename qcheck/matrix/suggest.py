@@ -10,13 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from qcheck.matrix.resolve import EngineRequest, resolve_one, select_version
+from qcheck.matrix.resolve import (
+    EngineRequest,
+    fill,
+    matching_rules,
+    placeholders,
+    resolve_one,
+    select_version,
+)
 from qcheck.matrix.schema import Target
-from qcheck.matrix.versions import contains, parse_version
+from qcheck.matrix.versions import parse_version
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
-    from qcheck.matrix.schema import SuggestionRule
     from qcheck.model import Inspection, Verdict
 
 MAX_SUGGESTIONS = 4
@@ -100,46 +106,17 @@ def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, 
 def data_suggestions(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
                      target: Target | None, verdict_types: Sequence[str] = ()) -> list[str]:
     """The data's ``[[suggestion]]`` entries that apply: the engine's own first, then suggestions.toml."""
+    engine = request.engine
+    rules = [r for r in (*engine.suggestions, *matrix.suggestions) if verdict.status in r.when]
+    at = select_version(engine, request.version)[1]
+    backend = engine.backends.get(verdict.backend) if verdict.backend else None
     out = []
-    method = inspection.quantization.method
-    rules: list[SuggestionRule] = [*request.engine.suggestions, *matrix.suggestions]
-    at = select_version(request.engine, request.version)[1]
-    for rule in rules:
-        if verdict.status not in rule.when:
-            continue
-        if rule.versions is not None and not contains(rule.versions, at):
-            continue
-        if rule.methods is not None and method not in rule.methods:
-            continue
-        if rule.backends is not None and verdict.backend not in rule.backends:
-            continue
-        if rule.hardware and (target is None or not all(h.test(target) for h in rule.hardware)):
-            continue
-        types: list[str] = list(verdict_types)
-        ok = True
-        for cond in rule.match:
-            holds, hit = cond.test(inspection)
-            if not holds:
-                ok = False
-                break
-            types.extend(hit or [])
-        if not ok:
-            continue
-        values = {
-            "types": ", ".join(dict.fromkeys(types)), "engine": request.engine.name,
-            "version": verdict.engine_version or "", "arch": verdict.arch or "",
-            "gpu": target.label if target else "", "cc": (target.sm or "") if target else "", "method": method,
-            "file_type": inspection.quantization.gguf_file_type or "", "backend": verdict.backend or "",
-            "path": inspection.path,
-        }
-        text = _fill(rule.text, values)
+    for rule, hit in matching_rules(engine, inspection, at, target, backend, rules):
+        types = list(dict.fromkeys([*verdict_types, *hit]))
+        version = verdict.engine_version or ""
+        values = placeholders(inspection, engine, version, target, verdict.backend, types)
+        text = fill(rule.text, values)
         if rule.command:
-            text = f"{text}: {_fill(rule.command, values)}"
+            text = f"{text}: {fill(rule.command, values)}"
         out.append(text)
     return out
-
-
-def _fill(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text

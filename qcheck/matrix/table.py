@@ -97,6 +97,7 @@ def expand_requests(matrix: Matrix, requests: list[EngineRequest] | None, all_ve
 
 def build_table(matrix: Matrix, inspection: Inspection, title: str, requests: list[EngineRequest],
                 targets: list[Target]) -> MatrixTable:
+    """One table: a row per engine request, a cell per target (providers get one ``hosted`` column)."""
     rows: list[MatrixRow] = []
     columns = [t.label for t in targets]
     has_provider = False

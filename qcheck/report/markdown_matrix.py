@@ -31,6 +31,7 @@ def _escape(text: str) -> str:
 
 
 def render_table(table: MatrixTable, level: str = "###") -> list[str]:
+    """One table, engines down and architectures across; requirements become footnotes under it."""
     lines = [f"{level} {_escape(table.title)}", ""]
     lines.append("| engine | " + " | ".join(_escape(c) for c in table.columns) + " |")
     lines.append("|---|" + "---|" * len(table.columns))
@@ -64,7 +65,7 @@ def render(result: MatrixResult) -> str:
         lines += render_table(table)
     lines += ["## Architectures", "", "| arch | vendor | compute capability | example GPUs |", "|---|---|---|---|"]
     for arch in matrix.gpus.archs.values():
-        gpus = [g.id for g in matrix.gpus.gpus.values() if g.arch == arch.id][:4]
+        gpus = [g.id for g in matrix.gpus.gpus_of(arch.id)[:4]]
         ccs = ", ".join(f"sm{c.replace('.', '')}" for c in arch.ccs)
         lines.append(f"| {arch.id} | {arch.vendor} | {ccs} | {', '.join(gpus)} |")
     lines += ["", "## Engines and sources", ""]

@@ -13,15 +13,8 @@ _LABEL_WIDTH = 11
 
 
 def describe(inspection: Inspection) -> str:
-    """The checkpoint line: the inspect reporter's one-liner when available, else a short summary."""
-    try:
-        return inspection.one_line()
-    except (ImportError, AttributeError):
-        q = inspection.quantization
-        parts = [inspection.architecture or inspection.model_type or inspection.container, q.method]
-        if q.gguf_file_type:
-            parts.append(q.gguf_file_type)
-        return ", ".join(p for p in parts if p)
+    """The checkpoint line: the same one-liner ``qcheck inspect`` prints, so both commands name it alike."""
+    return inspection.one_line()
 
 
 def target_label(v: Verdict) -> str:
@@ -36,11 +29,13 @@ def target_label(v: Verdict) -> str:
 
 
 def engine_label(v: Verdict) -> str:
+    """'vllm 0.33.0' or 'llama.cpp b11312 [vulkan]': the version judged, and the backend if one was picked."""
     backend = f" [{v.backend}]" if v.backend else ""
     return f"{v.engine} {v.engine_version}{backend}"
 
 
 def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
+    """One verdict block: status, engine x target (``<- fails`` when ``failing``), then labelled details."""
     mark = "" if failing is None else ("  <- fails" if failing else "")
     lines = [f"{_WORDS.get(v.status, v.status.upper()):<{_LABEL_WIDTH}}  {engine_label(v)} x {target_label(v)}{mark}"]
 
@@ -66,6 +61,7 @@ def _short_source(ref: str, version: str | None, limit: int = 100) -> str:
 
 
 def render(result: CheckResult) -> str:
+    """``qcheck check`` text: checkpoint line, warnings, a block per verdict, a summary with the exit code."""
     insp = result.inspection
     lines = [f"{insp.path}: {describe(insp)}"]
     for warning in [*insp.warnings, *result.warnings]:

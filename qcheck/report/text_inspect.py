@@ -180,6 +180,7 @@ def _table(insp: Inspection) -> list[str]:
 
 
 def render_inspection(insp: Inspection) -> str:
+    """The ``qcheck inspect`` text: summary line, aligned details, type table, then what needs attention."""
     lines = [describe(insp), ""]
     details = _details(insp)
     width = max(len(k) for k, _ in details)

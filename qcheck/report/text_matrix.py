@@ -22,6 +22,7 @@ def cell(v: Verdict | None) -> str:
 
 
 def render_table(table: MatrixTable) -> list[str]:
+    """One table: architectures down, engines across, one short word per cell (see ``cell``)."""
     headers = [r.label for r in table.rows]
     row_labels = []
     for col in table.columns:
@@ -38,6 +39,7 @@ def render_table(table: MatrixTable) -> list[str]:
 
 
 def render(result: MatrixResult) -> str:
+    """Every table, then the legend."""
     lines: list[str] = []
     for table in result.tables:
         lines.extend(render_table(table))

@@ -42,11 +42,11 @@ def llama_permute(weights: Any, n_head: int, n_head_kv: int | None = None) -> An
 
 
 def llama_unpermute(weights: Any, n_head: int, n_head_kv: int | None = None) -> Any:
-    """Inverse of ``llama_permute`` (what transformers' GGUF loader applies to attn_q / attn_k)."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    shape = weights.shape
-    return weights.reshape(n_head, shape[0] // n_head // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    """Inverse of ``llama_permute`` (what transformers' GGUF loader applies to attn_q / attn_k): the
+    simulated candidate's own un-permutation, so the tests exercise the code that reads real GGUFs."""
+    from qcheck.eval.dequant.gguf import unpermute_rows
+
+    return unpermute_rows(weights, n_head, n_head_kv)
 
 
 def export_gguf(hf_dir: str | Path, out_path: str | Path, tensor_type: str = "F32") -> Path:

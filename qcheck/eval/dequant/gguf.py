@@ -53,6 +53,7 @@ def open_reader(path: str) -> Any:
 
 
 def field_value(reader: Any, key: str) -> Any:
+    """A metadata value from gguf-py's reader; None if absent or undecodable (hostile fields are not fatal)."""
     field = reader.fields.get(key)
     if field is None:
         return None
