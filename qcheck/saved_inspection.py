@@ -29,7 +29,7 @@ def load_saved_inspection(path: str, limits: Limits = DEFAULT_LIMITS) -> Inspect
             return None
         with open(path, "rb") as fh:
             data = json.loads(fh.read(limits.max_json_bytes + 1))
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, MemoryError):
         return None
     if isinstance(data, dict) and data.get("schema") == CHECK_SCHEMA:
         data = data.get("inspection")

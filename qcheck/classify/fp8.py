@@ -43,7 +43,10 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
             q.method, q.layout, q.scale_dtype = "mxfp8", "mxfp8", "e8m0"
             q.granularity = "group"
             q.group_size = exact_div(cols, s[-1])
-        elif scale.numel == 1 or (len(t.shape) > 2 and scale.numel == prod(t.shape[:-2])):
+        elif (scale.numel == 1 and not (len(s) == 2 and scale.name.endswith("weight_scale_inv"))) or (
+            len(t.shape) > 2 and scale.numel == prod(t.shape[:-2])
+        ):
+            # A DeepSeek-style 2-D ``weight_scale_inv`` of [1, 1] is one 128x128 block, not a per-tensor scale.
             q.granularity = "per-tensor"
         elif scale.numel == rows and (len(s) == 1 or s[-1] == 1):
             q.granularity, q.group_size = "per-channel", -1

@@ -76,7 +76,7 @@ def classify_gguf(ckpt: Checkpoint) -> Inspection:
             insp.num_experts_used = _scalar(md.get(k + "expert_used_count"))
     else:
         insp.warnings.append("GGUF file has no general.architecture key")
-    if insp.head_dim is None and insp.hidden_size and insp.num_attention_heads:
+    if insp.head_dim is None and (insp.hidden_size or 0) > 0 and (insp.num_attention_heads or 0) > 0:
         insp.head_dim = insp.hidden_size // insp.num_attention_heads
     if insp.vocab_size is None:
         insp.vocab_size = _length(md.get("tokenizer.ggml.tokens"))

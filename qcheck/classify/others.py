@@ -224,6 +224,10 @@ def _quark_dtype(spec: Any) -> str | None:
     return config_word(d)
 
 
+_QUARK_KV_PATTERNS = 64
+_QUARK_LAYER_ENTRIES = 4096
+
+
 def apply_quark(view: ConfigView, draft: Draft) -> None:
     """Quark: global weight/input specs, ``exclude``, KV cache from ``kv_cache_group`` output specs."""
     q = view.quant or {}
@@ -263,9 +267,12 @@ def apply_quark(view: ConfigView, draft: Draft) -> None:
     kv_group = export.get("kv_cache_group")
     if isinstance(kv_group, list) and kv_group:
         layers = q.get("layer_quant_config") if isinstance(q.get("layer_quant_config"), dict) else {}
-        for pattern, spec in layers.items():
+        # Real Quark configs name two or three KV patterns and a handful of layer entries; bound both so a
+        # hostile config cannot make this substring search quadratic in its size.
+        keys = [k for k in kv_group[:_QUARK_KV_PATTERNS] if isinstance(k, str)]
+        for pattern, spec in list(layers.items())[:_QUARK_LAYER_ENTRIES]:
             text = str(pattern)
-            if any(k in text for k in kv_group) and isinstance(spec, dict):
+            if any(k in text for k in keys) and isinstance(spec, dict):
                 draft.kv_cache_dtype = _quark_dtype(spec.get("output_tensors"))
                 if draft.kv_cache_dtype:
                     break
