@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,64 @@ def llama_state_dict(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {k: packing.round_to(a, "BF16") for k, a in sd.items()}
 
 
+# ------------------------------------------------------------------------------------------ tokenizer
+
+#: ids 0-2: the special tokens (the config's bos_token_id 1 / eos_token_id 2); ids 3-255: the bytes
+#: 0x00-0xFC (0xFD-0xFF never occur in UTF-8), as sentencepiece byte-fallback pieces ``<0xXX>``
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+#: sentencepiece's whitespace marker (U+2581): prepended to the text and substituted for every space
+SPM_SPACE = "\u2581"
+
+
+def byte_vocab() -> list[str]:
+    """The 256 token strings by id, shared by the GGUF files' ``tokenizer.ggml.tokens`` and tokenizer.json."""
+    return list(SPECIAL_TOKENS) + [f"<0x{b:02X}>" for b in range(LLAMA["vocab_size"] - len(SPECIAL_TOKENS))]
+
+
+def tokenizer_json() -> dict:
+    """A Llama-style (sentencepiece BPE, byte fallback) tokenizer.json with no merges: every character becomes
+    its UTF-8 byte pieces, after ``\u2581`` is prepended and replaces spaces. This is exactly what llama.cpp's
+    SPM tokenizer does with the GGUF vocabulary (``add_space_prefix`` and ``add_bos_token`` default to true
+    for ``tokenizer.ggml.model = llama``), so the reference and llama.cpp produce the same ids."""
+    def special(i: int, t: str) -> dict:
+        return {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True}
+
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [special(i, t) for i, t in enumerate(SPECIAL_TOKENS)],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": SPM_SPACE},
+            {"type": "Replace", "pattern": {"String": " "}, "content": SPM_SPACE}]},
+        "pre_tokenizer": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        # bytes -> text first, then the space marker (made of byte pieces here) -> " ", minus the prefix space
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Replace", "pattern": {"String": SPM_SPACE}, "content": " "},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": {t: i for i, t in enumerate(byte_vocab())}, "merges": []},
+    }
+
+
+def write_tokenizer(out: Path) -> None:
+    """tokenizer.json + tokenizer_config.json, loadable with ``AutoTokenizer.from_pretrained``."""
+    (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(), indent=1, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+              "clean_up_tokenization_spaces": False, "model_max_length": LLAMA["max_position_embeddings"]}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 # ------------------------------------------------------------------------------------------ safetensors
 
 def write_bf16(out: Path, sd: dict[str, np.ndarray]) -> None:
@@ -80,6 +139,7 @@ def write_bf16(out: Path, sd: dict[str, np.ndarray]) -> None:
     (out / "config.json").write_text(json.dumps(llama_config(), indent=2) + "\n")
     packing.save_safetensors(out / "model.safetensors", {k: (packing.encode_float(a, "BF16"), "BF16")
                                                          for k, a in sd.items()}, {"format": "pt"})
+    write_tokenizer(out)
 
 
 #: directory -> (packing scheme, options)
@@ -203,7 +263,7 @@ def write_gguf(path: Path, sd: dict[str, np.ndarray], file_type: int, weight_typ
     w.add_vocab_size(LLAMA["vocab_size"])
     w.add_file_type(file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(LLAMA["vocab_size"] - 3)]
+    tokens = byte_vocab()
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
@@ -227,7 +287,8 @@ def write_gguf(path: Path, sd: dict[str, np.ndarray], file_type: int, weight_typ
 
 #: example path -> what it is (the README's table; the third column is real ``qcheck inspect`` output)
 DESCRIPTIONS = [
-    ("tiny-llama-bf16/", "the unquantised reference: LlamaForCausalLM config.json + BF16 `model.safetensors`"),
+    ("tiny-llama-bf16/", "the unquantised reference: LlamaForCausalLM config.json + BF16 `model.safetensors` + "
+     "byte-level tokenizer"),
     ("tiny-llama-fp8-channel/", "compressed-tensors FP8_DYNAMIC (`float-quantized`): F8_E4M3 `weight`, BF16 "
      "`weight_scale` [out, 1]"),
     ("tiny-llama-fp8-block/", "DeepSeek-style fine-grained FP8 (`quant_method: fp8`, `weight_block_size: [128, 128]`): "
@@ -267,8 +328,14 @@ ModelOpt NVFP4 (vLLM/TensorRT-LLM only; transformers does not read `modelopt`), 
     python examples/make_examples.py           # rewrite everything, then this README from real output
     python examples/make_examples.py --check   # exit 1 if the files differ from a fresh build
 
-No tokenizer files are included (the GGUF files carry a 256-token byte vocabulary so llama.cpp
-can load them). K-quants (Q4_K_M ...) are missing because gguf-py 0.19.0 cannot quantise them
+`tiny-llama-bf16` has a tokenizer (`tokenizer.json`, `tokenizer_config.json`) that is the GGUF files'
+256-token vocabulary: ids 0-2 are `<unk>`, `<s>` (BOS), `</s>` (EOS), ids 3-255 the bytes 0x00-0xFC
+as sentencepiece byte pieces `<0xXX>` (0xFD-0xFF never occur in UTF-8). Text is encoded as llama.cpp
+encodes it with that vocabulary: `\u2581` is prepended and replaces spaces, every character becomes its
+UTF-8 bytes, BOS is added. So `qcheck eval` runs on the examples, and llama.cpp (`llamacpp:` candidates)
+sees the same token ids as the reference.
+
+K-quants (Q4_K_M ...) are missing because gguf-py 0.19.0 cannot quantise them
 (`gguf.quants.quantize` raises NotImplementedError for Q4_K/Q6_K); use llama.cpp's
 `llama-quantize` on `tiny-llama-Q8_0.gguf` or the BF16 model to make one.
 
@@ -297,7 +364,53 @@ def write_readme(root: Path) -> None:
              + _inspect_text(root, "tiny-llama-gptq") + "```\n\n"
              "`qcheck inspect PATH --json` prints the `qcheck.inspection/1` JSON record of the same\n"
              "(fields in DESIGN.md).\n")
+    text += EVAL_HEAD
+    for args, comment in EVAL_RUNS:
+        text += f"\n{comment}\n\n```\n$ qcheck {' '.join(args)}\n{_eval_text(root, args)}```\n"
     (root / "README.md").write_text(text)
+
+
+EVAL_HEAD = """
+## `qcheck eval` on the examples
+
+`tiny-llama-bf16` is the reference of every quantised copy. The weights are random, so the model's
+next-token distributions are nearly flat and the KL divergences are small in absolute terms, but
+their order is the quantisation error's: Q8_0 and FP8 stay much closer to the reference than Q4_0.
+On this machine's CPU each command below takes about 5 seconds (tests/test_examples_eval.py runs them).
+Output as printed (run in this directory with an empty cache; the cache path is shown as the default
+`~/.cache/qcheck` and the cache key as `<key>`):
+"""
+
+#: (qcheck arguments, what the run shows) for the README's eval section
+EVAL_RUNS = [
+    (["eval", "--reference", "tiny-llama-bf16", "--candidate", "q8=tiny-llama-Q8_0.gguf", "--candidate",
+      "q4=tiny-llama-Q4_0.gguf", "--candidate", "fp8=tiny-llama-fp8-channel", "--tasks", "prose"],
+     "Three candidates dequantised into the reference architecture (the default `simulated` backend):"),
+    (["eval", "--reference", "tiny-llama-bf16", "--candidate", "q8=tiny-llama-Q8_0.gguf", "--candidate",
+      "q4=tiny-llama-Q4_0.gguf", "--candidate", "fp8=tiny-llama-fp8-channel", "--tasks", "prose", "--max-kld",
+      "1e-4"],
+     "The same with a gate: `--max-kld 1e-4` fails Q4_0, and the exit code is 1:"),
+    (["eval", "--reference", "tiny-llama-bf16", "--candidate", "q4=tiny-llama-Q4_0.gguf", "--candidate",
+      "q4cpp=llamacpp:tiny-llama-Q4_0.gguf", "--tasks", "prose"],
+     "Q4_0 simulated and under llama.cpp's own kernels (llama-cpp-python in process; it also quantises\n"
+     "activations, so the two differ slightly):"),
+]
+
+
+def _eval_text(root: Path, args: list[str]) -> str:
+    """``qcheck eval`` text output with a fresh cache, plus the exit code."""
+    import os
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "QCHECK_CACHE_DIR": cache, "COLUMNS": "120"}
+        proc = subprocess.run([sys.executable, "-m", "qcheck", *args], cwd=root, capture_output=True, text=True,
+                              env=env)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"qcheck {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    # the fresh cache directory is shown as the default one, so the README does not change from run to run
+    # (and the cache key, which hashes file metadata, as <key>)
+    out = re.sub(r"ref-[0-9a-f]{64}", "ref-<key>", proc.stdout.replace(cache, "~/.cache/qcheck"))
+    return out + f"$ echo $?\n{proc.returncode}\n"
 
 
 # ------------------------------------------------------------------------------------------------ driver

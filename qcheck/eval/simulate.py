@@ -3,9 +3,9 @@
 On a CPU the faithful way to measure *weight* quantisation loss for every format is to run the reference
 architecture with exactly the weights the real kernels multiply with. ``simulated_state_dict`` reads the
 candidate (qcheck's bounded readers list and classify it; tensor data comes from safetensors ``safe_open``
-or gguf-py), picks a dequantiser per module from the tensors actually stored (names, dtypes, shapes; the
-config only supplies what shapes cannot: bit widths of MLX/compressed-tensors packs, GPTQ v1 vs v2, FP8
-block size), and returns float32 tensors under the reference's parameter names. ``apply_activation_fake_quant``
+or, for GGUF, a read at each tensor's offset dequantised by ``gguf.quants``), picks a dequantiser per module
+from the tensors actually stored (names, dtypes, shapes; the config only supplies what shapes cannot: bit
+widths of MLX/compressed-tensors packs, GPTQ v1 vs v2, FP8 block size), and returns float32 tensors under the reference's parameter names. ``apply_activation_fake_quant``
 adds the activation side of W8A8 / W4A4 formats as forward pre-hooks on the quantised Linear layers.
 """
 
@@ -103,14 +103,12 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
                          f"{', '.join(sorted(SIMULATED_METHODS - {'unknown', 'none'}))}); run the real engine "
                          "through an OpenAI-compatible endpoint instead", path=candidate)
     if checkpoint.container == "gguf":
-        from qcheck.eval.dequant.gguf import gguf_to_hf
-
         ggufs = [f.name for f in checkpoint.files if f.kind == "gguf"]
         if len(ggufs) != 1:
             raise InputError(f"a split GGUF ({len(ggufs)} files) must be merged with llama-gguf-split --merge "
                              "before it can be simulated", path=candidate)
         gguf_file = path if path.is_file() else path / ggufs[0]
-        arrays, notes = gguf_to_hf(str(gguf_file), expected.keys(), tie_word_embeddings=tied)
+        arrays, notes = _gguf_state(gguf_file, checkpoint, expected.keys(), tied)
         state = {k: torch.from_numpy(v) for k, v in arrays.items()}
     else:
         root = path if path.is_dir() else path.parent
@@ -138,6 +136,107 @@ def _check_against(state: dict[str, Any], expected: dict[str, tuple[int, ...]], 
             bad = int((~torch.isfinite(tensor)).sum())
             raise InputError(f"tensor {name}: {bad} value(s) are NaN or infinite after dequantisation (NaN codes or "
                              "scales in the file)", path=where)
+
+
+# ------------------------------------------------------------------------------------------ GGUF
+
+def _gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> tuple[dict[str, Any], list[str]]:
+    """Every tensor of a single-file GGUF dequantised to float32 numpy under the HF names in ``hf_names``.
+
+    The tensor list, offsets and sizes come from qcheck's bounded header reader (already in ``checkpoint``,
+    checked against the file size); each tensor's bytes are read at its offset and dequantised with
+    ``gguf.quants.dequantize``. gguf-py's ``GGUFReader`` is not used: it decodes every metadata array element
+    by element (seconds on a 32k vocabulary) and hands out read-only memmap views. Names and the rotary
+    un-permutation follow ``qcheck.eval.dequant.gguf.gguf_to_hf`` exactly: GGUF tensors that map to no HF
+    name raise ``InputError`` (computed buffers such as ``rope_freqs`` are skipped with a note), and a missing
+    ``output.weight`` is filled from ``token_embd`` as llama.cpp does.
+    """
+    import gguf
+
+    from qcheck.eval.dequant.gguf import NON_PARAMETER_TENSORS, PERMUTED_ARCHS, unpermute_rows
+
+    path = str(gguf_file)
+    meta = checkpoint.metadata
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise InputError("general.architecture is missing or not a string", path=path)
+    by_name = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}
+    if arch not in by_name:
+        raise InputError(f"architecture {arch!r} is unknown to the installed gguf-py", path=path)
+    n_blocks = meta.get(f"{arch}.block_count")
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, int) or n_blocks < 0 or n_blocks > 100_000:
+        raise InputError(f"{arch}.block_count is missing or invalid ({n_blocks!r})", path=path)
+    name_map = gguf.get_tensor_name_map(by_name[arch], n_blocks)
+    gguf_to_hf_name: dict[str, str] = {}
+    for hf in hf_names:
+        g = name_map.get_name(hf, try_suffixes=(".weight", ".bias"))
+        if g is not None:
+            gguf_to_hf_name.setdefault(g, hf)
+    n_head = meta.get(f"{arch}.attention.head_count")
+    n_kv = meta.get(f"{arch}.attention.head_count_kv") or n_head
+    if arch in PERMUTED_ARCHS and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                          for v in (n_head, n_kv)):
+        raise InputError(f"{arch}.attention.head_count / head_count_kv must be positive integers to undo the "
+                         f"rotary permutation (found {n_head!r}, {n_kv!r})", path=path)
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    unmapped: list[str] = []
+    types: dict[str, int] = {}
+    with open(gguf_file, "rb") as fh:
+        for t in checkpoint.tensors.values():
+            if t.name in NON_PARAMETER_TENSORS:
+                notes.append(f"GGUF tensor {t.name} is a computed buffer, not a parameter; skipped")
+                continue
+            hf = gguf_to_hf_name.get(t.name)
+            if hf is None:
+                unmapped.append(t.name)
+                continue
+            data = _gguf_tensor(fh, t, path)
+            if arch in PERMUTED_ARCHS:
+                if t.name.endswith("attn_q.weight"):
+                    data = unpermute_rows(data, n_head, n_head, where=f"tensor {t.name}")
+                elif t.name.endswith("attn_k.weight"):
+                    data = unpermute_rows(data, n_head, n_kv, where=f"tensor {t.name}")
+            out[hf] = data
+            types[t.dtype] = types.get(t.dtype, 0) + 1
+    if unmapped:
+        raise InputError(f"{len(unmapped)} GGUF tensor(s) have no parameter in the reference architecture, e.g. "
+                         f"{', '.join(unmapped[:5])}", path=path)
+    if "lm_head.weight" in gguf_to_hf_name.values() and "lm_head.weight" not in out and not tied:
+        emb = gguf_to_hf_name.get("token_embd.weight")
+        if emb in out:
+            out["lm_head.weight"] = out[emb].copy()
+            notes.append("the GGUF has no output.weight: lm_head taken from token_embd, as llama.cpp does")
+    histogram = ", ".join(f"{k} x{v}" for k, v in sorted(types.items()))
+    notes.insert(0, f"GGUF ({arch}): {len(out)} tensors dequantised with gguf-py [{histogram}]"
+                 + ("; attn_q/attn_k rows un-permuted" if arch in PERMUTED_ARCHS else ""))
+    return out, notes
+
+
+def _gguf_tensor(fh: Any, info: Any, path: str) -> Any:
+    """One GGUF tensor -> float32 numpy array in row-major (HF) order, reading exactly its ``nbytes`` at its
+    absolute ``offset`` (both validated against the file by the header reader)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, quants
+
+    where = f"tensor {info.name}"
+    qtype = GGMLQuantizationType.__members__.get(info.dtype)
+    if qtype is None or info.nbytes is None or info.offset is None:
+        raise InputError(f"gguf-py cannot dequantise tensor type {info.dtype}", where=where)
+    raw = np.empty(info.nbytes, dtype=np.uint8)
+    fh.seek(info.offset)
+    got = fh.readinto(memoryview(raw))
+    if got != info.nbytes:
+        raise InputError(f"file ends after {got} of the tensor's {info.nbytes} bytes (truncated?)", where=where,
+                         path=path)
+    try:
+        values = quants.dequantize(raw, qtype)
+    except NotImplementedError:
+        raise InputError(f"gguf-py cannot dequantise tensor type {qtype.name}", where=where) from None
+    values = np.asarray(values, dtype=np.float32)
+    if values.size != info.numel:
+        raise InputError(f"{values.size} dequantised values for shape {info.shape}", where=where)
+    return values.reshape(info.shape)
 
 
 # ------------------------------------------------------------------------------------------ safetensors
