@@ -70,6 +70,10 @@ def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, req
     for engine in matrix.engines.values():
         if engine.id == request.engine.id or engine.needs_gpu != (target is not None):
             continue
+        if engine.kind == "single-purpose":
+            # colibri, audio.cpp, DeepInfer run a few model families each; the header cannot tell whether
+            # this checkpoint is one of them, so they are never offered as the way out.
+            continue
         v = resolve_one(matrix, inspection, EngineRequest(engine), target)
         rank = (len(v.requires), engine.kind != "engine", engine.id)
         if v.status == "native":
