@@ -19,10 +19,19 @@ from qcheck.limits import Limits
                    "(ampere, hopper, cdna3, ...) or a compute capability (sm90, 8.9).")
 @click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
 @click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
+@click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Estimate memory (weights + KV cache + overhead) for N tokens of context, per verdict "
+                   "(docs/memory.md); default with --batch/--kv-cache-dtype: the model's maximum.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
+              help="Concurrent sequences for the memory estimate (default 1).")
+@click.option("--kv-cache-dtype", default=None, metavar="D",
+              help="KV cache dtype for the memory estimate: auto, bfloat16, fp8, fp8_e5m2, nvfp4, f16, q8_0, q4_0 "
+                   "... (default: what the checkpoint declares, else the model's dtype; f16 for GGUF).")
 @output_options
 @limit_options
 def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, output_spec: OutputSpec, limits: Limits) -> int:
+            allow_unknown: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
+            output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
@@ -47,6 +56,13 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
     """
     from qcheck.check import check_path
 
-    result = check_path(target, engines, gpus, limits=limits, require_native=require_native,
-                        allow_unknown=allow_unknown)
+    if context is not None or batch is not None or kv_cache_dtype is not None:
+        from qcheck.memory import check_path_with_memory
+
+        result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
+                                        allow_unknown=allow_unknown, context=context, batch=batch or 1,
+                                        kv_cache_dtype=kv_cache_dtype)
+    else:
+        result = check_path(target, engines, gpus, limits=limits, require_native=require_native,
+                            allow_unknown=allow_unknown)
     return finish(result, output_spec)

@@ -50,7 +50,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     field("warning", v.warnings)
     field("try", v.suggestions)
     if v.memory:
-        field("memory", [", ".join(f"{k}={val}" for k, val in v.memory.items())])
+        field("memory", [v.memory["summary"]] if "summary" in v.memory
+              else [", ".join(f"{k}={val}" for k, val in v.memory.items())])
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
 

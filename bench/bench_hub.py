@@ -1,0 +1,152 @@
+"""Bench: header reads of a 163-shard model on a fake Hub with per-request latency (no network needed).
+
+Compares qcheck (``load_checkpoint("org/name")``: repo info, side files and every shard header, read
+concurrently, then parsed and validated) with huggingface_hub's ``HfApi.get_safetensors_metadata`` (index, then
+every shard header on ``hf_thread_map``'s min(32, cpus + 4) threads) on the same repo and server. The server
+runs in its own process so it does not compete with the client for the GIL, as the real Hub would not. Prints
+wall times, their ratio, request counts and wall time in round trips (wall / latency). No timed assertions:
+the target, "a few round trips, not one per shard", is read off the printout.
+
+    python bench/bench_hub.py [--shards 163] [--latency 0.1] [--tensors 400] [--redirect] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.join(HERE, "..", "tests")
+
+
+def build_repo(shards: int, tensors: int) -> tuple[dict[str, object], int]:
+    """A DeepSeek-V3-sized listing: ``shards`` FP8 shards of ``tensors`` expert weights each (headers only)."""
+    sys.path.insert(0, TESTS)
+    from hubserver import CONFIG, VirtualFile, safetensors_header
+
+    files: dict[str, object] = {"config.json": json.dumps(CONFIG).encode()}
+    weight_map: dict[str, str] = {}
+    header_bytes = 0
+    for i in range(shards):
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        ts = {f"model.layers.{i}.mlp.experts.{j}.{p}.weight": ("F8_E4M3", [2048, 7168])
+              for j in range(tensors // 3) for p in ("gate_proj", "up_proj", "down_proj")}
+        head, size = safetensors_header(ts)
+        header_bytes += len(head)
+        files[name] = VirtualFile(head, size)
+        weight_map.update({k: name for k in ts})
+    files["model.safetensors.index.json"] = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
+    return files, header_bytes
+
+
+def serve(conn, shards: int, tensors: int, latency: float, redirect: bool) -> None:
+    """Child process: run the FakeHub and answer ("count"|"clear"|"stop") commands over ``conn``."""
+    sys.path.insert(0, TESTS)
+    from hubserver import FakeHub
+
+    files, header_bytes = build_repo(shards, tensors)
+    hub = FakeHub(latency=0.0, redirect_lfs=redirect).start()
+    hub.add_repo("org/big", files)
+    hub.add_repo("org/warm", {"config.json": b"{}", "model.safetensors": files[f"model-00001-of-{shards:05d}"
+                                                                                 ".safetensors"]})
+    hub.latency = latency
+    total = sum(getattr(v, "size", 0) for v in files.values())
+    conn.send((hub.endpoint, header_bytes, total))
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "count":
+            reqs = hub.requests(arg)
+            conn.send((len(reqs), sum(r.sent for r in reqs), hub.max_in_flight))
+        elif cmd == "cpu":
+            conn.send(time.process_time())
+        elif cmd == "latency":
+            hub.latency = float(arg)
+            conn.send(None)
+        elif cmd == "clear":
+            hub.clear_log()
+            hub.max_in_flight = 0
+            conn.send(None)
+        else:
+            hub.stop()
+            conn.send(None)
+            return
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", type=int, default=163)
+    ap.add_argument("--latency", type=float, default=0.1, help="seconds the server waits before each answer")
+    ap.add_argument("--tensors", type=int, default=400, help="tensors per shard (header size)")
+    ap.add_argument("--redirect", action="store_true", help="redirect weight files to a CDN URL, as the Hub does")
+    ap.add_argument("--workers", type=int, default=None, help="QCHECK_HUB_WORKERS (default: qcheck's own)")
+    args = ap.parse_args()
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(child, args.shards, args.tensors, args.latency, args.redirect),
+                       daemon=True)
+    proc.start()
+    endpoint, header_bytes, total = parent.recv()
+
+    def call(cmd: str, arg: str = ""):
+        parent.send((cmd, arg))
+        return parent.recv()
+
+    # environment first: huggingface_hub reads HF_ENDPOINT / HF_HUB_CACHE when it is imported
+    os.environ.update({"HF_ENDPOINT": endpoint, "HF_HUB_CACHE": tempfile.mkdtemp(prefix="qcheck-bench-"),
+                       "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
+    os.environ.pop("HF_TOKEN", None)
+    if args.workers:
+        os.environ["QCHECK_HUB_WORKERS"] = str(args.workers)
+    print(f"repo: {args.shards} shards, {total / 1e9:.0f} GB of weights listed, {header_bytes / 1e6:.1f} MB of "
+          f"headers; server latency {args.latency * 1000:.0f} ms per request"
+          f"{', CDN redirects' if args.redirect else ''}")
+
+    from huggingface_hub import HfApi
+
+    from qcheck.readers import load_checkpoint
+
+    load_checkpoint("org/warm")  # imports and connection pool warm-up, not measured
+    HfApi(endpoint=endpoint).get_safetensors_metadata("org/warm")
+
+    def run_qcheck() -> None:
+        ck = load_checkpoint("org/big")
+        assert len(ck.tensors) == args.shards * (args.tensors // 3) * 3
+
+    def run_hf() -> None:
+        meta = HfApi(endpoint=endpoint).get_safetensors_metadata("org/big")
+        assert len(meta.files_metadata) == args.shards
+
+    rows = []
+    for label, fn in (("qcheck load_checkpoint", run_qcheck),
+                      ("huggingface_hub get_safetensors_metadata", run_hf)):
+        times = {}
+        for latency in (0.0, args.latency):
+            call("latency", str(latency))
+            call("clear")
+            t0 = time.perf_counter()
+            fn()
+            times[latency] = time.perf_counter() - t0
+        reqs, sent, par = call("count", "org/big")
+        rows.append((label, times[0.0], times[args.latency], reqs, par, sent))
+    call("stop")
+    proc.join(5)
+
+    lat = args.latency or float("nan")
+    print(f"{'':42s}{'wall s':>8s}{'at 0 ms':>9s}{'latency RTTs':>14s}{'requests':>10s}{'parallel':>10s}"
+          f"{'MB':>7s}")
+    for label, t0_, tl, reqs, par, sent in rows:
+        print(f"{label:42s}{tl:8.2f}{t0_:9.2f}{max(0.0, (tl - t0_) / lat):14.1f}{reqs:10d}{par:10d}{sent / 1e6:7.1f}")
+    (_, _, ql, *_), (_, _, hl, *_) = rows
+    print(f"ratio hf/qcheck at {args.latency * 1000:.0f} ms: {hl / ql:.1f}x. 'latency RTTs' = (wall - wall at 0 ms) / "
+          "latency: the round trips on the critical path; the rest is CPU (qcheck validates every header: offsets, "
+          "shapes, duplicate keys).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Turn HTTP statuses and network failures into one-line ``RemoteError`` messages (exit code 2).
+
+Every message says what failed and what to do about it, and passes through ``redact`` so a token can
+never reach the terminal, even when a server echoes the Authorization header back in its error body.
+"""
+
+from __future__ import annotations
+
+import re
+
+from qcheck.errors import RemoteError
+
+_TOKEN_RE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|api_org_[A-Za-z0-9]{8,})\b")
+_BEARER_RE = re.compile(r"(?i)(bearer\s+)\S+")
+
+
+class GatedRepoError(RemoteError):
+    """The repo is gated (licence not accepted) or private, and the token does not grant access."""
+
+
+class NotFoundError(RemoteError):
+    """The repo, revision or file does not exist (or is private and no token was sent)."""
+
+
+class RateLimitedError(RemoteError):
+    """HTTP 429 after every retry."""
+
+
+class NetworkError(RemoteError):
+    """Timeout, refused connection, DNS failure, or a 5xx after every retry."""
+
+
+def redact(text: str, token: str | None = None) -> str:
+    """Remove a token (the given one, anything shaped like an HF token, any bearer value) from ``text``."""
+    if token:
+        text = text.replace(token, "***")
+    text = _BEARER_RE.sub(r"\1***", text)
+    return _TOKEN_RE.sub("***", text)
+
+
+def http_error(status: int, *, repo_id: str, what: str, endpoint: str, error_code: str | None = None,
+               server_message: str | None = None, token: str | None = None, had_token: bool = False,
+               revision: str | None = None, attempts: int = 1, retry_after: float | None = None) -> RemoteError:
+    """The RemoteError for a final (non-retried) HTTP error status on ``what`` (a file name or 'repo info')."""
+    page = f"{endpoint.rstrip('/')}/{repo_id}"
+    detail = ""
+    if server_message:
+        detail = " (server said: " + " ".join(redact(server_message, token).split())[:200] + ")"
+    if error_code == "GatedRepo" or (status == 403 and error_code != "RepoNotFound"):
+        if error_code == "GatedRepo":
+            msg = (f"{repo_id} is gated (HTTP {status}): accept the licence at {page} and set HF_TOKEN "
+                   "(or run `hf auth login`)")
+            if had_token:
+                msg += "; the token sent was not granted access yet"
+        else:
+            msg = (f"access to {what} in {repo_id} denied (HTTP 403): the token lacks permission; check it at "
+                   f"{endpoint.rstrip('/')}/settings/tokens and accept any licence at {page}")
+        return GatedRepoError(redact(msg + detail, token))
+    if error_code == "RevisionNotFound":
+        return NotFoundError(redact(f"revision {revision!r} not found in {repo_id} (HTTP {status})", token))
+    if error_code == "EntryNotFound" or (status == 404 and what != "repo info" and error_code != "RepoNotFound"):
+        rev = f"@{revision}" if revision else ""
+        return NotFoundError(redact(f"file {what!r} not found in {repo_id}{rev} (HTTP {status})", token))
+    if status in (401, 404) or error_code == "RepoNotFound":
+        hint = ("" if had_token else "; if it is private or gated, set HF_TOKEN or run `hf auth login`")
+        return NotFoundError(redact(f"repository {repo_id} not found on {endpoint} (HTTP {status}){hint}", token))
+    if status == 429:
+        after = f"; the server asks to retry after {retry_after:g} s" if retry_after else ""
+        return RateLimitedError(redact(f"rate limited by {endpoint} (HTTP 429) on {what} in {repo_id} after "
+                                       f"{attempts} attempts{after}; wait and retry, or set HF_TOKEN for a higher "
+                                       "limit", token))
+    if status == 416:
+        return RemoteError(redact(f"{what} in {repo_id}: the server refused the byte range (HTTP 416)", token))
+    if status >= 500:
+        return NetworkError(redact(f"{endpoint} failed with HTTP {status} on {what} in {repo_id} after {attempts} "
+                                   f"attempts{detail}", token))
+    return RemoteError(redact(f"{endpoint} answered HTTP {status} on {what} in {repo_id}{detail}", token))
+
+
+def network_error(exc: BaseException, *, repo_id: str, what: str, endpoint: str, timeout: float | None,
+                  attempts: int, token: str | None = None) -> RemoteError:
+    """The RemoteError for a transport failure (after retries): timeout, refused, DNS, broken connection."""
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if "timeout" in name.lower() or "timed out" in text:
+        msg = (f"timed out after {timeout:g} s reading {what} from {endpoint} ({repo_id}), {attempts} attempts; "
+               "raise it with QCHECK_HUB_TIMEOUT=SECONDS") if timeout else f"timed out reading {what} from {endpoint}"
+    elif "refused" in text:
+        msg = (f"cannot connect to {endpoint}: connection refused ({attempts} attempts); check HF_ENDPOINT, or set "
+               "HF_HUB_OFFLINE=1 to use the local Hugging Face cache")
+    elif "name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text \
+            or "name resolution" in text:
+        msg = (f"cannot resolve the host of {endpoint} (no network?); set HF_HUB_OFFLINE=1 to use the local "
+               "Hugging Face cache")
+    else:
+        msg = f"network error reading {what} in {repo_id} from {endpoint} after {attempts} attempts: {name}: {exc}"
+    return NetworkError(redact(" ".join(msg.split()), token))

@@ -1,0 +1,287 @@
+"""``HubFileSet``: a Hub repo at one commit, seen through the ``FileSet`` protocol the local readers use.
+
+The listing (names and sizes) comes from one model-info call (``/api/models/{repo}/revision/{rev}?blobs=true``,
+what ``HfApi.model_info(files_metadata=True)`` sends), which also resolves a branch or tag to a commit; every
+later read is pinned to that commit, so a push during the run cannot mix two versions. Files already in the local
+Hugging Face cache for that commit are read from disk. ``prefetch`` starts header reads of many shards at once
+on a thread pool, so a 163-shard model costs a few round trips rather than one per shard.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote
+
+from qcheck.errors import InputError, RemoteError
+from qcheck.hub.http import HubClient, hub_endpoint
+from qcheck.hub.source import HubFileSource
+from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.source import ByteSource, FileEntry, LocalFileSet, LocalFileSource
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+#: small JSON side files worth fetching up front (what the readers and classifier look at)
+SIDE_FILES = ("config.json", "model.safetensors.index.json", "hf_quant_config.json", "quantize_config.json",
+              "quant_config.json", "quantization_config.json", "generation_config.json")
+
+
+def hub_cache_dir() -> str:
+    """huggingface_hub's cache folder, from the environment now (``HF_HUB_CACHE``, ``HF_HOME``) or its default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
+def _safe_name(name: str, where: str) -> str:
+    p = PurePosixPath(name)
+    if not name or p.is_absolute() or ".." in p.parts or "\\" in name or "\x00" in name:
+        raise InputError(f"the repo listing has an unsafe file name {name!r}", path=where)
+    return name
+
+
+def _workers() -> int:
+    raw = os.environ.get("QCHECK_HUB_WORKERS", "")
+    return max(1, min(256, int(raw))) if raw.isdigit() else 64
+
+
+class HubFileSet:
+    """Files of ``repo_id`` at ``revision`` (a commit sha). ``list`` shows top-level files, like a local directory."""
+
+    def __init__(self, client: HubClient, repo_id: str, revision: str, files: dict[str, int | None], *,
+                 requested_revision: str | None = None, limits: Limits = DEFAULT_LIMITS,
+                 cache_dir: str | None = None):
+        self.client = client
+        self.repo_id = repo_id
+        self.revision = revision
+        self.requested_revision = requested_revision
+        self.root = f"{repo_id}@{requested_revision}" if requested_revision else repo_id
+        self.files = files
+        self.limits = limits
+        self.cache_dir = cache_dir
+        self._sources: dict[str, ByteSource] = {}
+        self._small: dict[str, Future[bytes]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- FileSet protocol --------------------------------------------------------------------------
+    def list(self) -> list[FileEntry]:
+        return [FileEntry(n, s) for n, s in sorted(self.files.items()) if "/" not in n]
+
+    def all_files(self) -> list[FileEntry]:
+        """Every file in the repo, sub-folders included."""
+        return [FileEntry(n, s) for n, s in sorted(self.files.items())]
+
+    def exists(self, name: str) -> bool:
+        return name in self.files
+
+    def url(self, name: str) -> str:
+        """``{endpoint}/{repo}/resolve/{commit}/{file}``: what ``huggingface_hub.hf_hub_url`` builds."""
+        return f"{self.client.endpoint}/{self.repo_id}/resolve/{self.revision}/{quote(name)}"
+
+    def open(self, name: str) -> ByteSource:
+        if name in self._sources:
+            return self._sources[name]
+        if name not in self.files:
+            from qcheck.hub.errors import NotFoundError
+
+            raise NotFoundError(f"file {name!r} not found in {self.repo_id}@{self.revision[:12]}")
+        cached = self._cached_path(name)
+        source: ByteSource
+        if cached is not None:
+            source = _KeepOpenLocal(cached, display=f"{self.repo_id}@{self.revision[:12]}:{name}")
+        else:
+            source = HubFileSource(self.client, repo_id=self.repo_id, revision=self.revision, filename=name,
+                                   url=self.url(name), size=self.files.get(name), limits=self.limits)
+        return self._sources.setdefault(name, source)
+
+    def read_small(self, name: str, max_bytes: int) -> bytes:
+        fut = self._small.get(name)
+        if fut is None:
+            return self._read_small(name, max_bytes)
+        data = fut.result()
+        if len(data) > max_bytes:
+            raise InputError(f"file is over the {max_bytes}-byte limit for side files",
+                             path=f"{self.repo_id}:{name}")
+        return data
+
+    def _read_small(self, name: str, max_bytes: int) -> bytes:
+        where = f"{self.repo_id}:{name}"
+        if name not in self.files:
+            from qcheck.hub.errors import NotFoundError
+
+            raise NotFoundError(f"file {name!r} not found in {self.repo_id}@{self.revision[:12]}")
+        size = self.files.get(name)
+        if size is not None and size > max_bytes:
+            raise InputError(f"file is {size} bytes, over the {max_bytes}-byte limit for side files", path=where)
+        cached = self._cached_path(name)
+        if cached is not None:
+            with LocalFileSource(cached, display=where) as src:
+                if src.size is not None and src.size > max_bytes:
+                    raise InputError(f"file is {src.size} bytes, over the {max_bytes}-byte limit", path=where)
+                return src.read_at(0, max_bytes + 1)
+        resp = self.client.request("GET", self.url(name), repo_id=self.repo_id, what=name,
+                                   max_bytes=max_bytes + 1, revision=self.revision)
+        if len(resp.body) > max_bytes:
+            raise InputError(f"file is over the {max_bytes}-byte limit for side files", path=where)
+        return resp.body
+
+    # -- local cache ---------------------------------------------------------------------------------
+    def _cached_path(self, name: str) -> str | None:
+        if self.cache_dir is None:
+            return None
+        folder = Path(self.cache_dir) / f"models--{self.repo_id.replace('/', '--')}" / "snapshots" / self.revision
+        path = folder.joinpath(*PurePosixPath(name).parts)
+        try:
+            if path.is_file() and (self.files.get(name) is None or path.stat().st_size == self.files[name]):
+                return str(path)
+        except OSError:
+            return None
+        return None
+
+    # -- concurrency ---------------------------------------------------------------------------------
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="qcheck-hub")
+        return self._pool
+
+    def prefetch_small(self, names: list[str], max_bytes: int | None = None) -> None:
+        """Start fetching small side files (those that exist) in the background; ``read_small`` waits for them."""
+        limit = max_bytes or self.limits.max_json_bytes
+        for name in names:
+            if name in self.files and name not in self._small:
+                self._small[name] = self._executor().submit(self._read_small, name, limit)
+
+    def prefetch_headers(self, names: list[str]) -> list[Future[None]]:
+        """Start reading the headers of many files at once: whole safetensors headers, GGUF first chunks."""
+        futures = []
+        for name in names:
+            src = self.open(name)
+            if not isinstance(src, HubFileSource):
+                continue
+            task = src.prefetch_safetensors_header if name.lower().endswith(".safetensors") else src.prefetch
+            futures.append(self._executor().submit(_quiet, task))
+        return futures
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Requests and bytes per file so far (for tests, ``bench/`` and ``--verbose``)."""
+        return {k: {"requests": v.requests, "bytes": v.bytes} for k, v in self.client.stats.items()}
+
+
+def _quiet(task) -> None:
+    """Run a prefetch; its errors are dropped because the reader's own read repeats it and reports it properly."""
+    try:
+        task()
+    except (RemoteError, InputError):
+        pass
+
+
+class _KeepOpenLocal(LocalFileSource):
+    """A cached local file handed out more than once: ``close`` is deferred to garbage collection."""
+
+    def close(self) -> None:
+        pass
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            LocalFileSource.close(self)
+        except Exception:
+            pass
+
+
+class CachedFileSet(LocalFileSet):
+    """A repo snapshot in the local Hugging Face cache (``HF_HUB_OFFLINE=1``): a local directory with a commit."""
+
+    def __init__(self, path: str, repo_id: str, revision: str, requested_revision: str | None):
+        super().__init__(path)
+        self.repo_id = repo_id
+        self.revision = revision
+        self.requested_revision = requested_revision
+        self.root = f"{repo_id}@{requested_revision}" if requested_revision else repo_id
+
+    def all_files(self) -> list[FileEntry]:
+        out = []
+        base = Path(self.path)
+        for dirpath, _dirs, names in os.walk(base, followlinks=False):
+            for n in names:
+                p = Path(dirpath) / n
+                try:
+                    if p.is_file():
+                        out.append(FileEntry(p.relative_to(base).as_posix(), p.stat().st_size))
+                except OSError:
+                    continue
+        return sorted(out, key=lambda e: e.name)
+
+    def prefetch_small(self, names: list[str], max_bytes: int | None = None) -> None:
+        return None
+
+    def prefetch_headers(self, names: list[str]) -> list[Future[None]]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+def cached_snapshot(repo_id: str, revision: str | None, cache_dir: str | None = None) -> CachedFileSet:
+    """The cached snapshot of ``repo_id`` at ``revision`` (branch, tag or commit), or a RemoteError saying so."""
+    cache = Path(cache_dir or hub_cache_dir())
+    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
+    ref = revision or "main"
+    commit = ref if COMMIT_RE.match(ref) else None
+    if commit is None:
+        ref_file = repo_dir / "refs" / ref
+        try:
+            commit = ref_file.read_text(encoding="utf-8").strip()
+        except OSError:
+            commit = None
+    if commit is None or not COMMIT_RE.match(commit) or not (repo_dir / "snapshots" / commit).is_dir():
+        raise RemoteError(f"HF_HUB_OFFLINE is set and {repo_id}@{ref} is not in the local Hugging Face cache "
+                          f"({cache}); unset HF_HUB_OFFLINE or download it first with `hf download {repo_id}`")
+    return CachedFileSet(str(repo_dir / "snapshots" / commit), repo_id, commit, revision)
+
+
+def fetch_listing(client: HubClient, repo_id: str, revision: str | None, limits: Limits
+                  ) -> tuple[str, dict[str, int | None]]:
+    """One model-info call: the commit the revision points to, and every file with its size."""
+    import json
+
+    from huggingface_hub.hf_api import ModelInfo
+
+    endpoint = client.endpoint or hub_endpoint()
+    url = (f"{endpoint}/api/models/{repo_id}" if revision is None
+           else f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}")
+    resp = client.request("GET", url, repo_id=repo_id, what="repo info", max_bytes=limits.max_json_bytes + 1,
+                          params={"blobs": "true"}, revision=revision)
+    where = f"{repo_id} (repo info)"
+    if len(resp.body) > limits.max_json_bytes:
+        raise InputError(f"repo info is over {limits.max_json_bytes} bytes (limit max_json_bytes)", path=where)
+    try:
+        data = json.loads(resp.body)
+        info = ModelInfo(**data) if isinstance(data, dict) and "id" in data else None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RemoteError(f"{where}: the Hub answered something that is not model info ({type(exc).__name__})"
+                          ) from None
+    if info is None:
+        raise RemoteError(f"{where}: the Hub answered something that is not model info")
+    sha = info.sha or ""
+    if not COMMIT_RE.match(sha):
+        raise RemoteError(f"{where}: the Hub did not report a commit for revision {revision or 'main'}")
+    siblings = info.siblings or []
+    if len(siblings) > limits.max_tensors:
+        raise InputError(f"repo lists {len(siblings)} files, over the limit {limits.max_tensors}", path=where)
+    files: dict[str, int | None] = {}
+    for s in siblings:
+        size = s.size if s.size is not None else (s.lfs.size if s.lfs else None)
+        if size is not None and (not isinstance(size, int) or size < 0):
+            raise InputError(f"repo info gives file {s.rfilename!r} a bad size {size!r}", path=where)
+        files[_safe_name(s.rfilename, where)] = size
+    return sha, files

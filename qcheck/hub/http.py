@@ -1,0 +1,215 @@
+"""Bounded HTTP to the Hub, with retries, on huggingface_hub's own session and headers.
+
+Why not ``huggingface_hub.utils.http_backoff``: it reads whole bodies (a server that ignores ``Range`` would
+stream the weights), its waits are not tunable per run, and it logs rather than returns what went wrong.
+Here every body is streamed and cut at the length asked for, 429/5xx/timeouts are retried with
+exponential backoff (``Retry-After`` honoured, capped), and each call is counted per file so tests and
+``bench/`` can show that only headers were fetched. The session is ``huggingface_hub.get_session()`` so a
+user's proxy or certificate set-up (``set_client_factory``) applies; the headers come from
+``build_hf_headers`` (token from ``HF_TOKEN`` or the ``hf auth login`` file, user agent).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from qcheck.errors import RemoteError, UsageError
+from qcheck.hub.errors import http_error, network_error, redact
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{name} must be a number, not {raw!r}") from None
+    if value < 0:
+        raise UsageError(f"{name} must not be negative")
+    return value
+
+
+def hub_endpoint() -> str:
+    """``HF_ENDPOINT`` read now (huggingface_hub reads it once, at import), else huggingface_hub's default."""
+    env = os.environ.get("HF_ENDPOINT")
+    if env:
+        return env.rstrip("/")
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT.rstrip("/")
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` read now, with huggingface_hub's truthy values."""
+    raw = os.environ.get("HF_HUB_OFFLINE")
+    if raw is None:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    return raw.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass
+class FileStats:
+    requests: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    url: str  # the final URL after redirects
+    attempts: int = 1
+
+
+@dataclass
+class HubClient:
+    """One run's connection to the Hub: endpoint, auth headers, retry policy and per-file counters."""
+
+    endpoint: str = field(default_factory=hub_endpoint)
+    token: str | None = None
+    timeout: float = field(default_factory=lambda: _env_float("QCHECK_HUB_TIMEOUT", 10.0))
+    retries: int = field(default_factory=lambda: int(_env_float("QCHECK_HUB_RETRIES", 3)))
+    backoff: float = field(default_factory=lambda: _env_float("QCHECK_HUB_BACKOFF", 0.5))
+    max_wait: float = field(default_factory=lambda: _env_float("QCHECK_HUB_MAX_WAIT", 30.0))
+    stats: dict[str, FileStats] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        from huggingface_hub.utils import build_hf_headers
+
+        from qcheck import __version__
+
+        self._headers = build_hf_headers(token=self.token or False, library_name="qcheck",
+                                         library_version=__version__)
+
+    @classmethod
+    def from_env(cls) -> HubClient:
+        """Endpoint, token and retry policy from the environment (``HF_ENDPOINT``, ``HF_TOKEN``, ``QCHECK_HUB_*``)."""
+        from huggingface_hub import get_token
+
+        try:
+            token = get_token()
+        except Exception:  # a broken token file must not stop public repos
+            token = None
+        return cls(token=token)
+
+    @property
+    def has_token(self) -> bool:
+        return bool(self.token)
+
+    def _count(self, key: str, nbytes: int, requests: int = 0) -> None:
+        with self._lock:
+            st = self.stats.setdefault(key, FileStats())
+            st.requests += requests
+            st.bytes += nbytes
+
+    def total(self) -> FileStats:
+        with self._lock:
+            return FileStats(sum(s.requests for s in self.stats.values()), sum(s.bytes for s in self.stats.values()))
+
+    def request(self, method: str, url: str, *, repo_id: str, what: str, max_bytes: int,
+                headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
+                revision: str | None = None, send_auth: bool = True, raise_for_status: bool = True) -> Response:
+        """One logical request, retried on 408/429/5xx and transport errors; the body is cut at ``max_bytes``.
+
+        ``what`` names the file (or 'repo info') for messages and counters. A body longer than ``max_bytes`` is
+        not an error here (a range answered with 200 is cut); callers check lengths they care about.
+        """
+        import httpx2
+        from huggingface_hub.errors import OfflineModeIsEnabled
+        from huggingface_hub.utils import get_session
+
+        all_headers = dict(self._headers) if send_auth else {k: v for k, v in self._headers.items()
+                                                             if k.lower() != "authorization"}
+        all_headers.update(headers or {})
+        attempt = 0
+        while True:
+            attempt += 1
+            self._count(what, 0, requests=1)
+            try:
+                with get_session().stream(method, url, headers=all_headers, params=params,
+                                          timeout=httpx2.Timeout(self.timeout), follow_redirects=True) as r:
+                    status = r.status_code
+                    hdrs = {k.lower(): v for k, v in r.headers.items()}
+                    if status in RETRY_STATUSES and attempt <= self.retries:
+                        wait = self._wait(attempt, hdrs)
+                        if wait is None:  # the server asks for more than we are willing to wait
+                            raise self.status_error(status, hdrs, repo_id, what, revision, attempt)
+                        time.sleep(wait)
+                        continue
+                    if status >= 400 and raise_for_status:
+                        raise self.status_error(status, hdrs, repo_id, what, revision, attempt)
+                    body = bytearray()
+                    if method != "HEAD" and status < 400:
+                        for chunk in r.iter_bytes():
+                            body += chunk
+                            if len(body) >= max_bytes:
+                                del body[max_bytes:]
+                                break
+                    self._count(what, len(body))
+                    return Response(status, hdrs, bytes(body), str(r.url), attempt)
+            except RemoteError:
+                raise
+            except OfflineModeIsEnabled:
+                raise RemoteError(f"cannot reach {self.endpoint}: huggingface_hub is in offline mode "
+                                  "(HF_HUB_OFFLINE was set when it was imported)") from None
+            except (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
+                if attempt <= self.retries:
+                    time.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
+                    continue
+                raise network_error(exc, repo_id=repo_id, what=what, endpoint=self.endpoint,
+                                    timeout=self.timeout, attempts=attempt, token=self.token) from None
+            except httpx2.HTTPError as exc:
+                raise network_error(exc, repo_id=repo_id, what=what, endpoint=self.endpoint,
+                                    timeout=self.timeout, attempts=attempt, token=self.token) from None
+
+    def _wait(self, attempt: int, hdrs: dict[str, str]) -> float | None:
+        retry_after = _retry_after(hdrs)
+        if retry_after is not None:
+            return retry_after if retry_after <= self.max_wait else None
+        return min(self.max_wait, self.backoff * 2 ** (attempt - 1))
+
+    def status_error(self, status: int, hdrs: dict[str, str], repo_id: str, what: str,
+                     revision: str | None, attempts: int) -> RemoteError:
+        """The one-line RemoteError for a final HTTP error status (headers lower-cased)."""
+        return http_error(status, repo_id=repo_id, what=what, endpoint=self.endpoint,
+                          error_code=hdrs.get("x-error-code"), server_message=hdrs.get("x-error-message"),
+                          token=self.token, had_token=self.has_token, revision=revision, attempts=attempts,
+                          retry_after=_retry_after(hdrs))
+
+    def redact(self, text: str) -> str:
+        return redact(text, self.token)
+
+
+def _retry_after(hdrs: dict[str, str]) -> float | None:
+    """Seconds the server asks us to wait: the Hub's ``RateLimit: "api";r=0;t=55`` when exhausted (parsed by
+    huggingface_hub's ``parse_ratelimit_headers``, as its own backoff does), else ``Retry-After`` seconds."""
+    try:
+        from huggingface_hub.utils import parse_ratelimit_headers
+
+        info = parse_ratelimit_headers(hdrs)
+    except Exception:  # an unparseable header is no reason to fail
+        info = None
+    if info is not None and info.remaining == 0:
+        return float(info.reset_in_seconds)
+    raw = (hdrs.get("retry-after") or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)

@@ -1,0 +1,277 @@
+"""Memory fit: KV cache arithmetic checked by hand for real model shapes, overheads, GPU counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qcheck.errors import UsageError
+from qcheck.memory import (
+    ENGINE_OVERHEAD,
+    GIB,
+    KVLayout,
+    estimate_memory,
+    kv_dtype_bytes,
+    layout_from_config,
+    layout_from_gguf,
+)
+from qcheck.model import Inspection, Quantization
+
+LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+            "torch_dtype": "bfloat16"}
+LLAMA_70B = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+             "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+QWEN3_8B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "sliding_window": None,
+            "use_sliding_window": False}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+               "num_key_value_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+               "v_head_dim": 128, "vocab_size": 129280}
+GEMMA3_27B = {"model_type": "gemma3", "text_config": {
+    "model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376, "num_attention_heads": 32,
+    "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024, "sliding_window_pattern": 6,
+    "vocab_size": 262208}}
+QWEN3_NEXT = {"model_type": "qwen3_next", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16,
+              "num_key_value_heads": 2, "head_dim": 256,
+              "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 12}
+
+
+def _ins(cfg: dict, *, size: int, params: int | None = None, container: str = "safetensors", **kw) -> Inspection:
+    c = cfg.get("text_config", cfg)
+    return Inspection(path="m", container=container, parameters=params, size_bytes=size,
+                      num_layers=c.get("num_hidden_layers"), hidden_size=c.get("hidden_size"),
+                      num_attention_heads=c.get("num_attention_heads"), num_kv_heads=c.get("num_key_value_heads"),
+                      head_dim=c.get("head_dim"), vocab_size=c.get("vocab_size"),
+                      context_length=c.get("max_position_embeddings"), dtype=c.get("torch_dtype"), **kw)
+
+
+def test_llama_8b_kv_cache_by_hand():
+    # 2 (K,V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131072 bytes per token; 8192 tokens = 1 GiB exactly
+    est = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), context=8192, config=LLAMA_8B, engine="vllm",
+                          gpu_memory_gib=80)
+    assert est.kv_bytes_per_token == 131072
+    assert est.kv_cache_bytes == 1 * GIB
+    assert est.kv_cache_dtype == "bfloat16"
+    # batch scales it linearly; the inspection fields alone give the same layout
+    est4 = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), context=8192, batch=4)
+    assert est4.kv_cache_bytes == 4 * GIB
+    assert est.fits is True and est.gpus_needed == 1
+
+
+def test_qwen3_head_dim_from_config_not_hidden_over_heads():
+    lay = layout_from_config(QWEN3_8B)
+    assert (lay.full_layers, lay.window_layers, lay.kv_heads, lay.k_dim) == (36, 0, 8, 128)
+    est = estimate_memory(_ins(QWEN3_8B, size=16_400_000_000), context=32768, config=QWEN3_8B)
+    assert est.kv_cache_bytes == 2 * 36 * 8 * 128 * 2 * 32768  # 4.5 GiB
+
+
+def test_mla_caches_the_latent_and_is_replicated_under_tensor_parallelism():
+    lay = layout_from_config(DEEPSEEK_V3)
+    assert lay.mla_dim == 576
+    est = estimate_memory(_ins(DEEPSEEK_V3, size=689_000_000_000), context=32768, config=DEEPSEEK_V3,
+                          kv_cache_dtype="bf16", engine="vllm", gpu_memory_gib=141)
+    assert est.kv_bytes_per_token == 61 * 576 * 2  # 70272 bytes: ~15x less than 128 full K/V heads
+    assert est.kv_cache_bytes == 61 * 576 * 2 * 32768
+    assert est.fits is False and est.gpus_needed == 8  # 689 GB / 8 = 80 GiB + the whole 2.1 GiB latent per GPU
+    assert est.per_gpu_bytes is not None
+    assert est.per_gpu_bytes - 689_000_000_000 // 8 - est.activation_bytes - est.fixed_bytes == est.kv_cache_bytes
+
+
+def test_sliding_window_layers_cache_only_the_window():
+    lay = layout_from_config(GEMMA3_27B)
+    assert (lay.full_layers, lay.window_layers, lay.window) == (10, 52, 1024)
+    est = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B)
+    per_layer = 16 * 2 * 128 * 2
+    assert est.kv_cache_bytes == per_layer * (10 * 131072 + 52 * 1024)
+    # llama.cpp keeps n_swa + n_ubatch (512) tokens in a sliding-window layer's cache
+    cpp = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B,
+                          engine="llama.cpp", kv_cache_dtype="bf16")
+    assert cpp.kv_cache_bytes == per_layer * (10 * 131072 + 52 * (1024 + 512))
+    # short contexts: the window does not matter
+    short = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=512, config=GEMMA3_27B)
+    assert short.kv_cache_bytes == per_layer * 62 * 512
+    mistral = layout_from_config({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096})
+    assert (mistral.full_layers, mistral.window_layers) == (0, 32)
+    gemma2 = layout_from_config({"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584,
+                                 "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+                                 "sliding_window": 4096})
+    assert (gemma2.full_layers, gemma2.window_layers) == (21, 21)
+
+
+def test_linear_attention_layers_add_no_kv_cache():
+    lay = layout_from_config(QWEN3_NEXT)
+    assert (lay.full_layers, lay.window_layers) == (12, 0)
+    assert any("linear attention" in n for n in lay.notes)
+    est = estimate_memory(_ins(QWEN3_NEXT, size=160_000_000_000), context=65536, config=QWEN3_NEXT)
+    assert est.kv_cache_bytes == 12 * 2 * 2 * 256 * 2 * 65536
+
+
+def test_gguf_metadata_layout_with_per_layer_heads_and_split_k_v_dims():
+    md = {"general.architecture": "llama", "llama.block_count": 4, "llama.attention.head_count": 32,
+          "llama.embedding_length": 4096, "llama.attention.head_count_kv": [8, 8, 4, 4],
+          "llama.attention.key_length": 192, "llama.attention.value_length": 128}
+    lay = layout_from_gguf(md)
+    assert lay.elements_per_token_layer() == 6 * (192 + 128)
+    ins = Inspection(path="m.gguf", container="gguf", size_bytes=10**9, num_layers=4)
+    est = estimate_memory(ins, context=1000, gguf_metadata=md, engine="llama.cpp")
+    assert est.kv_cache_dtype == "f16"  # llama.cpp's default cache type
+    assert est.kv_cache_bytes == 4 * 6 * 320 * 2 * 1000
+    mla = layout_from_gguf({"general.architecture": "deepseek2", "deepseek2.block_count": 61,
+                            "deepseek2.attention.kv_lora_rank": 512, "deepseek2.rope.dimension_count": 64,
+                            "deepseek2.attention.head_count": 128, "deepseek2.embedding_length": 7168})
+    assert mla.mla_dim == 576 and mla.full_layers == 61
+    g3 = layout_from_gguf({"general.architecture": "gemma3", "gemma3.block_count": 62,
+                           "gemma3.attention.sliding_window": 1024, "gemma3.attention.head_count": 32,
+                           "gemma3.attention.head_count_kv": 16, "gemma3.attention.key_length": 128,
+                           "gemma3.attention.value_length": 128})
+    assert (g3.full_layers, g3.window_layers, g3.window) == (10, 52, 1024)
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("fp8", 1), ("fp8_e5m2", 1), ("float8_e4m3", 1), ("bf16", 2),
+                                                 ("F16", 2), ("q8_0", 34 / 32), ("q4_0", 18 / 32),
+                                                 ("nvfp4", 0.5625), ("float32", 4)])
+def test_kv_dtype_sizes(dtype, expected):
+    assert kv_dtype_bytes(dtype) == expected
+
+
+def test_kv_dtype_choice_order_and_unknown_names():
+    fp8_ckpt = _ins(LLAMA_8B, size=8_500_000_000, quantization=Quantization(method="fp8", kv_cache_dtype="float8_e4m3"))
+    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B)
+    assert est.kv_cache_dtype == "float8_e4m3" and est.kv_cache_bytes == GIB // 2
+    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="bfloat16")
+    assert est.kv_cache_bytes == GIB  # the flag wins over the checkpoint
+    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="q8_0")
+    assert est.kv_cache_bytes == GIB // 2 * 34 // 32
+    with pytest.raises(UsageError, match=r"unknown KV cache dtype 'fp7'; known: .*q8_0"):
+        estimate_memory(fp8_ckpt, context=8192, kv_cache_dtype="fp7")
+
+
+def test_dequantising_fallback_counts_bf16_weights():
+    gguf = Inspection(path="m.gguf", container="gguf", parameters=8_030_000_000, size_bytes=4_920_000_000,
+                      num_layers=32, num_kv_heads=8, num_attention_heads=32, hidden_size=4096, vocab_size=128256,
+                      quantization=Quantization(method="gguf", bits_per_weight=4.89))
+    packed = estimate_memory(gguf, context=4096)
+    deq = estimate_memory(gguf, context=4096, dequantized=True)
+    assert (packed.weights_bytes, packed.weights_basis) == (4_920_000_000, "packed")
+    assert (deq.weights_bytes, deq.weights_basis) == (16_060_000_000, "dequantized-bf16")
+    gguf.parameters = None
+    deq = estimate_memory(gguf, context=4096, dequantized=True)
+    assert deq.weights_bytes == int(4_920_000_000 * 16 / 4.89)
+
+
+def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
+    ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
+    est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=80)
+    oh = ENGINE_OVERHEAD["vllm"]
+    assert est.usable_bytes == int(80 * GIB * 0.92)  # vLLM gpu_memory_utilization
+    kv = 2 * 80 * 8 * 128 * 2 * 8192  # 2.5 GiB
+    assert est.kv_cache_bytes == kv
+    assert est.activation_bytes == 8192 * 8192 * 24 + 1024 * 128256 * 4  # 8192 tokens, 1024 seqs on >= 70 GiB
+    assert est.fixed_bytes == oh.fixed_bytes
+    assert est.fits is False and est.gpus_needed == 2 and est.parallelism == "tensor"
+    assert est.per_gpu_bytes == 141_100_000_000 // 2 + kv // 2 + est.activation_bytes + est.fixed_bytes
+    # 4 KV heads only: tensor parallelism stops at 4 GPUs, which is not enough on a 24 GiB card
+    few_heads = dict(LLAMA_70B, num_key_value_heads=4)
+    est = estimate_memory(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
+    assert est.activation_bytes == 2048 * 8192 * 24 + 256 * 128256 * 4  # smaller batch defaults below 70 GiB
+    assert est.fits is False and est.gpus_needed is None and est.max_gpus == 4
+    assert "does not fit even on 4 GPUs" in est.summary()
+
+
+def test_llama_cpp_splits_by_layers_with_any_gpu_count():
+    ins = _ins(LLAMA_70B, size=42_500_000_000, container="gguf")  # a Q4_K_M 70B
+    est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="llama.cpp", gpu_memory_gib=16)
+    assert est.parallelism == "layer-split"
+    total = est.weights_bytes + est.kv_cache_bytes
+    assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + 0.5 GiB fixed + buffers < 16 GiB; 2 would not do
+    assert est.per_gpu_bytes == -(-total // 3) + est.activation_bytes + est.fixed_bytes
+    assert est.usable_bytes == 16 * GIB  # llama.cpp reserves nothing up front
+
+
+def test_without_a_gpu_memory_the_need_is_still_reported_as_json():
+    est = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), config=LLAMA_8B)
+    assert est.context == 131072 and any("model's own maximum" in a for a in est.assumptions)
+    assert est.fits is None and est.gpus_needed is None
+    data = json.loads(json.dumps(est.to_json()))
+    assert data["kv_cache_gib"] == 16.0 and data["weights_gib"] == round(16_060_000_000 / GIB, 2)
+    assert "formula" in data and data["ignored"]
+
+
+def test_unknown_layout_says_so_instead_of_guessing():
+    est = estimate_memory(Inspection(path="m", container="safetensors", size_bytes=10**9), context=4096)
+    assert est.kv_cache_bytes is None
+    assert any("KV cache not estimated" in a for a in est.assumptions)
+    assert KVLayout().elements_per_token_layer() is None
+
+
+@pytest.mark.parametrize("kwargs", [{"batch": 0}, {"context": 0}, {"gpu_memory_gib": -1}])
+def test_bad_arguments_are_usage_errors(kwargs):
+    with pytest.raises(UsageError):
+        estimate_memory(_ins(LLAMA_8B, size=1), **kwargs)
+
+
+def test_apply_memory_fills_each_verdict_on_hardware():
+    from qcheck.memory import apply_memory, is_dequantizing
+    from qcheck.model import Verdict
+
+    ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
+    verdicts = [
+        Verdict(engine="vllm", engine_version="0.33.0", gpu="h100", arch="hopper", compute_capability="9.0",
+                status="native"),
+        Verdict(engine="transformers", engine_version="5.24.0", gpu=None, arch="ampere", compute_capability="8.0",
+                status="fallback", kernel="dequantises the whole model to BF16"),
+        Verdict(engine="groq", engine_version=None, gpu=None, arch=None, compute_capability=None, status="unknown"),
+    ]
+    apply_memory(verdicts, ins, gpu_memory_gib={"h100": 80.0}.get, context=8192, config=LLAMA_70B)
+    h100, ampere, hosted = verdicts
+    assert h100.memory["gpus_needed"] == 2 and h100.memory["fits"] is False
+    assert h100.memory["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 2 * 8192
+    assert "memory: needs 137.4 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
+    assert h100.memory["summary"].startswith("needs 137.4 GiB on one GPU")
+    assert ampere.memory["fits"] is None and "GPU product" in ampere.memory["note"]
+    assert ampere.memory["weights_basis"] == "dequantized-bf16" and ampere.memory["parallelism"] == "layer-split"
+    assert hosted.memory is None
+    assert is_dequantizing(verdicts[1])
+    assert not is_dequantizing(Verdict(engine="vllm", engine_version=None, gpu=None, arch=None,
+                                       compute_capability=None, status="fallback",
+                                       kernel="Marlin weight-only (weights dequantised inside the kernel)"))
+    json.dumps([v.to_json() for v in verdicts])
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "qcheck", *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_check_fills_verdict_memory_from_the_cli(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from hubserver import gguf_bytes
+
+    path = tmp_path / "m-Q8_0.gguf"
+    gguf_bytes(str(path))  # llama: 2 layers, 8 heads, 2 KV heads, 64 wide -> head_dim 8
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--context", "1000",
+                          "--batch", "2", "--json")
+    assert code == 0, err
+    (verdict,) = json.loads(out)["verdicts"]
+    mem = verdict["memory"]
+    assert mem["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 2 * 1000 * 2  # K+V x layers x kv heads x dim x f16 x ctx x batch
+    assert mem["kv_cache_dtype"] == "f16" and mem["fits"] is True and mem["gpus_needed"] == 1
+    assert mem["gpu_memory_bytes"] == 24 * GIB and mem["parallelism"] == "layer-split"
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype",
+                          "q8_0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["verdicts"][0]["memory"]["context"] == 4096  # the model's own maximum
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--json")
+    assert code == 0 and json.loads(out)["verdicts"][0]["memory"] is None  # only when asked
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype", "fp7")
+    assert code == 2 and "unknown KV cache dtype 'fp7'" in err
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--context", "8192")
+    assert code == 0 and "memory:" in out
