@@ -33,7 +33,7 @@ def test_example_policy_fails_when_native_is_required(tmp_path):
     lines.insert(at + 1, "require-native = true")
     policy = "\n".join(lines) + "\n"
     path = tmp_path / "strict.toml"
-    path.write_text(policy.replace('"tiny-llama', f'"{EXAMPLES}/tiny-llama')))
+    path.write_text(policy.replace('"tiny-llama', f'"{EXAMPLES}/tiny-llama'))
     run = subprocess.run([sys.executable, "-m", "qcheck", "gate", "--policy", str(path)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
