@@ -19,9 +19,17 @@ from qcheck.saved_inspection import inspection_from_json, load_saved_inspection
 
 if TYPE_CHECKING:
     from qcheck.matrix import EngineRequest, Matrix, Target
+    from qcheck.model import Checkpoint
+    from qcheck.report import Result
 
-__all__ = ["CheckResult", "check_path", "inspect_target", "inspection_from_json", "load_saved_inspection", "plan",
+__all__ = ["CHECK_SET_SCHEMA", "INSPECTION_SET_SCHEMA", "CheckResult", "ResultSet", "check_path", "check_paths",
+           "inspect_target", "inspection_from_json", "load_saved_inspection", "load_target", "load_targets", "plan",
            "run_check", "verdict_fails"]
+
+CHECK_SET_SCHEMA = "qcheck.check-set/1"
+INSPECTION_SET_SCHEMA = "qcheck.inspection-set/1"
+#: builds the per-verdict hook for one model from its Inspection and Checkpoint (None for a saved inspection)
+Annotator = Callable[["Inspection", "Checkpoint | None"], Callable[[Inspection, Verdict], None]]
 
 
 @dataclass
@@ -52,6 +60,27 @@ class CheckResult:
             "warnings": list(self.warnings),
             "exit_code": self.exit_code,
         }
+
+
+@dataclass
+class ResultSet:
+    """Several models judged in one run (``--all``): one result per model, the worst exit code (2 > 1 > 0).
+
+    ``kind`` is the per-model kind plus ``-set`` ("check-set", "inspect-set"); renderers iterate ``results``.
+    """
+
+    target: str
+    results: list[Result]
+    kind: str
+    schema: str
+
+    @property
+    def exit_code(self) -> int:
+        return max((r.exit_code for r in self.results), default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": self.schema, "target": self.target, "results": [r.to_json() for r in self.results],
+                "exit_code": self.exit_code}
 
 
 def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False) -> bool:
@@ -118,13 +147,41 @@ def check_path(target: str, engines: Sequence[str], gpus: Sequence[str], *,
                matrix: Matrix | None = None,
                annotate: Callable[[Inspection, Verdict], None] | None = None) -> CheckResult:
     """``qcheck check TARGET``: validate the flags, inspect the checkpoint (or load a saved inspection), judge it."""
+    return _check_all(target, engines, gpus, limits=limits, require_native=require_native,
+                      allow_unknown=allow_unknown, all_models=False, matrix=matrix,
+                      annotator=(lambda _ins, _ck: annotate) if annotate is not None else None)[0]
+
+
+def check_paths(target: str, engines: Sequence[str], gpus: Sequence[str], *,
+                limits: Limits = DEFAULT_LIMITS, require_native: bool = False, allow_unknown: bool = False,
+                all_models: bool = False, matrix: Matrix | None = None,
+                annotator: Annotator | None = None) -> CheckResult | ResultSet:
+    """``qcheck check TARGET [--all]``: usage errors first, then every model the target names, each judged.
+
+    Without ``all_models`` the one model's CheckResult; with it always a "check-set" ResultSet (one model or
+    several). ``annotator(inspection, checkpoint)`` gives each model its per-verdict hook (the memory estimate
+    needs the Checkpoint's config or GGUF keys).
+    """
+    results = _check_all(target, engines, gpus, limits=limits, require_native=require_native,
+                         allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator)
+    if not all_models:
+        return results[0]
+    return ResultSet(target, list(results), kind="check-set", schema=CHECK_SET_SCHEMA)
+
+
+def _check_all(target: str, engines: Sequence[str], gpus: Sequence[str], *, limits: Limits, require_native: bool,
+               allow_unknown: bool, all_models: bool, matrix: Matrix | None,
+               annotator: Annotator | None) -> list[CheckResult]:
     from qcheck.matrix import load_matrix
 
     matrix = matrix or load_matrix()
     requests, targets = plan(engines, gpus, matrix)  # usage errors first, before reading anything
-    inspection = inspect_target(target, limits)
-    return _judge(matrix, inspection, requests, targets, implied_engines=not engines,
-                  require_native=require_native, allow_unknown=allow_unknown, annotate=annotate)
+    results = []
+    for inspection, checkpoint in load_targets(target, limits, all_models=all_models):
+        annotate = annotator(inspection, checkpoint) if annotator is not None else None
+        results.append(_judge(matrix, inspection, requests, targets, implied_engines=not engines,
+                              require_native=require_native, allow_unknown=allow_unknown, annotate=annotate))
+    return results
 
 
 def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target], *,
@@ -143,14 +200,31 @@ def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest]
 
 def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:
     """The Inspection of a checkpoint (or of a saved inspection record); a pickle raises UnsafeFileError."""
+    return load_target(target, limits)[0]
+
+
+def load_target(target: str, limits: Limits = DEFAULT_LIMITS) -> tuple[Inspection, Checkpoint | None]:
+    """The Inspection of a checkpoint and the Checkpoint it came from (None for a saved inspection record, which
+    has no headers behind it); a pickle raises UnsafeFileError. Callers that need more than the Inspection (the
+    memory estimate reads config.json or the GGUF keys) use this, so nothing is read twice."""
+    return load_targets(target, limits)[0]
+
+
+def load_targets(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models: bool = False
+                 ) -> list[tuple[Inspection, Checkpoint | None]]:
+    """``load_target`` for every model the target names (``all_models``: each GGUF model of a directory or repo)."""
     inspection = load_saved_inspection(target, limits)
-    if inspection is None:
-        from qcheck.inspect import inspect_path
+    if inspection is not None:
+        pairs: list[tuple[Inspection, Checkpoint | None]] = [(inspection, None)]
+    else:
+        from qcheck.classify import classify
+        from qcheck.readers import load_checkpoints
 
-        inspection = inspect_path(target, limits)
-    if inspection.container == "pickle":
-        # a pickle cannot be judged from headers and is never loaded: exit 2, as `qcheck inspect` does
-        from qcheck.inspect import InspectResult
+        pairs = [(classify(ck), ck) for ck in load_checkpoints(target, limits, all_models=all_models)]
+    for inspection, _ in pairs:
+        if inspection.container == "pickle":
+            # a pickle cannot be judged from headers and is never loaded: exit 2, as `qcheck inspect` does
+            from qcheck.inspect import InspectResult
 
-        raise UnsafeFileError(InspectResult(inspection).error_line())
-    return inspection
+            raise UnsafeFileError(InspectResult(inspection).error_line())
+    return pairs

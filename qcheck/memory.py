@@ -527,18 +527,16 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_mem
 
 def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[str], *, limits: Any = None,
                            require_native: bool = False, allow_unknown: bool = False, context: int | None = None,
-                           batch: int = 1, kv_cache_dtype: str | None = None) -> Any:
+                           batch: int = 1, kv_cache_dtype: str | None = None, all_models: bool = False) -> Any:
     """``qcheck check`` with ``Verdict.memory`` filled (``--context``/``--batch``/``--kv-cache-dtype``).
 
-    The same steps as ``qcheck.check.check_path`` (usage errors first, a saved inspection or the headers, a
-    pickle refused), except that the Checkpoint is kept for its attention layout (config.json, or the GGUF
-    keys: GQA, MLA, sliding windows), which the Inspection alone does not carry; nothing is read twice.
+    ``qcheck.check.check_paths`` (usage errors first, a saved inspection or the headers, a pickle refused, every
+    model with ``all_models``), with each model's Checkpoint kept for its attention layout (config.json, or the
+    GGUF keys: GQA, MLA, sliding windows), which the Inspection alone does not carry; nothing is read twice.
     """
-    from qcheck.check import plan, run_check
-    from qcheck.errors import UnsafeFileError
+    from qcheck.check import check_paths
     from qcheck.limits import DEFAULT_LIMITS
     from qcheck.matrix import load_matrix
-    from qcheck.saved_inspection import load_saved_inspection
 
     limits = limits or DEFAULT_LIMITS
     engines, gpus = list(engines), list(gpus)
@@ -549,32 +547,25 @@ def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[s
     if kv_cache_dtype and kv_cache_dtype.lower() != "auto":
         kv_dtype_bytes(kv_cache_dtype)  # a usage error before anything is read
     matrix = load_matrix()
-    plan(engines, gpus, matrix)
-    config: dict[str, Any] | None = None
-    gguf_metadata: dict[str, Any] | None = None
-    inspection = load_saved_inspection(target, limits)
-    if inspection is None:
-        from qcheck.classify import classify
-        from qcheck.readers import load_checkpoint
-
-        checkpoint = load_checkpoint(target, limits)
-        inspection = classify(checkpoint)
-        if checkpoint.container == "gguf":
-            gguf_metadata = checkpoint.metadata
-        elif isinstance(checkpoint.configs.get("config.json"), dict):
-            config = checkpoint.configs["config.json"]
-    if inspection.container == "pickle":
-        from qcheck.inspect import InspectResult
-
-        raise UnsafeFileError(InspectResult(inspection).error_line())
 
     def gpu_memory(gpu_id: str) -> float | None:
         gpu = matrix.gpus.gpus.get(gpu_id)
         return gpu.memory_gib if gpu is not None else None
 
-    def annotate(ins: Inspection, verdict: Verdict) -> None:
-        apply_memory([verdict], ins, gpu_memory_gib=gpu_memory, context=context, batch=batch,
-                     kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata)
+    def annotator(_inspection: Inspection, checkpoint: Any) -> Callable[[Inspection, Verdict], None]:
+        config: dict[str, Any] | None = None
+        gguf_metadata: dict[str, Any] | None = None
+        if checkpoint is not None:
+            if checkpoint.container == "gguf":
+                gguf_metadata = checkpoint.metadata
+            elif isinstance(checkpoint.configs.get("config.json"), dict):
+                config = checkpoint.configs["config.json"]
 
-    return run_check(inspection, engines, gpus, require_native=require_native, allow_unknown=allow_unknown,
-                     matrix=matrix, annotate=annotate)
+        def annotate(ins: Inspection, verdict: Verdict) -> None:
+            apply_memory([verdict], ins, gpu_memory_gib=gpu_memory, context=context, batch=batch,
+                         kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata)
+
+        return annotate
+
+    return check_paths(target, engines, gpus, limits=limits, require_native=require_native,
+                       allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator)

@@ -27,15 +27,21 @@ from qcheck.limits import Limits
 @click.option("--kv-cache-dtype", default=None, metavar="D",
               help="KV cache dtype for the memory estimate: auto, bfloat16, fp8, fp8_e5m2, nvfp4, f16, q8_0, q4_0 "
                    "... (default: what the checkpoint declares, else the model's dtype; f16 for GGUF).")
+@click.option("--all", "all_models", is_flag=True,
+              help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
+                   "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
 def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
             allow_unknown: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
-            output_spec: OutputSpec, limits: Limits) -> int:
+            all_models: bool, output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
-    a Hub repo id (org/name[@revision][:file.gguf]) or a saved `qcheck inspect --json` record.
+    a Hub repo id (org/name[@revision][:file.gguf|:QUANT], or a pasted huggingface.co link) or a saved
+    `qcheck inspect --json` record. A directory or repo holding several GGUF models is a usage error
+    listing them, unless --all: then every model is judged (text: one block per model; JSON: a
+    qcheck.check-set/1 object {schema, target, results: [one check object per model], exit_code}).
 
     \b
     Which combinations:
@@ -51,18 +57,19 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
          --allow-unknown), or it runs only through a fallback and
          --require-native is given
       2  the input could not be judged (unreadable or hostile file, usage error)
+    With --all: the worst over the models (2 > 1 > 0).
 
     `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
     """
-    from qcheck.check import check_path
+    from qcheck.check import check_paths
 
     if context is not None or batch is not None or kv_cache_dtype is not None:
         from qcheck.memory import check_path_with_memory
 
         result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
                                         allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                        kv_cache_dtype=kv_cache_dtype)
+                                        kv_cache_dtype=kv_cache_dtype, all_models=all_models)
     else:
-        result = check_path(target, engines, gpus, limits=limits, require_native=require_native,
-                            allow_unknown=allow_unknown)
+        result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
+                             allow_unknown=allow_unknown, all_models=all_models)
     return finish(result, output_spec)

@@ -136,7 +136,7 @@ def pick(files: dict[str, int | None], selector: str | None, repo: str, *, all_m
             return [list(c.names) for c in choices]
         raise AmbiguousTargetError(
             f"{repo} holds {len(choices)} GGUF models: {describe_choices(choices)}; pick one with "
-            f"{repo}:{choices[0].label} (or a file name)")
+            f"{repo}:{choices[0].label} (or a file name), or pass --all to inspect or check every one")
     if any("/" not in n and n.lower().endswith((".bin", ".pt", ".pth", ".ckpt")) for n in files):
         return [None]  # pickles: the readers detect them and refuse to load them
     nested = [n for n in files if n.lower().endswith(".safetensors")]

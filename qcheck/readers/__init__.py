@@ -9,13 +9,13 @@ when the bytes match nothing. Local directories and Hub repos go through the sam
 from __future__ import annotations
 
 import os
-import re
 
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import Checkpoint
 from qcheck.readers.directory import (
     INDEX_SUFFIX,
+    gguf_groups,
     load_gguf_choice,
     load_model_dir,
     load_pickles,
@@ -27,29 +27,34 @@ from qcheck.readers.pickle import EMPTY_ZIP_MAGIC, ZIP_MAGIC, looks_like_pickle,
 from qcheck.readers.safetensors import looks_like_safetensors, read_safetensors_header
 from qcheck.source import FileSet, LocalFileSet
 
-#: ``org/name``, optional ``@revision``, optional ``:file`` (the Hub's repo id rules: letters, digits, ``-_.``)
-REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)"
-                     r"(?:@(?P<revision>[^:\s]+))?(?::(?P<file>\S.*))?$")
-_HUB_URLS = ("hf://", "hf.co/", "huggingface.co/", "https://huggingface.co/", "http://huggingface.co/",
-             "https://hf.co/")
+#: names a local file rather than a repo: ``org/model.gguf`` alone is a missing file, not a repo called that
 _LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
 SNIFF_BYTES = 64
 #: bytes read to recognise a protocol 0/1 pickle (it has no magic: it must parse to STOP)
 PICKLE_SNIFF_BYTES = 1 << 20
 
-__all__ = ["REPO_ID", "load_checkpoint", "load_from_fileset", "looks_like_repo_id", "read_side_files", "sniff"]
+__all__ = ["load_checkpoint", "load_checkpoints", "load_from_fileset", "looks_like_repo_id", "read_side_files",
+           "sniff"]
 
 
 def looks_like_repo_id(target: str) -> bool:
-    """True for ``org/name[@revision][:file]`` (or a Hub URL) that is not obviously a local path."""
-    if target.startswith(_HUB_URLS):
-        return True
-    if target.startswith((".", "/", "~")) or "\\" in target:
+    """True for a Hub target (``org/name[@revision][:file]`` or a pasted Hub link, as ``qcheck.hub`` parses them)
+    that is not obviously a local path: ``./x``, ``/x``, ``~/x``, or ``org/model.gguf`` with no revision or file.
+
+    The Hub's own parser decides (one rule, imported lazily so local paths never load Hub code); the caller checks
+    first that no such local path exists.
+    """
+    if not target or target.startswith((".", "/", "~")) or "\\" in target:
         return False
-    match = REPO_ID.match(target)
-    if not match:
+    from qcheck.hub.target import looks_like_repo_id as hub_accepts
+    from qcheck.hub.target import parse_target
+
+    if not hub_accepts(target):
         return False
-    return bool(match["file"] or match["revision"]) or not match["repo"].lower().endswith(_LOCAL_SUFFIXES)
+    if "://" in target or target.startswith(("hf.co/", "huggingface.co/")):
+        return True  # a pasted link is never a local path
+    parsed = parse_target(target)
+    return bool(parsed.selector or parsed.revision) or not parsed.repo_id.lower().endswith(_LOCAL_SUFFIXES)
 
 
 def load_checkpoint(target: str, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
@@ -80,15 +85,56 @@ def _load_checkpoint(target: str, limits: Limits) -> Checkpoint:
         parent, name = os.path.split(target)
         return load_from_fileset(LocalFileSet(parent or "."), [name], limits, path=target)
     if looks_like_repo_id(target):
-        try:
-            from qcheck.hub import looks_like_repo_id as hub_accepts
-            from qcheck.hub import resolve_target
-        except ImportError:
-            raise InputError("no such file or directory (and Hub access is not available)", path=target) from None
-        if hub_accepts(target):
-            fileset, names = resolve_target(target, limits)
-            return load_from_fileset(fileset, names, limits, path=target)
+        from qcheck.hub import resolve_target
+
+        fileset, names = resolve_target(target, limits)
+        return load_from_fileset(fileset, names, limits, path=target)
     raise InputError("no such file or directory", path=target)
+
+
+def load_checkpoints(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models: bool = False) -> list[Checkpoint]:
+    """Every checkpoint ``target`` names (``--all``): each GGUF model (file or split set) of a directory or Hub repo.
+
+    Without ``all_models``, or when the target holds one model (a file, a safetensors directory, a directory with
+    one GGUF set), this is ``[load_checkpoint(target)]``: the same Checkpoint, the same path. Each of several GGUF
+    models gets its own path: ``DIR/FILE`` locally, ``org/name[@revision]:FILE`` on the Hub (the commit is in
+    ``revision``).
+    """
+    try:
+        return _load_checkpoints(target, limits, all_models)
+    except MemoryError:
+        raise InputError("ran out of memory reading the headers (a bloated header?); lower the bounds with "
+                         "--limit max_tensors=N, max_safetensors_header=N or max_header_bytes=N, or give qcheck "
+                         "more memory", path=target) from None
+
+
+def _load_checkpoints(target: str, limits: Limits, all_models: bool) -> list[Checkpoint]:
+    if not all_models or (target and os.path.lexists(target) and not os.path.isdir(target)):
+        return [_load_checkpoint(target, limits)]
+    if target and os.path.isdir(target):
+        fileset = LocalFileSet(target)
+        top = [e.name for e in fileset.list() if "/" not in e.name]
+        if any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in top):
+            return [_load_checkpoint(target, limits)]  # the safetensors model wins, as without --all
+        groups = gguf_groups([n for n in top if n.lower().endswith(".gguf")])
+        if len(groups) < 2:
+            return [_load_checkpoint(target, limits)]
+        return [load_from_fileset(fileset, members, limits, path=os.path.join(target, members[0]))
+                for members in groups.values()]
+    if not looks_like_repo_id(target):
+        return [_load_checkpoint(target, limits)]  # raises the right "no such file" error
+    from qcheck.hub import HubTarget, parse_target, resolve_targets
+
+    picks = resolve_targets(target, limits, all_models=True)
+    if len(picks) == 1:
+        fileset, names = picks[0]
+        return [load_from_fileset(fileset, names, limits, path=target)]
+    parsed = parse_target(target)
+    out = []
+    for fileset, names in picks:
+        display = target if names is None else HubTarget(parsed.repo_id, parsed.revision, names[0]).display()
+        out.append(load_from_fileset(fileset, names, limits, path=display))
+    return out
 
 
 def load_from_fileset(fileset: FileSet, names: list[str] | None, limits: Limits = DEFAULT_LIMITS, *,

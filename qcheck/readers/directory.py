@@ -138,7 +138,8 @@ def load_gguf_choice(fileset: FileSet, ggufs: list[str], limits: Limits, *, path
     if len(groups) != 1:
         listing = "; ".join(", ".join(members) if len(members) <= 3 else f"{members[0]} (+{len(members) - 1} "
                             "split parts)" for members in groups.values())
-        raise InputError(f"{len(groups)} GGUF checkpoints here: {listing}; pass one file", path=path)
+        raise InputError(f"{len(groups)} GGUF checkpoints here: {listing}; pass one file (or --all to "
+                         "inspect or check every one)", path=path)
     (members,) = groups.values()
     source = fileset.open(members[0])
     if is_lfs_pointer(source.read_at(0, 64)):

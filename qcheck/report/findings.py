@@ -104,7 +104,11 @@ def is_hub_id(path: str) -> bool:
     """A Hub repo id (``org/name[@rev][:file]``) that is not a local path."""
     if path.startswith(("hf://", "https://huggingface.co/", "https://hf.co/")):
         return True
-    return bool(_REPO_ID.match(path)) and not os.path.exists(path) and not path.lower().endswith(_FILE_SUFFIXES)
+    match = _REPO_ID.match(path)
+    if not match or os.path.exists(path):
+        return False
+    # ``org/name:x.gguf`` (what ``--all`` names each Hub model) is a repo file; a bare ``org/x.gguf`` a local path
+    return bool(match[1] or match[2]) or not path.lower().endswith(_FILE_SUFFIXES)
 
 
 def artifact_of(inspection: dict[str, Any] | None, model: str) -> str | None:
@@ -254,7 +258,11 @@ def eval_findings(data: dict[str, Any]) -> list[Finding]:
 def findings_of(data: dict[str, Any], kind: str) -> list[Finding]:
     """Every finding of a result's JSON, most severe first."""
     out: list[Finding] = []
-    if kind == "check":
+    if kind.endswith("-set"):  # --all: every model's findings
+        for item in data.get("results") or []:
+            if isinstance(item, dict):
+                out.extend(findings_of(item, kind.removesuffix("-set")))
+    elif kind == "check":
         insp = data.get("inspection") or {}
         model = str(insp.get("path", "?"))
         out.extend(inspection_findings(insp, model))
@@ -291,5 +299,5 @@ def result_data(result: Any) -> tuple[dict[str, Any], str]:
     if isinstance(result, dict):
         data = result
         kind = str(data.get("schema", "")).removeprefix("qcheck.").split("/")[0]
-        return data, {"inspection": "inspect"}.get(kind, kind)
+        return data, {"inspection": "inspect", "inspection-set": "inspect-set"}.get(kind, kind)
     return result.to_json(), result.kind

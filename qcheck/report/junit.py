@@ -165,6 +165,9 @@ def build(result: Any) -> ET.Element:
         suites = _gate_suites(data)
     elif kind == "inspect":
         suites = [_inspect_suite(data)]
+    elif kind in ("check-set", "inspect-set"):  # --all: one suite per model
+        one = _check_suite if kind == "check-set" else _inspect_suite
+        suites = [one(r) for r in data.get("results") or [] if isinstance(r, dict)]
     else:
         from qcheck.errors import UsageError
 

@@ -161,6 +161,10 @@ def render(result: Any) -> str:
 
         return render_matrix(result)
     builders = {"check": _check, "eval": _eval, "gate": _gate, "inspect": _inspect}
+    if kind.endswith("-set") and kind.removesuffix("-set") in builders:  # --all: one section per model
+        one = builders[kind.removesuffix("-set")]
+        sections = ["\n".join(one(r)) for r in data.get("results") or [] if isinstance(r, dict)]
+        return "\n\n".join(sections) + "\n"
     if kind not in builders:
         from qcheck.errors import UsageError
 

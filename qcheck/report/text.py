@@ -11,8 +11,23 @@ if TYPE_CHECKING:
 
 
 def render(result: Result) -> str:
+    results = getattr(result, "results", None)
+    if result.kind.endswith("-set") and isinstance(results, list):
+        return render_set(result.kind.removesuffix("-set"), results)
     module = importlib.import_module(f"qcheck.report.text_{result.kind}")
     return module.render(result)
+
+
+def render_set(kind: str, results: list[Result]) -> str:
+    """``--all``: each model's usual text, under a rule naming it (``[2/3] path``), blocks separated by a blank line."""
+    module = importlib.import_module(f"qcheck.report.text_{kind}")
+    blocks = []
+    for i, result in enumerate(results, 1):
+        data = result.to_json()
+        path = (data.get("inspection") or data).get("path", "?")
+        head = f"[{i}/{len(results)}] {path}"
+        blocks.append(f"{head}\n{'=' * min(len(head), 100)}\n{module.render(result).rstrip()}\n")
+    return "\n".join(blocks)
 
 
 def describe_inspection(inspection: Inspection) -> str:
