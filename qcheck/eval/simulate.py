@@ -147,7 +147,7 @@ def _gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> 
     checked against the file size); each tensor's bytes are read at its offset and dequantised with
     ``gguf.quants.dequantize``. gguf-py's ``GGUFReader`` is not used: it decodes every metadata array element
     by element (seconds on a 32k vocabulary) and hands out read-only memmap views. Names and the rotary
-    un-permutation follow ``qcheck.eval.dequant.gguf.gguf_to_hf`` exactly: GGUF tensors that map to no HF
+    un-permutation match transformers' own GGUF loader: GGUF tensors that map to no HF
     name raise ``InputError`` (computed buffers such as ``rope_freqs`` are skipped with a note), and a missing
     ``output.weight`` is filled from ``token_embd`` as llama.cpp does.
     """
