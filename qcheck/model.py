@@ -139,6 +139,9 @@ class Inspection:
     pickle_globals: list[str] = field(default_factory=list)
     #: per tensor type: {"type", "tensors", "elements", "bytes"} (bytes null when the type's size is unknown)
     type_stats: list[dict[str, Any]] = field(default_factory=list)
+    #: a PEFT adapter (adapter_config.json): {"type", "rank", "max_rank", "alpha", "target_modules", "base_model",
+    #: "modules_to_save", "use_dora", "rank_pattern"}; None for a full model (see qcheck.classify.adapter)
+    adapter: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -22,6 +22,7 @@ from qcheck.classify import (
     mx,
     others,
 )
+from qcheck.classify.adapter import apply_adapter, is_adapter
 from qcheck.classify.arch import fill_from_config, fill_from_tensors
 from qcheck.classify.base import Draft, Hints, QLinear
 from qcheck.classify.configs import ConfigView, as_int, first, read_configs
@@ -39,9 +40,14 @@ KV_SCALE_SUFFIXES = (".k_scale", ".v_scale", ".kv_scale", "k_proj.output_scale",
 def classify(checkpoint: Checkpoint) -> Inspection:
     """Classify a checkpoint read by ``qcheck.readers.load_checkpoint`` (headers and side files only)."""
     if checkpoint.container == "pickle":
-        return _classify_pickle(checkpoint)
+        insp = _classify_pickle(checkpoint)
+        if is_adapter(checkpoint):
+            apply_adapter(checkpoint, insp)
+        return insp
     insp = classify_gguf(checkpoint) if checkpoint.container == "gguf" else _classify_safetensors(checkpoint)
     insp.type_stats = type_stats(checkpoint)
+    if checkpoint.container == "safetensors" and is_adapter(checkpoint):
+        apply_adapter(checkpoint, insp)
     return insp
 
 

@@ -24,7 +24,7 @@ from qcheck.source import ByteSource, FileEntry, LocalFileSet, LocalFileSource
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 #: small JSON side files worth fetching up front (what the readers and classifier look at)
 SIDE_FILES = ("config.json", "model.safetensors.index.json", "hf_quant_config.json", "quantize_config.json",
-              "quant_config.json", "quantization_config.json", "generation_config.json")
+              "quant_config.json", "quantization_config.json", "generation_config.json", "adapter_config.json")
 
 
 def hub_cache_dir() -> str:

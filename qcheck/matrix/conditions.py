@@ -50,6 +50,15 @@ MATCH_FIELDS: dict[str, tuple[str, str, str]] = {
     "gguf_types_all_in": ("types", "all_in", "types"),
     "gguf_types_any_in": ("types", "any_in", "types"),
     "gguf_types_any_not_in": ("types", "any_not_in", "types"),
+    # PEFT adapters (Inspection.adapter): a rule with none of these keys never matches an adapter
+    "adapter": ("derived", "adapter", "bool"),
+    "adapter_type": ("adapter", "type", "str"),
+    "adapter_base_model": ("adapter", "base_model", "str"),
+    "adapter_rank": ("adapter", "max_rank", "int"),
+    "adapter_dora": ("adapter", "use_dora", "bool"),
+    "adapter_rank_pattern": ("adapter", "rank_pattern", "bool"),
+    "adapter_targets_all_in": ("targets", "all_in", "names"),
+    "adapter_targets_any_not_in": ("targets", "any_not_in", "names"),
 }
 HARDWARE_KEYS = ("vendor", "arch", "gpu", "cc", "has", "lacks")
 
@@ -72,6 +81,8 @@ class MatchCondition:
     def test(self, inspection: Inspection) -> tuple[bool, list[str] | None]:
         """Whether the checkpoint satisfies this condition, and the GGUF types that made it hold."""
         where, attr, _ = MATCH_FIELDS[self.key]
+        if where == "targets":
+            return self._test_targets(inspection, attr)
         if where == "types":
             if inspection.container != "gguf":
                 return False, None
@@ -84,8 +95,14 @@ class MatchCondition:
             else:
                 hits = [t for t in present if t.upper() not in allowed]
             return bool(hits), sorted(hits) if hits else None
-        if where == "derived":
-            value: Any = (inspection.gguf_split_count or 1) > 1
+        if where == "derived" and attr == "adapter":
+            value: Any = inspection.adapter is not None
+        elif where == "derived":
+            value = (inspection.gguf_split_count or 1) > 1
+        elif where == "adapter":
+            if inspection.adapter is None:
+                return False, None
+            value = inspection.adapter.get(attr)
         elif where == "inspection":
             value = getattr(inspection, attr, None)
         else:
@@ -97,6 +114,17 @@ class MatchCondition:
         if isinstance(value, str):
             value = value.lower()
         return value in self.values, None
+
+    def _test_targets(self, inspection: Inspection, attr: str) -> tuple[bool, list[str] | None]:
+        """An adapter's target modules against a list of module names (``{types}`` = the ones outside it)."""
+        if inspection.adapter is None:
+            return False, None
+        raw = inspection.adapter.get("target_modules")
+        targets = [t.lower() for t in raw if isinstance(t, str)] if isinstance(raw, list) else []
+        outside = sorted(t for t in targets if not any(t == a or t.endswith("." + a) for a in self.values))
+        if attr == "all_in":
+            return bool(targets) and not outside, None
+        return bool(outside), outside or None
 
 
 @dataclass(frozen=True)
@@ -147,6 +175,10 @@ def _compile_one(key: str, kind: str, value: Any, fail: Fail) -> MatchCondition:
         if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
             fail("bad-match-value", f"match.{key} must be a non-empty list of GGUF type names")
         return MatchCondition(key, kind, tuple(sorted({v.upper() for v in value})))
+    if kind == "names":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            fail("bad-match-value", f"match.{key} must be a non-empty list of module names (q_proj, ...)")
+        return MatchCondition(key, kind, tuple(sorted({v.lower() for v in value})))
     if kind == "int" and isinstance(value, str) and value != NULL:
         comparisons = []
         for part in value.split(","):

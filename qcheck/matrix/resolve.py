@@ -114,7 +114,15 @@ def placeholders(inspection: Inspection, engine: Engine, version: str, target: T
         "cc": (target.sm or "") if target else "", "method": inspection.quantization.method,
         "file_type": inspection.quantization.gguf_file_type or "", "backend": backend or "",
         "path": inspection.path,
+        "adapter_rank": str((inspection.adapter or {}).get("max_rank") or ""),
+        "base_model": str((inspection.adapter or {}).get("base_model") or "the base model"),
     }
+
+
+def adapter_label(adapter: dict) -> str:
+    """``LoRA`` for PEFT's lora, else the PEFT type upper-cased (``IA3``, ``LOHA``)."""
+    kind = str(adapter.get("type") or "unknown")
+    return "LoRA" if kind == "lora" else kind.upper()
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -145,8 +153,11 @@ def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: 
     carry the same conditions and are matched by passing them instead.
     """
     method = inspection.quantization.method
+    adapter = inspection.adapter is not None
     out = []
     for rule in engine.rules_for(method) if rules is None else rules:
+        if adapter and not any(c.key.startswith("adapter") for c in rule.match):
+            continue  # an adapter is not a model: only rules written for adapters judge it
         if rule.versions is not None and not contains(rule.versions, at):
             continue
         if rule.methods is not None and method not in rule.methods:
@@ -222,7 +233,13 @@ def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
     winners = decide(engine, matching_rules(engine, inspection, at, target, backend))
     where = f"{target.arch.id}" if target else "the provider"
     if not winners:
-        verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}"]
+        if inspection.adapter is not None:
+            kind = adapter_label(inspection.adapter)
+            verdict.reasons = [f"no sourced rule for {engine.name} {version} x {kind} adapters on {where}: no "
+                               "adapter rule in the matrix covers this combination (rules for full models never "
+                               "judge an adapter)"]
+        else:
+            verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}"]
         return verdict, []
     rule = winners[0][0]
     modifiers = [(m, t) for m, t in matching_rules(engine, inspection, at, target, backend,

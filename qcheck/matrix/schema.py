@@ -26,7 +26,8 @@ METHODS = (
     "bitsandbytes", "mlx", "exl2", "exl3", "hqq", "torchao", "aqlm", "unknown",
 )
 FORMATS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
-PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "file_type", "backend", "path")
+PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "file_type", "backend", "path",
+                "adapter_rank", "base_model")
 SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}

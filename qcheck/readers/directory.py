@@ -23,8 +23,10 @@ from qcheck.source import FileSet
 
 #: JSON side files read when present (parsed into ``Checkpoint.configs[name]``)
 SIDE_FILES = ("config.json", "hf_quant_config.json", "quantize_config.json", "quant_config.json",
-              "quantization_config.json")
+              "quantization_config.json", "adapter_config.json")
 INDEX_SUFFIX = ".safetensors.index.json"
+#: PEFT's adapter weights file (with adapter_config.json); beside a full model it is left out of the shards
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 CANONICAL_INDEX = "model.safetensors.index.json"
 #: llama.cpp's split naming: ``<prefix>-00001-of-00003.gguf`` (LLAMA_SPLIT_PATH format "%s-%05d-of-%05d.gguf")
 GGUF_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
@@ -41,6 +43,13 @@ def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: s
     ggufs = [n for n in top if n.lower().endswith(".gguf")]
     pickles = [n for n in top if n.lower().endswith(PICKLE_EXTENSIONS)]
 
+    adapter_weights = [n for n in safetensors if n == ADAPTER_WEIGHTS]
+    if adapter_weights and (len(safetensors) > 1 or indexes):
+        # a full model with a PEFT adapter beside it: the model is what is checked
+        safetensors = [n for n in safetensors if n != ADAPTER_WEIGHTS]
+        skipped_adapter = True
+    else:
+        skipped_adapter = False
     if safetensors or indexes:
         index = _pick_index(indexes)
         checkpoint = load_safetensors_files(fileset, safetensors, limits, path=display, index_name=index,
@@ -48,6 +57,9 @@ def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: s
         if index and len(indexes) > 1:
             checkpoint.warnings.append(f"several safetensors indexes; used {index}, ignored "
                                        f"{', '.join(n for n in indexes if n != index)}")
+        if skipped_adapter:
+            checkpoint.warnings.append(f"{ADAPTER_WEIGHTS} (a PEFT adapter) beside the model was not read; "
+                                       "check the adapter on its own directory")
         if ggufs:
             checkpoint.warnings.append(f"GGUF files beside the safetensors were not read: {_names(ggufs)}")
         if pickles:

@@ -91,10 +91,37 @@ def quant_phrase(q: Quantization) -> str:
     return text
 
 
+def adapter_phrase(adapter: dict[str, Any]) -> str:
+    """``LoRA r=16, alpha 32, targets q_proj, v_proj, base meta-llama/Llama-3.1-8B``: the adapter in one line."""
+    kind = str(adapter.get("type") or "unknown")
+    parts = [("LoRA" if kind == "lora" else kind.upper()) + (f" r={adapter['rank']}" if adapter.get("rank") else "")]
+    if adapter.get("max_rank") and adapter.get("max_rank") != adapter.get("rank"):
+        parts.append(f"max rank {adapter['max_rank']}")
+    if adapter.get("rank_pattern"):
+        parts.append("per-module ranks (rank_pattern)")
+    if adapter.get("alpha") is not None:
+        parts.append(f"alpha {adapter['alpha']}")
+    if adapter.get("use_dora"):
+        parts.append("DoRA")
+    targets = [str(t) for t in adapter.get("target_modules") or []]
+    parts.append(f"targets {', '.join(targets)}" if targets else "no target modules found")
+    if adapter.get("modules_to_save"):
+        parts.append(f"also saves {', '.join(map(str, adapter['modules_to_save']))}")
+    if adapter.get("base_model"):
+        parts.append(f"base {adapter['base_model']}")
+    return ", ".join(parts)
+
+
 def describe(inspection: Inspection) -> str:
     """The one-line summary: ``LlamaForCausalLM 8.0B params, GGUF Q4_K_M (4.89 bits/weight), 4.92 GB``."""
     if inspection.container == "pickle":
         return f"pickle checkpoint (never unpickled, not inspected), {human_bytes(inspection.size_bytes)}"
+    if inspection.adapter is not None:
+        base = inspection.adapter.get("base_model")
+        kind = str(inspection.adapter.get("type") or "unknown")
+        return (f"{'LoRA' if kind == 'lora' else kind.upper()} adapter"
+                f"{' for ' + base if base else ''}, {human_count(inspection.parameters)} params, "
+                f"{quant_phrase(inspection.quantization)}, {human_bytes(inspection.size_bytes)}")
     who = inspection.architecture or inspection.model_type or "unknown architecture"
     return (f"{who} {human_count(inspection.parameters)} params, {quant_phrase(inspection.quantization)}, "
             f"{human_bytes(inspection.size_bytes)}")
@@ -123,6 +150,7 @@ def _details(insp: Inspection) -> list[tuple[str, str]]:
         ("parameters", f"{insp.parameters:,} ({human_count(insp.parameters)})" if insp.parameters is not None
          else None),
         ("size", f"{insp.size_bytes:,} bytes ({human_bytes(insp.size_bytes)})" if insp.size_bytes else None),
+        ("adapter", adapter_phrase(insp.adapter) if insp.adapter is not None else None),
         ("method", q.method),
         ("producer", q.producer),
         ("config", q.config_method),
