@@ -13,6 +13,7 @@ cannot be satisfied raises ``InputError`` naming the byte offset and what was be
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from qcheck.errors import InputError
 from qcheck.source import ByteSource
@@ -20,16 +21,11 @@ from qcheck.source import ByteSource
 MIN_CHUNK = 64 * 1024
 MAX_CHUNK = 4 * 1024 * 1024
 
-_U8 = struct.Struct("<B").unpack_from
-_I8 = struct.Struct("<b").unpack_from
-_U16 = struct.Struct("<H").unpack_from
-_I16 = struct.Struct("<h").unpack_from
-_U32 = struct.Struct("<I").unpack_from
-_I32 = struct.Struct("<i").unpack_from
-_U64 = struct.Struct("<Q").unpack_from
-_I64 = struct.Struct("<q").unpack_from
-_F32 = struct.Struct("<f").unpack_from
-_F64 = struct.Struct("<d").unpack_from
+_U8, _I8 = struct.Struct("<B"), struct.Struct("<b")
+_U16, _I16 = struct.Struct("<H"), struct.Struct("<h")
+_U32, _I32 = struct.Struct("<I"), struct.Struct("<i")
+_U64, _I64 = struct.Struct("<Q"), struct.Struct("<q")
+_F32, _F64 = struct.Struct("<f"), struct.Struct("<d")
 
 
 class Cursor:
@@ -157,45 +153,39 @@ class Cursor:
         self._pos = offset
 
     # ----------------------------------------------------------------------------------- primitives
+    def _unpack(self, st: struct.Struct, what: str) -> Any:
+        rel = self._view(st.size, what)  # may replace the buffer: call it first
+        return st.unpack_from(self._buf, rel)[0]
+
     def u8(self, what: str = "u8") -> int:
-        rel = self._view(1, what)  # may replace the buffer: call it first
-        return _U8(self._buf, rel)[0]
+        return self._unpack(_U8, what)
 
     def i8(self, what: str = "i8") -> int:
-        rel = self._view(1, what)  # may replace the buffer: call it first
-        return _I8(self._buf, rel)[0]
+        return self._unpack(_I8, what)
 
     def u16(self, what: str = "u16") -> int:
-        rel = self._view(2, what)  # may replace the buffer: call it first
-        return _U16(self._buf, rel)[0]
+        return self._unpack(_U16, what)
 
     def i16(self, what: str = "i16") -> int:
-        rel = self._view(2, what)  # may replace the buffer: call it first
-        return _I16(self._buf, rel)[0]
+        return self._unpack(_I16, what)
 
     def u32(self, what: str = "u32") -> int:
-        rel = self._view(4, what)  # may replace the buffer: call it first
-        return _U32(self._buf, rel)[0]
+        return self._unpack(_U32, what)
 
     def i32(self, what: str = "i32") -> int:
-        rel = self._view(4, what)  # may replace the buffer: call it first
-        return _I32(self._buf, rel)[0]
+        return self._unpack(_I32, what)
 
     def u64(self, what: str = "u64") -> int:
-        rel = self._view(8, what)  # may replace the buffer: call it first
-        return _U64(self._buf, rel)[0]
+        return self._unpack(_U64, what)
 
     def i64(self, what: str = "i64") -> int:
-        rel = self._view(8, what)  # may replace the buffer: call it first
-        return _I64(self._buf, rel)[0]
+        return self._unpack(_I64, what)
 
     def f32(self, what: str = "f32") -> float:
-        rel = self._view(4, what)  # may replace the buffer: call it first
-        return _F32(self._buf, rel)[0]
+        return self._unpack(_F32, what)
 
     def f64(self, what: str = "f64") -> float:
-        rel = self._view(8, what)  # may replace the buffer: call it first
-        return _F64(self._buf, rel)[0]
+        return self._unpack(_F64, what)
 
     def bool(self, what: str = "bool") -> bool:
         """One byte that must be 0 or 1 (anything else is not a bool and is rejected)."""
@@ -234,7 +224,7 @@ class Cursor:
         """
         self.ensure_available(8 * count, f"{count} strings of {what}")
         hard_end = self.hard_end
-        unpack = _U64
+        unpack = _U64.unpack_from
         pos = self._pos
         buf = self._buf
         base = self._buf_start
