@@ -41,10 +41,12 @@ class UsageError(QcheckError):
 
 
 class DependencyError(QcheckError):
-    """An optional dependency (an extra such as ``qcheck[eval]``) is missing."""
+    """An optional dependency (an extra such as ``eval``) is missing."""
 
     def __init__(self, package: str, extra: str, purpose: str):
-        super().__init__(f"{purpose} needs {package}; install it with: pip install 'qcheck[{extra}]'")
+        from qcheck.install import install_hint
+
+        super().__init__(f"{purpose} needs {package}; install qcheck's '{extra}' extra: {install_hint(extra)}")
 
 
 class RemoteError(QcheckError):

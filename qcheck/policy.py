@@ -521,7 +521,7 @@ def starter_policy(directory: str | Path = ".") -> str:
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
     lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
               "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true", "",
-              "# Optional: a quality gate against the unquantised reference (needs qcheck[eval]).",
+              "# Optional: a quality gate against the unquantised reference (needs qcheck's eval extra).",
               "# [quality]", '# reference = "path/to/bf16-model"', '# tasks = ["arithmetic", "prose"]',
               '# tier = "good"            # or thresholds: max-kld = 0.03, min-top1 = 0.92, max-accuracy-drop = 0.02',
               '# backend = "simulated"', "# max-items = 100", ""]

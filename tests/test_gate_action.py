@@ -19,7 +19,11 @@ ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
 def test_action_shape_and_no_script_injection():
     assert ACTION["runs"]["using"] == "composite"
     inputs = set(ACTION["inputs"])
-    assert {"policy", "version", "junit", "sarif", "markdown", "upload-sarif"} <= inputs
+    assert {"policy", "extras", "junit", "sarif", "markdown", "upload-sarif"} <= inputs
+    assert "version" not in inputs  # qcheck is not on PyPI (the name there is another project's)
+    install = next(s for s in ACTION["runs"]["steps"] if s.get("name") == "Install qcheck")
+    assert install["env"]["QCHECK_ACTION_PATH"] == "${{ github.action_path }}"
+    assert 'pip install --disable-pip-version-check "${QCHECK_ACTION_PATH}${extras}"' in install["run"]
     steps = ACTION["runs"]["steps"]
     text = (ROOT / "action.yml").read_text()
     for used in re.findall(r"inputs\.([a-z-]+)", text):

@@ -39,7 +39,9 @@ def _load_constants() -> ModuleType:
         return cached
     spec = importlib.util.find_spec("gguf")  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
-        raise QcheckError("the 'gguf' package is not installed; reinstall qcheck (pip install qcheck)")
+        from qcheck.install import install_hint
+
+        raise QcheckError(f"the 'gguf' package is not installed; reinstall qcheck ({install_hint()})")
     for location in spec.submodule_search_locations:
         path = os.path.join(location, "constants.py")
         if os.path.isfile(path):

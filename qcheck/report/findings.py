@@ -61,7 +61,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "The confidence interval of a metric contains its threshold, or the task set is too small to "
          "detect the allowed accuracy drop: add items.", "warning", 10),
     Rule("QC122", "quality-not-measured", "The quality gate could not run",
-         "The evaluation could not be run (bad task file, missing reference, missing qcheck[eval]).", "error", 1),
+         "The evaluation could not be run (bad task file, missing reference, missing the eval extra).", "error", 1),
     Rule("QC130", "config-mismatch", "Config and tensors disagree",
          "The checkpoint's config files and its tensor headers disagree (a quantisation config that does not "
          "match the stored tensors, a wrong shape).", "warning", 8),

@@ -5,7 +5,7 @@ integer dot products (e.g. ``Q8_K``/``Q8_0`` activation blocks on CPU), fuses op
 order. This runner returns the engine's own full-vocabulary logits (``logits_all=True``, research evals.md
 §1.7 item 2), so KL divergence against the reference is exact, not a top-k bound.
 
-Install: ``pip install 'qcheck[llamacpp]'``. Candidates are given as ``--candidate [NAME=]llamacpp:PATH.gguf``.
+Install: qcheck's ``llamacpp`` extra (``pip install '.[llamacpp]'`` in a checkout). Candidates are given as ``--candidate [NAME=]llamacpp:PATH.gguf``.
 """
 
 from __future__ import annotations
