@@ -42,6 +42,9 @@ class CheckResult:
     allow_unknown: bool = False
     warnings: list[str] = field(default_factory=list)
     kind: str = "check"
+    #: ``--gpu`` without ``--engine``: every engine was tried to explore, not to gate. Verdicts are sorted
+    #: (native, fallback, unknown, unsupported) and the run exits 0 when any engine runs the checkpoint.
+    explore: bool = False
 
     def fails(self, verdict: Verdict) -> bool:
         """Whether this verdict makes the run fail (exit 1) under the chosen policy."""
@@ -49,6 +52,8 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
+        if self.explore:
+            return 0 if any(not self.fails(v) for v in self.verdicts) else 1
         return 1 if any(self.fails(v) for v in self.verdicts) else 0
 
     def to_json(self) -> dict[str, Any]:
@@ -58,8 +63,13 @@ class CheckResult:
             "verdicts": [v.to_json() for v in self.verdicts],
             "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown},
             "warnings": list(self.warnings),
+            "explore": self.explore,
             "exit_code": self.exit_code,
         }
+
+
+#: the order an exploration lists verdicts in: what works first
+EXPLORE_ORDER = {"native": 0, "fallback": 1, "unknown": 2, "unsupported": 3}
 
 
 @dataclass
@@ -195,7 +205,10 @@ def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest]
     if annotate is not None:
         for verdict in verdicts:
             annotate(inspection, verdict)
-    return CheckResult(inspection, verdicts, require_native=require_native, allow_unknown=allow_unknown)
+    if implied_engines and targets:
+        verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
+    return CheckResult(inspection, verdicts, require_native=require_native, allow_unknown=allow_unknown,
+                       explore=implied_engines and bool(targets))
 
 
 def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:

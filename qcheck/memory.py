@@ -165,14 +165,18 @@ class MemoryEstimate:
             data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
         return data
 
-    def summary(self) -> str:
-        """One line for people: 'needs 21.3 GiB (weights 4.9 + KV 16.0 + overhead 0.4); fits 24 GiB x 1'."""
+    def summary(self, cpu: bool = False) -> str:
+        """One line for people: 'needs 21.3 GiB (weights 4.9 + KV 16.0 + overhead 0.4); fits 24 GiB x 1'.
+
+        ``cpu``: the target is a CPU, so the memory is RAM, not one GPU's."""
         def g(b: int | None) -> str:
             return "?" if b is None else f"{b / GIB:.1f}"
 
         parts = f"weights {g(self.weights_bytes)} + KV {g(self.kv_cache_bytes)} + overhead " \
                 f"{g(self.activation_bytes + self.fixed_bytes)}"
-        text = f"needs {g(self.total_bytes)} GiB on one GPU ({parts} GiB)"
+        text = f"needs {g(self.total_bytes)} GiB {'of RAM' if cpu else 'on one GPU'} ({parts} GiB)"
+        if cpu:
+            return text
         if self.gpu_memory_bytes is None:
             return text
         if self.fits:
@@ -496,6 +500,10 @@ def is_dequantizing(verdict: Verdict) -> bool:
     return bool(_DEQUANT_RE.search(text))
 
 
+#: architectures whose "GPU" is the host CPU (matrices/gpus.toml, vendor "cpu"): memory there is RAM
+CPU_ARCHS = frozenset({"x86", "arm"})
+
+
 def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_memory_gib: Callable[[str], float | None],
                  context: int | None = None, batch: int = 1, kv_cache_dtype: str | None = None,
                  config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None) -> None:
@@ -512,7 +520,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_mem
                               dequantized=is_dequantizing(v), gpu_memory_gib=mem, engine=v.engine,
                               config=config, gguf_metadata=gguf_metadata)
         data = est.to_json()
-        data["summary"] = est.summary()
+        data["summary"] = est.summary(cpu=v.arch in CPU_ARCHS)
         if mem is None:
             data["note"] = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                             "with its memory")

@@ -57,7 +57,7 @@ def cli() -> None:
     """Will this quantised checkpoint run on that engine and GPU, and what did quantisation cost?
 
     \b
-      qcheck model.gguf --engine vllm --gpu hopper      (same as: qcheck check ...)
+      qcheck model.gguf --engine vllm --gpu hopper   (= qcheck check ...)
       qcheck inspect ./model-dir --json
       qcheck matrix --method nvfp4
       qcheck eval --reference ./bf16 --candidate ./fp8 --tasks mytasks.jsonl

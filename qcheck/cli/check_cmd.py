@@ -46,9 +46,11 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
     \b
     Which combinations:
       --engine E --gpu G   the cross product of all --engine and --gpu values
-      --gpu G only         every engine the matrix knows that runs on G's vendor
-                           (to explore; name --engine for a CI gate)
+      --gpu G only         every engine the matrix knows that runs on G's vendor,
+                           what works first (to explore: exit 0 when any engine
+                           runs it; name --engine for a CI gate)
       --engine E only      hosted providers only (GPU engines need --gpu)
+      neither              the inspection (as qcheck inspect) and this hint
 
     \b
     Exit codes:
@@ -63,6 +65,13 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
     """
     from qcheck.check import check_paths
 
+    if not engines and not gpus:  # nothing to judge against: say what PATH is, and how to judge it
+        from qcheck.cli.inspect_cmd import run_inspect
+
+        code = run_inspect(target, all_models, output_spec, limits)
+        click.echo("qcheck: no --engine or --gpu given, so this is the inspection; to judge it add --gpu G "
+                   "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
+        return code
     if context is not None or batch is not None or kv_cache_dtype is not None:
         from qcheck.memory import check_path_with_memory
 

@@ -81,8 +81,14 @@ def finish(result: Result, spec: OutputSpec) -> int:
     failing renderer leaves no half-written report.
     """
     from qcheck.report import render, write_atomic
+    from qcheck.report.terminal import for_terminal, rendering_for, terminal_width
 
-    main = render(result, spec.fmt)
+    to_stdout = not spec.path or spec.path == "-"
+    if spec.fmt == "text" and to_stdout:
+        with rendering_for(terminal_width(sys.stdout)):
+            main = for_terminal(render(result, spec.fmt), sys.stdout, result.kind)
+    else:
+        main = render(result, spec.fmt)
     extra = [(path, render(result, fmt)) for fmt, path in spec.extra]
     annotations = render(result, "github") if spec.github and spec.fmt != "github" else None
     writes = [*extra, *([(spec.path, main)] if spec.path and spec.path != "-" else [])]
@@ -93,7 +99,7 @@ def finish(result: Result, spec: OutputSpec) -> int:
             from qcheck.errors import QcheckError
 
             raise QcheckError(f"cannot write the report {path}: {exc.strerror or exc}") from None
-    if not spec.path or spec.path == "-":
+    if to_stdout:
         sys.stdout.write(main)
     if annotations is not None:
         sys.stdout.write(annotations)

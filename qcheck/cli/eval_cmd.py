@@ -104,14 +104,12 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
     Both sides score the same token ids (the reference's tokenizer). The reference's log-probs are
     cached on disk, so further candidates and later runs only pay for the candidate.
 
-    \b
     Reported: mean/median/p99/max KL divergence, top-1 agreement, Δp, PPL ratio, NLL correlation,
     accuracy (reference and candidate), recovery, flips in both directions, greedy agreement, with
     95% intervals (per-document bootstrap, Wilson, McNemar exact).
 
-    \b
     Exit codes: 0 every candidate passed its thresholds (or none were set); 1 a threshold failed;
-      2 the input could not be judged (bad task file, vocabulary/BOS mismatch, missing qcheck[eval]).
+    2 the input could not be judged (bad task file, vocabulary/BOS mismatch, missing the eval extra).
     """
     from qcheck.eval.gate import Thresholds
     from qcheck.eval.run import EvalConfig, run_eval

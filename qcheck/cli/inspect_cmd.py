@@ -25,10 +25,14 @@ def command(target: str, all_models: bool, output_spec: OutputSpec, limits: Limi
     then each model is described in turn. Only headers and small JSON side files are read. Pickle
     checkpoints (.bin/.pt) are never unpickled: they are reported and exit with 2.
 
-    \b
     Exit codes: 0 inspected; 2 the input could not be judged (unreadable, malformed, hostile file,
-      unsafe pickle, Git LFS pointer, usage error). With --all: the worst over the models.
+    unsafe pickle, Git LFS pointer, usage error). With --all: the worst over the models.
     """
+    return run_inspect(target, all_models, output_spec, limits)
+
+
+def run_inspect(target: str, all_models: bool, output_spec: OutputSpec, limits: Limits) -> int:
+    """``qcheck inspect`` (also what ``qcheck PATH`` does when given no engine and no GPU)."""
     from qcheck.errors import UnsafeFileError
     from qcheck.inspect import InspectResult, inspect_path
 

@@ -27,10 +27,11 @@ def command(target: str | None, method: str | None, engines: tuple[str, ...], gp
     """Show which engines run which quantisation formats on which architectures.
 
     \b
-      qcheck matrix --method nvfp4                 every NVFP4 variant, every engine x architecture
-      qcheck matrix model.gguf --engine llama.cpp  the table for one checkpoint
+      qcheck matrix                          where each format variant runs
+      qcheck matrix --method nvfp4           every NVFP4 variant's table
+      qcheck matrix model.gguf -e llama.cpp  the table for one checkpoint
       qcheck matrix --format markdown -o docs/matrix.md
-      qcheck matrix --validate                     check matrices/ after editing it
+      qcheck matrix --validate               check matrices/ after an edit
     """
     from qcheck.errors import UsageError
     from qcheck.matrix import load_matrix, parse_engine_spec
@@ -66,6 +67,7 @@ def command(target: str | None, method: str | None, engines: tuple[str, ...], gp
         inspection = inspect_target(target, limits)
     result = build_matrix(matrix, method=method, inspection=inspection, requests=requests, gpus=list(gpus),
                           all_versions=all_versions)
+    result.overview = not method and not target and not engines and not gpus and not all_versions
     if output_spec.fmt == "markdown":
         from qcheck.report import write_atomic
         from qcheck.report.markdown_matrix import render

@@ -54,6 +54,8 @@ class MatrixResult:
     matrix: Matrix
     kind: str = "matrix"
     exit_code: int = 0
+    #: text output as a one-line-per-variant overview (``qcheck matrix`` with no method or checkpoint)
+    overview: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {

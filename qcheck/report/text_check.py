@@ -57,7 +57,14 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
 
 
 def _short_source(ref: str, version: str | None, limit: int = 100) -> str:
-    text = ref if len(ref) <= limit else ref[: limit - 3] + "..."
+    """The source, shortened at a word boundary (never mid-word; a URL or path is kept whole)."""
+    text = ref
+    if len(ref) > limit:
+        cut = ref.rfind(" ", 0, limit - 3)
+        if cut <= limit // 2:  # one long token (a path): keep it whole, cut after it
+            cut = ref.find(" ", limit - 3)
+        if cut > 0:
+            text = ref[:cut].rstrip(" ,;:(") + " ..."
     return f"{text} @ {version}" if version else text
 
 
@@ -69,13 +76,27 @@ def render(result: CheckResult) -> str:
         lines.append(f"  warning: {warning}")
     for v in result.verdicts:
         lines.append("")
-        lines.extend(render_verdict(v, result.fails(v)))
+        lines.extend(render_verdict(v, None if result.explore else result.fails(v)))
     lines.append("")
     counts: dict[str, int] = {}
     for v in result.verdicts:
         counts[v.status] = counts.get(v.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+    total = plural(len(result.verdicts), "combination")
+    if result.explore:
+        runs = [engine_label(v) for v in result.verdicts if not result.fails(v)]
+        verdict = (f"runs on {', '.join(dict.fromkeys(runs))}" if runs else "no engine runs it")
+        lines.append(f"explored {total}: {summary}; {verdict} (exit {result.exit_code}; name --engine to gate)")
+        return "\n".join(lines) + "\n"
     failing = sum(1 for v in result.verdicts if result.fails(v))
-    verdict = "all combinations run it" if failing == 0 else f"{failing} of {len(result.verdicts)} fail"
-    lines.append(f"{len(result.verdicts)} combination(s): {summary}; {verdict} (exit {result.exit_code})")
+    if failing == 0:
+        verdict = "it runs" if len(result.verdicts) == 1 else "all combinations run it"
+    else:
+        verdict = f"{failing} of {len(result.verdicts)} fail{'s' if failing == 1 else ''}"
+    lines.append(f"{total}: {summary}; {verdict} (exit {result.exit_code})")
     return "\n".join(lines) + "\n"
+
+
+def plural(n: int, word: str) -> str:
+    """'1 combination', '4 combinations'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qcheck.report.terminal import width
+
 
 def _num(x: Any, digits: int = 4) -> str:
     if x is None:
@@ -33,6 +35,19 @@ def _table(rows: list[list[str]]) -> list[str]:
     for r in rows:
         out.append("  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(r))
                    .rstrip())
+    return out
+
+
+def _fitted(rows: list[list[str]]) -> list[str]:
+    """The candidate table, or on a terminal too narrow for it one block per candidate (metric: value)."""
+    table = _table(rows)
+    columns = width()
+    if columns is None or max(len(line) for line in table) <= columns:
+        return table
+    header, out = rows[0], []
+    for row in rows[1:]:
+        out.append(f"{row[0]}:")
+        out.extend("  " + line for line in _table([[h, v] for h, v in zip(header[1:], row[1:], strict=True)]))
     return out
 
 
@@ -70,7 +85,7 @@ def render(result: Any) -> str:
         rows.append([c["name"], kld, _num(m.get("kld_p99")), _pct(m.get("top1_agreement")),
                      _num(m.get("ppl_ratio")), _pct(m.get("delta_p_rms"), 2), acc, flips,
                      _pct(m.get("greedy_agreement"), 0), "PASS" if c["gate"]["passed"] else "FAIL"])
-    lines.extend(_table(rows))
+    lines.extend(_fitted(rows))
 
     tasks_seen = sorted({t for c in data["candidates"] for t in c.get("per_task", {})})
     if len(tasks_seen) > 1:
