@@ -165,6 +165,19 @@ class Source:
 
 
 @dataclass
+class Judgement:
+    """One dimension's partial verdict on a deployment (JSON ``verdicts[].dimensions[]``): the architecture, the
+    weight format on the GPU, the KV cache, the parallel layout ... (see qcheck.matrix.dimensions)."""
+
+    dimension: str  # "weights", "architecture", "kv-cache", "parallelism" ...
+    status: Status
+    reasons: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    requires: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Verdict:
     engine: str
     engine_version: str | None
@@ -184,6 +197,9 @@ class Verdict:
     rule_id: str | None = None
     #: the compute backend the engine uses for this GPU (llama.cpp/Ollama/LM Studio: cuda, rocm, metal, vulkan ...)
     backend: str | None = None
+    #: each dimension's partial verdict (weights, architecture, KV cache, parallelism ...), the weight format
+    #: first; the status above is the worst of them (see qcheck.matrix.dimensions)
+    dimensions: list[Judgement] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

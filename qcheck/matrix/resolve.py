@@ -202,7 +202,20 @@ def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, 
 
 def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
              target: Target | None) -> tuple[Verdict, list[str]]:
-    """The verdict, plus the GGUF tensor types named by the rules that decided it (for ``{types}``)."""
+    """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
+    weight-format rules that decided it (for ``{types}``)."""
+    from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions
+
+    verdict, types = _resolve_weights(matrix, inspection, request, target)
+    version, at, _ = select_version(request.engine, request.version)
+    deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at)
+    combine(verdict, judge_dimensions(deployment))
+    return verdict, types
+
+
+def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequest,
+                     target: Target | None) -> tuple[Verdict, list[str]]:
+    """The weight-format verdict from the matrix rules, plus the GGUF tensor types named by the deciding rules."""
     engine = request.engine
     if not engine.needs_gpu:
         target = None
@@ -265,7 +278,7 @@ def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest
     ``skip_foreign`` leaves out the combinations whose GPU vendor the engine does not run on at all (used
     when the engines were implied by ``--gpu`` alone rather than named).
     """
-    from qcheck.matrix.suggest import suggest
+    from qcheck.matrix.suggest import MAX_SUGGESTIONS, suggest
 
     out: list[Verdict] = []
     for request in requests:
@@ -275,6 +288,10 @@ def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest
                 continue
             verdict, types = _resolve(matrix, inspection, request, target)
             if suggestions and verdict.status != "native":
-                verdict.suggestions = suggest(matrix, inspection, verdict, request, target, types=types)
+                # the deciding dimension's own suggestions (e.g. the first version that loads the architecture)
+                # lead; the matrix's nearest working combinations follow
+                found = suggest(matrix, inspection, verdict, request, target, types=types)
+                verdict.suggestions = _dedupe([*verdict.suggestions, *found])[:max(MAX_SUGGESTIONS,
+                                                                                   len(verdict.suggestions))]
             out.append(verdict)
     return out

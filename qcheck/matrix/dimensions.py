@@ -1,0 +1,112 @@
+"""A verdict judges the whole deployment, one dimension at a time, and the worst dimension decides.
+
+DESIGN: the status of a verdict is the worst of its dimensions (the model architecture, the weight format on
+the GPU, the KV-cache dtype, the parallel layout) and ``reasons`` names the dimension that decided it. Each
+dimension is a function ``(Deployment) -> Judgement | None`` (None: it has nothing to say about this
+combination, e.g. no parallel layout was asked for). ``combine`` folds the judgements into the Verdict.
+
+The weight-format judgement is the matrix rules' own verdict (``qcheck.matrix.resolve``); the other
+dimensions are registered in ``DIMENSIONS`` (or passed explicitly) and run after it. To add one: write a
+function returning a ``Judgement`` with ``dimension`` set to its name, and append it to ``DIMENSIONS``.
+
+Order of badness (worst first): unsupported, unknown, fallback, native. On a tie the weight-format verdict
+keeps its own reasons, so a deployment every other dimension accepts reads exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qcheck.model import Judgement, Status, Verdict
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from qcheck.matrix.loader import Matrix
+    from qcheck.matrix.resolve import EngineRequest
+    from qcheck.matrix.schema import Target
+    from qcheck.model import Inspection
+
+__all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "judge_dimensions",
+           "worst"]
+
+#: the name of the weight-format dimension (the matrix rules' own verdict)
+WEIGHTS = "weights"
+#: worst first; ``worst()`` picks the lowest index
+SEVERITY: tuple[Status, ...] = ("unsupported", "unknown", "fallback", "native")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a dimension gets to judge: the checkpoint, the engine at a version, the GPU (None for a provider)."""
+
+    matrix: Matrix
+    inspection: Inspection
+    request: EngineRequest
+    target: Target | None
+    #: the engine version as reported (the request's, or the newest the data knows) and as evaluated
+    version: str
+    at: Version
+    #: extra deployment options a dimension may read (e.g. tensor/pipeline parallel sizes), by name
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+Dimension = Callable[[Deployment], "Judgement | None"]
+
+#: dimensions judged beside the weight format, in report order (the architecture dimension registers here)
+DIMENSIONS: list[Dimension] = []
+
+
+def worst(statuses: Sequence[Status]) -> Status:
+    """The worst status of several (unsupported > unknown > fallback > native); native for none."""
+    return min(statuses, key=SEVERITY.index, default="native")
+
+
+def judge_dimensions(deployment: Deployment, dimensions: Sequence[Dimension] | None = None) -> list[Judgement]:
+    """Every dimension's judgement of a deployment, in order (dimensions with nothing to say are left out)."""
+    out = []
+    for dimension in DIMENSIONS if dimensions is None else dimensions:
+        judgement = dimension(deployment)
+        if judgement is not None:
+            out.append(judgement)
+    return out
+
+
+def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
+    """Fold dimension judgements into the weight-format verdict, in place; returns it.
+
+    The verdict gains ``dimensions`` (the weight format's own judgement first). When another dimension is
+    strictly worse it decides: the status becomes its status, its reasons come first, each prefixed with the
+    dimension's name, and its suggestions lead. Sources and requirements of every dimension are kept.
+    """
+    weights = Judgement(WEIGHTS, verdict.status, list(verdict.reasons), list(verdict.sources),
+                        list(verdict.suggestions), list(verdict.requires))
+    verdict.dimensions = [weights, *judgements]
+    if not judgements:
+        return verdict
+    status = worst([verdict.status, *(j.status for j in judgements)])
+    deciding = [j for j in judgements if j.status == status]
+    if status != verdict.status:
+        verdict.status = status
+        lead = [f"{j.dimension}: {r}" for j in deciding for r in j.reasons]
+        verdict.reasons = _dedupe([*lead, *(f"{WEIGHTS}: {r}" for r in verdict.reasons)])
+        verdict.suggestions = _dedupe([*(s for j in deciding for s in j.suggestions), *verdict.suggestions])
+    elif status != "native":
+        # a tie: the weight format's reasons stay first, the other dimensions' reasons follow
+        others = [f"{j.dimension}: {r}" for j in deciding for r in j.reasons]
+        verdict.reasons = _dedupe([*verdict.reasons, *others])
+        verdict.suggestions = _dedupe([*verdict.suggestions, *(s for j in deciding for s in j.suggestions)])
+    verdict.requires = _dedupe([*verdict.requires, *(r for j in judgements for r in j.requires)])
+    seen = {(s.ref, s.version) for s in verdict.sources}
+    for j in judgements:
+        for s in j.sources:
+            if (s.ref, s.version) not in seen:
+                seen.add((s.ref, s.version))
+                verdict.sources.append(s)
+    return verdict
+
+
+def _dedupe(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
