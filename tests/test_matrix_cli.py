@@ -111,7 +111,7 @@ def test_checkpoint_table_from_saved_inspection(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--method", "fp9"], "unknown method 'fp9'; did you mean: fp8"),
-     (["--format", "sarif"], "qcheck matrix writes text, json or markdown, not sarif"),
+     (["--format", "sarif"], "'sarif' is not one of 'text', 'json', 'markdown'"),
      (["x.json", "--method", "fp8"], "give either PATH or --method, not both"),
      (["--gpu", "hoper"], "unknown GPU 'hoper'")],
 )

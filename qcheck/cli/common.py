@@ -13,33 +13,52 @@ from qcheck.limits import Limits
 from qcheck.report import FORMATS, Result
 
 
-def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--format``, ``--json`` and ``-o``: the same on every command."""
+def output_options_for(formats: tuple[str, ...], reports: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--format`` (one of ``formats``), ``--json``, ``-o`` and, with ``reports``, the extra report files
+    (``--junit``, ``--sarif``, ``--markdown``, ``--github``): a command offers only what it can write."""
 
-    @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                  help="Output format (default: text).")
-    @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-    @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-                  help="Write the report to FILE (atomically) instead of stdout.")
-    @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), default=None,
-                  metavar="FILE", help="Also write a JUnit XML report to FILE.")
-    @click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False, writable=True), default=None,
-                  metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (for code scanning).")
-    @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, writable=True), default=None,
-                  metavar="FILE", help="Also write a Markdown summary table to FILE (for a PR comment).")
-    @click.option("--github", "github", is_flag=True,
-                  help="Also print GitHub Actions annotations and append a summary to $GITHUB_STEP_SUMMARY.")
-    @functools.wraps(func)
-    def wrapper(*args: Any, fmt: str | None, as_json: bool, output: str | None, junit_path: str | None,
-                sarif_path: str | None, markdown_path: str | None, github: bool, **kwargs: Any) -> Any:
-        if as_json and fmt not in (None, "json"):
-            raise click.UsageError("--json and --format disagree")
-        extra = [(f, p) for f, p in (("junit", junit_path), ("sarif", sarif_path), ("markdown", markdown_path)) if p]
-        kwargs["output_spec"] = OutputSpec(fmt="json" if as_json else (fmt or "text"), path=output, extra=extra,
-                                           github=github)
-        return func(*args, **kwargs)
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def wrapper(*args: Any, fmt: str | None, as_json: bool, output: str | None, junit_path: str | None = None,
+                    sarif_path: str | None = None, markdown_path: str | None = None, github: bool = False,
+                    **kwargs: Any) -> Any:
+            if as_json and fmt not in (None, "json"):
+                raise click.UsageError("--json and --format disagree")
+            extra = [(f, p) for f, p in (("junit", junit_path), ("sarif", sarif_path), ("markdown", markdown_path))
+                     if p]
+            kwargs["output_spec"] = OutputSpec(fmt="json" if as_json else (fmt or "text"), path=output, extra=extra,
+                                               github=github)
+            return func(*args, **kwargs)
 
-    return wrapper
+        options = [
+            click.option("--format", "fmt", type=click.Choice(formats), default=None,
+                         help="Output format (default: text)."),
+            click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
+            click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+                         help="Write the report to FILE (atomically) instead of stdout."),
+        ]
+        if reports:
+            options += [
+                click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                             metavar="FILE", help="Also write a JUnit XML report to FILE."),
+                click.option("--sarif", "sarif_path", type=click.Path(dir_okay=False, writable=True), default=None,
+                             metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (for code scanning)."),
+                click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, writable=True),
+                             default=None, metavar="FILE",
+                             help="Also write a Markdown summary table to FILE (for a PR comment)."),
+                click.option("--github", "github", is_flag=True,
+                             help="Also print GitHub Actions annotations and append a summary to "
+                                  "$GITHUB_STEP_SUMMARY."),
+            ]
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
+
+
+#: every format and report file: inspect, check, eval, gate
+output_options = output_options_for(FORMATS)
 
 
 def limit_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
+from qcheck.cli.common import OutputSpec, finish, limit_options, output_options_for
 from qcheck.limits import Limits
 
 
 @click.command("matrix")
 @click.argument("target", metavar="[PATH]", required=False)
-@click.option("--method", "-m", default=None, metavar="METHOD",
-              help="Canonical method (none, gguf, fp8, nvfp4, mxfp4, awq, gptq, ...); default: all methods.")
+@click.option("--method", "-m", "methods", multiple=True, metavar="METHOD",
+              help="Canonical method (none, gguf, fp8, nvfp4, mxfp4, awq, gptq, ...), repeatable; default: an "
+                   "overview of every method (text) or every table (json, markdown).")
 @click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
               help="Rows: NAME, NAME==VERSION or NAME:BACKEND, repeatable (default: every engine, newest version).")
 @click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU",
@@ -20,9 +21,9 @@ from qcheck.limits import Limits
 @click.option("--validate", is_flag=True,
               help="Check the matrix data: schema, then every method x engine x version x architecture.")
 @click.option("--list", "list_names", is_flag=True, help="List the engines and GPUs the matrix knows.")
-@output_options
+@output_options_for(("text", "json", "markdown"), reports=False)
 @limit_options
-def command(target: str | None, method: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
+def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...],
             all_versions: bool, validate: bool, list_names: bool, output_spec: OutputSpec, limits: Limits) -> int:
     """Show which engines run which quantisation formats on which architectures.
 
@@ -55,9 +56,7 @@ def command(target: str | None, method: str | None, engines: tuple[str, ...], gp
             products = ", ".join(g.id for g in matrix.gpus.gpus_of(arch.id))
             click.echo(f"arch   {arch.id:<20} {arch.vendor:<8} {ccs:<12} {products}")
         return 0
-    if output_spec.fmt not in ("text", "json", "markdown"):
-        raise UsageError(f"qcheck matrix writes text, json or markdown, not {output_spec.fmt}")
-    if target and method:
+    if target and methods:
         raise UsageError("give either PATH or --method, not both")
     requests = [parse_engine_spec(e, matrix) for e in engines] or None
     inspection = None
@@ -65,9 +64,13 @@ def command(target: str | None, method: str | None, engines: tuple[str, ...], gp
         from qcheck.check import inspect_target
 
         inspection = inspect_target(target, limits)
-    result = build_matrix(matrix, method=method, inspection=inspection, requests=requests, gpus=list(gpus),
+    wanted = list(dict.fromkeys(methods)) or [None]
+    result = build_matrix(matrix, method=wanted[0], inspection=inspection, requests=requests, gpus=list(gpus),
                           all_versions=all_versions)
-    result.overview = not method and not target and not engines and not gpus and not all_versions
+    for method in wanted[1:]:  # --method given again: its tables follow, none is dropped
+        result.tables.extend(build_matrix(matrix, method=method, requests=requests, gpus=list(gpus),
+                                          all_versions=all_versions).tables)
+    result.overview = not methods and not target and not engines and not gpus and not all_versions
     if output_spec.fmt == "markdown":
         from qcheck.report import write_atomic
         from qcheck.report.markdown_matrix import render
