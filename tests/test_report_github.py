@@ -93,3 +93,25 @@ def test_cli_github_for_an_unjudged_file_in_a_gate(tmp_path):
     first = proc.stdout.splitlines()[0]
     assert first.startswith("::error file=bad.safetensors,title=qcheck QC100 The model could not be judged::")
     assert str(TEST_MATRIX) not in proc.stdout
+
+
+def test_annotation_paths_are_relative_to_the_workspace(tmp_path):
+    """The Action runs in `working-directory` (a subfolder): annotations must name files from the repo root."""
+    work = tmp_path / "repo" / "models"
+    work.mkdir(parents=True)
+    fp8_dir(work / "fp8")
+    args = ("check", "fp8", "--engine", "fastserve", "--gpu", "cpu", "--format", "github")
+    proc = qcheck(*args, cwd=work, GITHUB_WORKSPACE=str(tmp_path / "repo"))
+    assert proc.stdout.splitlines()[0].startswith("::error file=models/fp8/config.json,"), proc.stdout
+    # outside a workflow: relative to the current directory, as before
+    proc = qcheck(*args, cwd=work, GITHUB_WORKSPACE="")
+    assert proc.stdout.splitlines()[0].startswith("::error file=fp8/config.json,"), proc.stdout
+
+
+def test_file_property_keeps_paths_outside_the_workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "repo"))
+    monkeypatch.chdir(tmp_path)
+    assert github._file_property("repo/a/m.gguf") == "a/m.gguf"
+    assert github._file_property(str(tmp_path / "repo" / "m.gguf")) == "m.gguf"
+    assert github._file_property("other/m.gguf") == "other/m.gguf"  # outside: as named
+    assert github._file_property("/elsewhere/m.gguf") == "/elsewhere/m.gguf"

@@ -32,11 +32,15 @@ def escape_property(text: str) -> str:
 
 
 def _file_property(path: str) -> str:
-    """Annotations attach to repository-relative paths."""
-    if os.path.isabs(path):
-        root = os.environ.get("GITHUB_WORKSPACE") or os.getcwd()
-        rel = os.path.relpath(path, root)
-        if not rel.startswith(".."):
+    """Annotations attach to repository-relative paths: relative to ``$GITHUB_WORKSPACE`` when it is set
+    (the Action's ``working-directory`` makes the current directory a subfolder of it), else to the
+    current directory. A path outside the workspace stays as it is."""
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if workspace or os.path.isabs(path):
+        root = os.path.abspath(workspace or os.getcwd())
+        absolute = os.path.abspath(path)  # as named: a symlink keeps its own path
+        rel = os.path.relpath(absolute, root)
+        if rel != ".." and not rel.startswith(".." + os.sep):
             path = rel
     return path.replace(os.sep, "/").removeprefix("./")
 
