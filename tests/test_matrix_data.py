@@ -240,7 +240,7 @@ def test_vllm_version_boundaries(m) -> None:
     assert any("vllm-bnb-plugin" in r for r in verdict(m, bnb, "vllm", "a100", "0.28.0").requires)
     w4a16 = insp("int4", producer="compressed-tensors", weight_bits=4, group_size=128, dtype="float16")
     assert [status(m, w4a16, "vllm", "t4", v) for v in ("0.9.0", "0.13.0", "0.14.0", "0.33.0")] == \
-        ["unsupported", "unknown", "native", "native"]
+        ["unsupported", "fallback", "native", "native"]
     nvfp4 = insp("nvfp4", producer="modelopt", activation_dtype="fp4_e2m1")
     assert [status(m, nvfp4, "vllm", "a100", v) for v in ("0.8.0", "0.9.0", "0.33.0")] == \
         ["unknown", "fallback", "fallback"]

@@ -111,10 +111,14 @@ class TestVersions:
         local = one(m, gguf({"Q4_K": 1}), "fastserve==0.24.0+cu128", "h100")
         assert (local.rule_id, local.warnings) == ("gguf-plugin", [])
 
-    def test_older_than_known_warns(self, m) -> None:
+    def test_older_than_the_data_is_unknown(self, m) -> None:
         v = one(m, gguf({"Q4_K": 1}), "fastserve==0.5.0", "h100")
-        assert v.rule_id == "gguf-in-tree"
-        assert "older than any version the matrix was checked at (oldest: 0.9.0)" in v.warnings[0]
+        assert (v.status, v.rule_id, v.warnings) == ("unknown", "engine-version", [])
+        assert v.reasons == ["FastServe 0.5.0 is older than any version the matrix data was read at (oldest: 0.9.0): "
+                             "no rule says what it supports"]
+        assert one(m, gguf({"Q4_K": 1}), "fastserve==0.9.0", "h100").rule_id == "gguf-in-tree"
+        assert one(m, gguf({"Q4_K": 1}), "fastserve==0.9.0rc1", "h100").rule_id == "gguf-in-tree"
+        assert one(m, gguf({"Q4_K": 1}), "fastserve==0.8.9", "h100").status == "unknown"
 
     def test_build_numbers(self, m) -> None:
         nvfp4 = gguf({"NVFP4": 3, "F32": 2})

@@ -117,10 +117,11 @@ def test_vllm_gpt_oss_mxfp4_on_t4(files) -> None:
 
 
 def test_vllm_gpt_oss_on_dgx_spark_and_rtx_pro_6000(files) -> None:
-    """vllm#41477 (GB10 sm121: no working MXFP4 MoE backend); vllm#31085 (sm120 falls back to Marlin)."""
-    spark, _ = check(files["gpt-oss"], "vllm", "gb10")
+    """vllm#41477 (GB10 sm121 at 0.20.0: no working MXFP4 MoE backend); vllm#31085 (sm120 falls back to Marlin)."""
+    spark, _ = check(files["gpt-oss"], "vllm==0.20.0", "gb10")
     assert spark.status == "unsupported"
     says(spark, "41477")
+    assert check(files["gpt-oss"], "vllm", "gb10")[0].status == "fallback"  # 0.33.0: sm121 is family 120
     pro, _ = check(files["gpt-oss"], "vllm", "rtx-pro-6000")
     assert pro.status == "fallback"
     says(pro, "marlin")

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
 from qcheck.matrix.conditions import compile_hardware, compile_match
@@ -43,6 +43,9 @@ from qcheck.matrix.schema import (
     type_name,
 )
 from qcheck.matrix.versions import SCHEMES, parse_specifier, parse_version
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -227,7 +230,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
         aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
         kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
         hardware=tuple(hardware), hardware_sources=hardware_sources, backends=backends, sources=sources,
-        note=head.get("note"),
+        note=head.get("note"), floor=_data_floor(parsed, sources, scheme),
     )
     seen: dict[str, str] = {}  # rule and modifier ids share one namespace
     for kind, modifier, into in (("rule", False, engine.rules), ("modifier", True, engine.modifiers)):
@@ -243,6 +246,18 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
             into.append(rule)
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
     return engine
+
+
+def _data_floor(parsed: list[Version], sources: dict[str, SourceSpec], scheme: str) -> Version | None:
+    """The oldest version any fact of the file was read at: its oldest listed version, or an older source
+    version that parses as a version (free-text versions such as "issue of 2024" do not count)."""
+    read: list[Version] = list(parsed[:1])
+    for spec in sources.values():
+        try:
+            read.append(parse_version(spec.version, scheme))
+        except ValueError:
+            continue
+    return min(read) if read else None
 
 
 def _load_sources(raw: Any, display: str) -> dict[str, SourceSpec]:

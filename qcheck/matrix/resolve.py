@@ -76,15 +76,32 @@ def select_version(engine: Engine, requested: str | None) -> tuple[str, Version,
         base = parse_version(wanted.base_version)
         notes.append(f"{engine.name} {requested} is judged by the rules for {wanted.base_version}")
         wanted = base
-    newest, oldest = engine.parsed_versions[-1], engine.parsed_versions[0]
+    newest = engine.parsed_versions[-1]
     if wanted > newest:
         return requested, newest, [
             f"rules verified up to {engine.name} {engine.newest}; {requested} is newer, unverified", *notes]
-    if wanted < oldest:
-        return requested, wanted, [
-            f"{engine.name} {requested} is older than any version the matrix was checked at "
-            f"(oldest: {engine.oldest}); only rules whose version range covers it apply", *notes]
+    # below the data floor the verdict is unknown (see outside_data), not a guess from later rules
     return requested, wanted, notes
+
+
+def outside_data(engine: Engine, at: Version) -> str | None:
+    """Why ``at`` is outside what the matrix knows about ``engine`` (older than any version a fact was read
+    at), or None. Rules read at later versions say nothing about what an older release could run."""
+    floor = engine.floor
+    if floor is None or at >= floor:
+        return None
+    shown = engine.oldest if parse_version(engine.oldest, engine.scheme) == floor else _show(floor, engine.scheme)
+    return (f"{engine.name} {_show(at, engine.scheme)} is older than any version the matrix data was read at "
+            f"(oldest: {shown}): no rule says what it supports")
+
+
+def bounded_above(rule: Rule) -> bool:
+    """A rule whose version range has an upper end (``<0.29.0``, ``==b6000``): written about older releases."""
+    return rule.versions is not None and any(spec.operator in ("<", "<=", "==", "===", "~=") for spec in rule.versions)
+
+
+def _show(version: Version, scheme: str) -> str:
+    return f"b{version}" if scheme == "build" else str(version)
 
 
 def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
@@ -228,6 +245,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
         gpu=target.gpu if target else None, arch=target.arch.id if target else None,
         compute_capability=target.cc if target else None, status="unknown", warnings=list(warnings),
     )
+    too_old = outside_data(engine, at)
     if target is not None and target.vendor not in engine.hardware:
         verdict.status = "unsupported"
         verdict.reasons = [f"{engine.name} does not run on {target.vendor} hardware "
@@ -243,7 +261,18 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
         verdict.rule_id = "engine-backend"
         return verdict, []
     verdict.backend = backend.name if backend else None
-    winners = decide(engine, matching_rules(engine, inspection, at, target, backend))
+    candidates = matching_rules(engine, inspection, at, target, backend)
+    if too_old is not None:
+        # below the data only a rule written about older releases speaks, and only to say "not yet"
+        # ("mxfp4 arrived in 0.29.0"): that a later release runs something says nothing about this one
+        candidates = [(r, t) for r, t in candidates if bounded_above(r)]
+        older = decide(engine, candidates)
+        if not older or older[0][0].status in ("native", "fallback"):
+            verdict.reasons = [too_old]
+            verdict.sources = _sources(engine.hardware_sources or tuple(engine.sources.values())[:1])
+            verdict.rule_id = "engine-version"
+            return verdict, []
+    winners = decide(engine, candidates)
     where = f"{target.arch.id}" if target else "the provider"
     if not winners:
         if inspection.adapter is not None:

@@ -216,6 +216,9 @@ class Engine:
     modifiers: list[Rule] = field(default_factory=list)
     suggestions: list[SuggestionRule] = field(default_factory=list)
     note: str | None = None
+    #: the oldest version any fact was read at (oldest listed version or an older source version):
+    #: a requested version below it is outside the data and resolves ``unknown``
+    floor: Version | None = None
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -1,0 +1,162 @@
+"""Matrix rules corrected after reading the engines' code at the cited versions (issue #13).
+
+Each rule is checked through the real pipeline (real checkpoint files -> readers -> classifier -> shipped
+matrix) on both sides of the version boundary it has; the evidence (file and line at the version) is in
+the rule's source in matrices/engines/*.toml.
+"""
+
+from __future__ import annotations
+
+import builders as b
+import pytest
+from gguf_helpers import Q, write_gguf
+
+from qcheck.check import CheckResult, check_path
+from qcheck.model import Verdict
+
+H = 256
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("truth")
+    made = {"gptq": b.gptq_fixture(desc_act=False), "awq": b.awq_fixture(), "gpt-oss": b.gpt_oss_fixture(),
+            "fp8-block": b.fp8_block_deepseek(), "w4a16": b.w4a16_ct()}
+    out = {name: str(fx.write(root / name)) for name, fx in made.items()}
+    for name, qtype in (("nvfp4", Q.NVFP4), ("q1_0", Q.Q1_0), ("q2_0", Q.Q2_0), ("q8_0", Q.Q8_0)):
+        out[f"{name}-gguf"] = str(write_gguf(root / f"model-{name}.gguf", [
+            ("blk.0.attn_q.weight", (H, H), qtype), ("blk.0.ffn_down.weight", (H, H), Q.Q8_0),
+            ("output_norm.weight", (H,), Q.F32)])[0])
+    return out
+
+
+def check(path: str, engine: str, gpu: str, **policy: bool) -> tuple[Verdict, CheckResult]:
+    result = check_path(path, [engine], [gpu], **policy)
+    assert len(result.verdicts) == 1
+    return result.verdicts[0], result
+
+
+def text(v: Verdict) -> str:
+    return " ".join([v.kernel or "", *v.requires, *v.reasons, *v.warnings]).lower()
+
+
+def cited(v: Verdict, fragment: str) -> bool:
+    return any(fragment in s.ref for s in v.sources)
+
+
+def test_vllm_gptq_on_turing_is_exllama_until_0_14(files) -> None:
+    """0.13.0 marlin_utils.py:51-52 returns no Marlin type below sm80; 0.14.0 lowered it to 75."""
+    for version in ("0.10.2", "0.13.0"):
+        v, result = check(files["gptq"], f"vllm=={version}", "t4")
+        assert (v.status, v.rule_id.split("+")[0]) == ("fallback", "gptq-turing-old"), version
+        assert "exllama" in text(v) and result.exit_code == 0
+    assert cited(check(files["gptq"], "vllm==0.13.0", "t4")[0], "0.13.0 wheel")
+    new, _ = check(files["gptq"], "vllm==0.14.0", "t4")
+    assert new.status == "native" and "marlin" in text(new)
+    # the same boundary for FP8 (Fp8Config min 80 at 0.13.0) and compressed-tensors W4A16 (Exllama at 0.13.0)
+    assert check(files["fp8-block"], "vllm==0.13.0", "t4")[0].status == "unsupported"
+    assert check(files["fp8-block"], "vllm==0.14.0", "t4")[0].status == "fallback"
+    w4a16, _ = check(files["w4a16"], "vllm==0.13.0", "t4")
+    assert w4a16.status == "fallback" and "exllama" in text(w4a16)
+    assert check(files["w4a16"], "vllm==0.12.0", "t4")[0].status == "unknown"
+
+
+def test_mlx_rejects_gptq_but_loads_awq(files) -> None:
+    """mlx-lm utils.py raises on any .g_idx key and unpacks GPTQ with AWQ's layout."""
+    for gpu in ("m3-max", "rtx-4090", "cpu"):
+        v, result = check(files["gptq"], "mlx", gpu)
+        assert v.status == "unsupported", gpu
+        assert "g_idx" in text(v) and result.exit_code == 1
+        assert any("mlx_lm.convert" in s for s in v.suggestions)
+    for version in ("0.29.0", "0.32.1"):
+        assert check(files["gptq"], f"mlx=={version}", "m3-max")[0].status == "unsupported"
+    assert check(files["awq"], "mlx", "m3-max")[0].status == "native"
+
+
+def test_ollama_nvfp4_and_q1_0_gguf_follow_llama_server(files) -> None:
+    """fs/ggml/type.go @ v0.33.0-rc2 knows NVFP4 and Q1_0; GGUF runs on upstream llama-server (b10488)."""
+    for name in ("nvfp4-gguf", "q1_0-gguf"):
+        v, _ = check(files[name], "ollama", "rtx-4090")
+        assert v.status == "native", name
+        assert "llama-server" in text(v) and "go engine" not in text(v)
+        assert cited(v, "9db4bdbad")
+    metal, _ = check(files["nvfp4-gguf"], "ollama", "m3-max")
+    assert metal.status == "fallback" and "cpu" in text(metal)
+    q2, _ = check(files["q2_0-gguf"], "ollama", "rtx-4090")
+    assert q2.status == "unknown" and "q2_0" in text(q2)
+    # versions before the data (Ollama's data starts at 0.33.0-rc2)
+    old, result = check(files["nvfp4-gguf"], "ollama==0.29.0", "rtx-4090")
+    assert old.status == "unknown" and result.exit_code == 1
+
+
+def test_sglang_block_fp8_on_sm120_resolves_to_cutlass(files) -> None:
+    """fp8_utils.py:1212-1213 (0.5.23): auto -> cutlass on sm120 (the docs say Triton)."""
+    for gpu in ("rtx-5090", "rtx-pro-6000", "gb10"):
+        v, _ = check(files["fp8-block"], "sglang", gpu)
+        assert v.status == "native" and v.kernel is not None and v.kernel.startswith("CUTLASS"), gpu
+    ada, _ = check(files["fp8-block"], "sglang", "l40s")
+    assert "triton" in (ada.kernel or "").lower()
+    assert check(files["fp8-block"], "sglang==0.4.0", "rtx-5090")[0].status == "unknown"
+
+
+def test_vllm_gpt_oss_on_b200_without_activation_type_is_w4a16(files) -> None:
+    """0.14.0 mxfp4.py:134-141 and 0.33.0 oracle/mxfp4.py:614-630: no declared activation -> BF16 backends."""
+    for version in ("0.14.0", "0.33.0"):
+        v, result = check(files["gpt-oss"], f"vllm=={version}", "b200")
+        assert v.status == "fallback" and "bf16" in text(v) and result.exit_code == 0, version
+        assert check(files["gpt-oss"], f"vllm=={version}", "b200", require_native=True)[1].exit_code == 1
+    assert check(files["gpt-oss"], "vllm==0.13.0", "b200")[0].status == "unknown"
+    assert check(files["gpt-oss"], "vllm", "h100")[0].status == "fallback"
+
+
+def test_vllm_gpt_oss_on_gb10_has_a_range(files) -> None:
+    """vllm#41477 was read at 0.20.0; 0.33.0 treats sm121 as family 120 and picks Marlin."""
+    assert check(files["gpt-oss"], "vllm==0.20.0", "gb10")[0].status == "unsupported"
+    assert check(files["gpt-oss"], "vllm==0.20.1", "gb10")[0].status == "unsupported"
+    for version, rule in (("0.14.0", "mxfp4-gb10-unread-old"), ("0.21.0", "mxfp4-gb10-unread-mid"),
+                          ("0.28.0", "mxfp4-gb10-unread-mid")):
+        v, _ = check(files["gpt-oss"], f"vllm=={version}", "gb10")
+        assert (v.status, v.rule_id) == ("unknown", rule), version
+    new, _ = check(files["gpt-oss"], "vllm==0.33.0", "gb10")
+    assert new.status == "fallback" and "marlin" in text(new)
+
+
+def test_tensorrt_llm_block_fp8_on_sm120_but_not_sm121(files) -> None:
+    """linear.py FP8BlockScalesLinearMethod.apply has an sm120 branch (PR #9687); sm121 misses it (#17126)."""
+    v, _ = check(files["fp8-block"], "tensorrt-llm", "rtx-5090")
+    assert v.status == "native" and "fp8_block_scaling_gemm" in text(v)
+    assert cited(v, "linear.py")
+    spark, _ = check(files["fp8-block"], "tensorrt-llm", "gb10")
+    assert spark.status == "unsupported" and "17126" in text(spark)
+    assert check(files["fp8-block"], "tensorrt-llm", "h100")[0].status == "native"
+    assert check(files["fp8-block"], "tensorrt-llm", "l40s")[0].status == "unsupported"
+
+
+# ------------------------------------------------------------------ versions outside the data
+
+@pytest.mark.parametrize(("engine", "floor"), [("vllm==0.3.0", "0.7.2"), ("sglang==0.1.0", "0.5.23"),
+                                               ("llama.cpp==b100", "b6301")])
+def test_versions_older_than_the_data_are_unknown(files, engine: str, floor: str) -> None:
+    gpu = "h100"
+    path = files["q8_0-gguf"] if engine.startswith("llama.cpp") else files["gptq"]
+    v, result = check(path, engine, gpu)
+    assert (v.status, v.rule_id) == ("unknown", "engine-version")
+    assert v.reasons == [f"{v.reasons[0].split(' is older')[0]} is older than any version the matrix data was "
+                         f"read at (oldest: {floor}): no rule says what it supports"]
+    assert result.exit_code == 1
+    assert check_path(path, [engine], [gpu], allow_unknown=True).exit_code == 0
+
+
+def test_rules_about_older_releases_still_say_not_yet(files) -> None:
+    """Below the data a rule with an upper-bounded range may answer, but only with "not yet" (never "runs")."""
+    old, result = check(files["nvfp4-gguf"], "llama.cpp==b100", "rtx-4090")
+    assert (old.status, old.rule_id) == ("unknown", "gguf-nvfp4-old-build") and result.exit_code == 1
+    assert check(files["q8_0-gguf"], "llama.cpp==b6301", "rtx-4090")[0].status == "native"
+
+
+def test_versions_newer_than_the_data_keep_the_newest_rules(files) -> None:
+    v, result = check(files["gptq"], "vllm==0.99.0", "h100")
+    assert v.status == "native" and result.exit_code == 0
+    assert v.warnings[0] == "rules verified up to vLLM 0.33.0; 0.99.0 is newer, unverified"
+    # the floor itself and anything between floor and the oldest listed version is judged by rules
+    assert check(files["gptq"], "vllm==0.7.2", "t4")[0].rule_id != "engine-version"
