@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from qcheck.matrix.audit import audit
 from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.probes import PROBES, probes_for
 from qcheck.matrix.resolve import parse_engine_spec
@@ -128,6 +129,18 @@ def test_validate_and_list() -> None:
     proc = run("--list")
     assert "engine tinycpp" in proc.stdout and "backends: cuda, rocm, metal, vulkan, cpu" in proc.stdout
     assert "arch   hopper" in proc.stdout and "h100, h200" in proc.stdout
+
+
+def test_validate_reports_version_coverage() -> None:
+    """Rules read at one old version that cover every later one, and cells judged by rules read elsewhere."""
+    proc = run("--validate")
+    lines = proc.stdout.splitlines()
+    assert "2 rules are open-ended while every source was read at an older version than the engine's newest:" in lines
+    assert "  fastserve: rule 'gguf-plugin' (read at 0.24.0)" in lines
+    assert "  fastserve: rule 'gguf-bad-types' (read at 0.23.0)" in lines
+    assert "  fastserve 0.9.0: 97" in lines and "  tinycpp b5000: 496" in lines
+    report = audit(load_matrix(TEST_MATRIX))
+    assert report.borrowed[("fastserve", "0.33.0")] == 52  # rules read at 0.23.0/0.24.0 answering for 0.33.0
 
 
 def test_validate_reports_ambiguity(tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
         click.echo(f"matrix data OK: {len(matrix.engines)} engines, "
                    f"{sum(len(e.rules) for e in matrix.engines.values())} rules, "
                    f"{len(matrix.gpus.archs)} architectures, {len(matrix.gpus.gpus)} GPUs; {report.summary()}")
+        for line in report.notes():
+            click.echo(line)
         return 0
     if list_names:
         for engine in matrix.engines.values():

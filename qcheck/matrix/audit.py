@@ -13,9 +13,13 @@ from typing import TYPE_CHECKING
 from qcheck.matrix.probes import PROBES
 from qcheck.matrix.resolve import EngineRequest, resolve_one
 from qcheck.matrix.schema import Target
+from qcheck.matrix.versions import parse_version
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from qcheck.matrix.loader import Matrix
+    from qcheck.matrix.schema import Rule
     from qcheck.model import Verdict
 
 
@@ -27,19 +31,59 @@ class Audit:
     unsourced: list[tuple[str, str, str | None, str | None, str]] = field(default_factory=list)
     #: verdicts whose status is unknown but that carry no reason (must stay empty)
     unexplained: list[Verdict] = field(default_factory=list)
+    #: (engine, rule id, versions read) of rules that cover every later version although all their sources
+    #: were read at versions older than the engine's newest (give them an upper bound or re-read them)
+    open_ended: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (engine, version) -> cells there decided by a rule none of whose sources was read at that version
+    borrowed: Counter = field(default_factory=Counter)
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()))
         return f"{self.cells} cells: {parts}; {len(self.unsourced)} without a sourced rule"
 
+    def notes(self) -> list[str]:
+        """What ``--validate`` reports beyond errors: rules and cells whose version coverage is inferred."""
+        lines = []
+        if self.open_ended:
+            lines.append(f"{len(self.open_ended)} rules are open-ended while every source was read at an older "
+                         "version than the engine's newest:")
+            lines += [f"  {engine}: rule '{rule}' (read at {read})" for engine, rule, read in self.open_ended]
+        if self.borrowed:
+            total = sum(self.borrowed.values())
+            lines.append(f"{total} cells are answered by a rule read at another version than the one asked:")
+            lines += [f"  {engine} {version}: {n}" for (engine, version), n in sorted(self.borrowed.items())]
+        return lines
+
+
+def _read_at(rule: Rule, scheme: str) -> list[Version] | None:
+    """The versions a rule's sources were read at, or None when one of them is free text."""
+    out = []
+    for source in rule.sources:
+        try:
+            out.append(parse_version(source.version, scheme))
+        except ValueError:
+            return None
+    return out
+
 
 def audit(matrix: Matrix) -> Audit:
     """Resolve every combination; raises MatrixDataError on the first ambiguous pair of rules."""
+    from qcheck.matrix.resolve import bounded_above
+
     result = Audit()
+    for engine in matrix.engines.values():
+        newest = engine.parsed_versions[-1]
+        for rule in engine.rules:
+            read = _read_at(rule, engine.scheme)
+            if read and not bounded_above(rule) and max(read) < newest:
+                shown = ", ".join(dict.fromkeys(s.version for s in rule.sources))
+                result.open_ended.append((engine.id, rule.id, shown))
     targets = [Target(label=a.id, arch=a, cc=cc) for a in matrix.gpus.archs.values() for cc in (a.ccs or (None,))]
     for engine in matrix.engines.values():
         backends: list[str | None] = [None, *engine.backends]
+        by_id = {r.id: r for r in engine.rules}
         for version in engine.versions:
+            asked = parse_version(version, engine.scheme)
             for backend in backends:
                 request = EngineRequest(engine, version, backend)
                 for probe in PROBES:
@@ -55,4 +99,8 @@ def audit(matrix: Matrix) -> Audit:
                             result.unexplained.append(v)
                         if v.rule_id is None:
                             result.unsourced.append((engine.id, version, backend, v.arch, probe.label))
+                        elif v.rule_id.split("+")[0] in by_id:
+                            read = _read_at(by_id[v.rule_id.split("+")[0]], engine.scheme)
+                            if read is not None and asked not in read:
+                                result.borrowed[(engine.id, version)] += 1
     return result
