@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 Container = Literal["gguf", "safetensors", "pickle"]
 Status = Literal["native", "fallback", "unsupported", "unknown"]
+#: where a checkpoint was read from: a local file or directory, or a Hub repo (``qcheck.hub.target`` decides)
+Origin = Literal["local", "hub"]
 
 INSPECTION_SCHEMA = "qcheck.inspection/1"
 CHECK_SCHEMA = "qcheck.check/1"
@@ -66,6 +68,8 @@ class Checkpoint:
     revision: str | None = None
     #: for pickles: the globals the pickle would import (found by walking opcodes, never executed)
     pickle_globals: list[str] = field(default_factory=list)
+    #: read from a local path or from the Hub (set by ``qcheck.readers``; renderers read it, never guess)
+    origin: Origin = "local"
 
     @property
     def size_bytes(self) -> int:
@@ -142,6 +146,12 @@ class Inspection:
     #: a PEFT adapter (adapter_config.json): {"type", "rank", "max_rank", "alpha", "target_modules", "base_model",
     #: "modules_to_save", "use_dora", "rank_pattern"}; None for a full model (see qcheck.classify.adapter)
     adapter: dict[str, Any] | None = None
+
+    @property
+    def origin(self) -> Origin:
+        """Read from the Hub or from a local path. The JSON records it as ``revision``: the commit a Hub
+        checkpoint was read at, always set for the Hub and never for a local path."""
+        return "hub" if self.revision is not None else "local"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from qcheck.hub.errors import GatedRepoError, NetworkError, NotFoundError, RateLimitedError, redact
 from qcheck.hub.select import AmbiguousTargetError, GgufChoice, gguf_choices
-from qcheck.hub.target import HubTarget, looks_like_repo_id, parse_target
+from qcheck.hub.target import HubTarget, hub_target, looks_like_repo_id, origin_of, parse_target
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.source import FileSet
 
 __all__ = [
     "AmbiguousTargetError", "GatedRepoError", "GgufChoice", "HubTarget", "NetworkError", "NotFoundError",
-    "RateLimitedError", "gguf_choices", "looks_like_repo_id", "open_repo", "parse_target", "redact",
+    "RateLimitedError", "gguf_choices", "hub_target", "looks_like_repo_id", "open_repo", "origin_of", "parse_target",
+    "redact",
     "resolve_target", "resolve_targets",
 ]
 
@@ -40,7 +41,7 @@ def _files_of(fs: FileSet) -> dict[str, int | None]:
     return {e.name: e.size for e in entries}
 
 
-def resolve_targets(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models: bool = False
+def resolve_targets(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS, *, all_models: bool = False
                     ) -> list[tuple[FileSet, list[str] | None]]:
     """Every checkpoint the target names: ``(fileset, names)`` pairs, ``names`` None meaning "the model directory".
 
@@ -50,7 +51,7 @@ def resolve_targets(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models:
     from qcheck.hub.fileset import SIDE_FILES
     from qcheck.hub.select import pick
 
-    t = parse_target(target)
+    t = parse_target(target) if isinstance(target, str) else target
     fs = open_repo(t, limits)
     files = _files_of(fs)
     label = t.repo_id + (f"@{t.revision}" if t.revision else "")
@@ -67,7 +68,7 @@ def resolve_targets(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models:
     return [(fs, names) for names in picks]
 
 
-def resolve_target(target: str, limits: Limits = DEFAULT_LIMITS) -> tuple[FileSet, list[str] | None]:
+def resolve_target(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS) -> tuple[FileSet, list[str] | None]:
     """The one checkpoint a Hub target names (see ``resolve_targets``); several GGUF models without a quant selector
     are an ``AmbiguousTargetError`` (a UsageError, exit 2) whose message lists them."""
     return resolve_targets(target, limits)[0]

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 
 from qcheck.errors import InputError
+from qcheck.hub.target import LOCAL_SUFFIXES as _LOCAL_SUFFIXES
+from qcheck.hub.target import hub_target, looks_like_repo_id
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.model import Checkpoint
+from qcheck.model import Checkpoint, Origin
 from qcheck.readers.directory import (
     INDEX_SUFFIX,
     gguf_groups,
@@ -27,34 +29,12 @@ from qcheck.readers.pickle import EMPTY_ZIP_MAGIC, ZIP_MAGIC, looks_like_pickle,
 from qcheck.readers.safetensors import looks_like_safetensors, read_safetensors_header
 from qcheck.source import FileSet, LocalFileSet
 
-#: names a local file rather than a repo: ``org/model.gguf`` alone is a missing file, not a repo called that
-_LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
 SNIFF_BYTES = 64
 #: bytes read to recognise a protocol 0/1 pickle (it has no magic: it must parse to STOP)
 PICKLE_SNIFF_BYTES = 1 << 20
 
 __all__ = ["load_checkpoint", "load_checkpoints", "load_from_fileset", "looks_like_repo_id", "read_side_files",
            "sniff"]
-
-
-def looks_like_repo_id(target: str) -> bool:
-    """True for a Hub target (``org/name[@revision][:file]`` or a pasted Hub link, as ``qcheck.hub`` parses them)
-    that is not obviously a local path: ``./x``, ``/x``, ``~/x``, or ``org/model.gguf`` with no revision or file.
-
-    The Hub's own parser decides (one rule, imported lazily so local paths never load Hub code); the caller checks
-    first that no such local path exists.
-    """
-    if not target or target.startswith((".", "/", "~")) or "\\" in target:
-        return False
-    from qcheck.hub.target import looks_like_repo_id as hub_accepts
-    from qcheck.hub.target import parse_target
-
-    if not hub_accepts(target):
-        return False
-    if "://" in target or target.startswith(("hf.co/", "huggingface.co/")):
-        return True  # a pasted link is never a local path
-    parsed = parse_target(target)
-    return bool(parsed.selector or parsed.revision) or not parsed.repo_id.lower().endswith(_LOCAL_SUFFIXES)
 
 
 def load_checkpoint(target: str, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
@@ -84,12 +64,24 @@ def _load_checkpoint(target: str, limits: Limits) -> Checkpoint:
             raise InputError("not a regular file or directory", path=target)
         parent, name = os.path.split(target)
         return load_from_fileset(LocalFileSet(parent or "."), [name], limits, path=target)
-    if looks_like_repo_id(target):
+    hub = hub_target(target)
+    if hub is not None:
         from qcheck.hub import resolve_target
 
-        fileset, names = resolve_target(target, limits)
-        return load_from_fileset(fileset, names, limits, path=target)
-    raise InputError("no such file or directory", path=target)
+        fileset, names = resolve_target(hub, limits)
+        return load_from_fileset(fileset, names, limits, path=target, origin="hub")
+    raise InputError("no such file or directory" + _not_a_repo_id(target), path=target)
+
+
+def _not_a_repo_id(target: str) -> str:
+    """Why an ``org/name``-shaped missing path is not a Hub repo id either ('' for other paths)."""
+    from qcheck.hub.target import repo_id_problem
+
+    repo = target.split("@", 1)[0].split(":", 1)[0]
+    if target.startswith((".", "/", "~")) or repo.count("/") != 1 or repo.lower().endswith(_LOCAL_SUFFIXES):
+        return ""
+    problem = repo_id_problem(repo)
+    return f" (nor a Hub repo id: {problem})" if problem else ""
 
 
 def load_checkpoints(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models: bool = False) -> list[Checkpoint]:
@@ -121,31 +113,33 @@ def _load_checkpoints(target: str, limits: Limits, all_models: bool) -> list[Che
             return [_load_checkpoint(target, limits)]
         return [load_from_fileset(fileset, members, limits, path=os.path.join(target, members[0]))
                 for members in groups.values()]
-    if not looks_like_repo_id(target):
+    hub = hub_target(target) if target else None
+    if hub is None:
         return [_load_checkpoint(target, limits)]  # raises the right "no such file" error
-    from qcheck.hub import HubTarget, parse_target, resolve_targets
+    from qcheck.hub import HubTarget, resolve_targets
 
-    picks = resolve_targets(target, limits, all_models=True)
+    picks = resolve_targets(hub, limits, all_models=True)
     if len(picks) == 1:
         fileset, names = picks[0]
-        return [load_from_fileset(fileset, names, limits, path=target)]
-    parsed = parse_target(target)
+        return [load_from_fileset(fileset, names, limits, path=target, origin="hub")]
     out = []
     for fileset, names in picks:
-        display = target if names is None else HubTarget(parsed.repo_id, parsed.revision, names[0]).display()
-        out.append(load_from_fileset(fileset, names, limits, path=display))
+        display = target if names is None else HubTarget(hub.repo_id, hub.revision, names[0]).display()
+        out.append(load_from_fileset(fileset, names, limits, path=display, origin="hub"))
     return out
 
 
 def load_from_fileset(fileset: FileSet, names: list[str] | None, limits: Limits = DEFAULT_LIMITS, *,
-                      path: str | None = None) -> Checkpoint:
-    """Shared logic for local directories and Hub repos: ``names`` None = the whole directory/repo."""
+                      path: str | None = None, origin: Origin = "local") -> Checkpoint:
+    """Shared logic for local directories and Hub repos: ``names`` None = the whole directory/repo; ``origin``
+    is recorded on the Checkpoint so nothing downstream guesses it from the path."""
     display = path or fileset.root
     if names is None:
         checkpoint = load_model_dir(fileset, limits, path=display)
     else:
         checkpoint = _load_named(fileset, list(names), limits, display)
     checkpoint.path = display
+    checkpoint.origin = origin
     if checkpoint.revision is None:
         checkpoint.revision = fileset.revision
     return checkpoint

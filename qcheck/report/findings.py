@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from qcheck.hub.target import origin_of
+from qcheck.model import Origin
 
 LEVELS = ("error", "warning", "note")
 
@@ -96,25 +98,22 @@ class Finding:
 
 
 # ----------------------------------------------------------------------------------------- locations
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[^:\s]+)?(:\S.*)?$")
 _FILE_SUFFIXES = (".gguf", ".safetensors", ".json", ".bin", ".pt", ".pth", ".ckpt")
 
 
-def is_hub_id(path: str) -> bool:
-    """A Hub repo id (``org/name[@rev][:file]``) that is not a local path."""
-    if path.startswith(("hf://", "https://huggingface.co/", "https://hf.co/")):
-        return True
-    match = _REPO_ID.match(path)
-    if not match or os.path.exists(path):
-        return False
-    # ``org/name:x.gguf`` (what ``--all`` names each Hub model) is a repo file; a bare ``org/x.gguf`` a local path
-    return bool(match[1] or match[2]) or not path.lower().endswith(_FILE_SUFFIXES)
+def origin(inspection: dict[str, Any] | None, model: str) -> Origin:
+    """Where ``model`` was read from: the inspection records it (a Hub checkpoint carries the commit it was read
+    at as ``revision``, a local one never does); without one (a model that failed to load, an eval candidate),
+    the rule the readers apply to the name (``qcheck.hub.target.origin_of``)."""
+    if isinstance(inspection, dict) and "revision" in inspection:
+        return "hub" if inspection["revision"] is not None else "local"
+    return origin_of(model)
 
 
 def artifact_of(inspection: dict[str, Any] | None, model: str) -> str | None:
     """The file a finding about ``model`` points at: the file itself, a directory's ``config.json``
     (or its index / first weight file), or None for a Hub repo."""
-    if is_hub_id(model):
+    if origin(inspection, model) == "hub":
         return None
     if model.lower().endswith(_FILE_SUFFIXES):
         return model
@@ -232,7 +231,7 @@ def error_finding(model: str, message: str, *, kind: str | None = None, skipped:
                   where: str | None = None) -> Finding:
     """A model that could not be judged (``kind`` "input", "unsafe-pickle", "lfs-pointer"); a skipped
     LFS pointer is a note, an LFS pointer the policy does not skip is an error."""
-    artifact = None if is_hub_id(model) else model
+    artifact = None if origin_of(model) == "hub" else model
     rule = RULES[{"lfs-pointer": "QC102", "unsafe-pickle": "QC101"}.get(kind or "", "QC100")]
     return Finding(rule, "note" if skipped else "error", message, model, artifact, where, title=rule.short)
 
@@ -242,7 +241,7 @@ def eval_findings(data: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     for c in data.get("candidates") or []:
         model = str(c.get("path") or c.get("name"))
-        artifact = None if is_hub_id(model) else model
+        artifact = None if origin_of(model) == "hub" else model
         name = c.get("name")
         for failure in (c.get("gate") or {}).get("failures") or []:
             out.append(Finding(RULES["QC120"], "error", f"{name}: {failure.get('message')}", model, artifact,
@@ -287,7 +286,7 @@ def findings_of(data: dict[str, Any], kind: str) -> list[Finding]:
         if quality.get("error"):
             ref = str(quality.get("reference") or "quality")
             out.append(Finding(RULES["QC122"], "error", str(quality["error"]), ref,
-                               None if is_hub_id(ref) else ref, None, title=RULES["QC122"].short))
+                               None if origin_of(ref) == "hub" else ref, None, title=RULES["QC122"].short))
         if quality.get("eval"):
             out.extend(eval_findings(quality["eval"]))
     out.sort(key=lambda f: f.sort_key)
