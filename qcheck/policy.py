@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import glob
 import os
 import sys
 from dataclasses import dataclass
@@ -157,11 +156,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise PolicyError(name, None, f"invalid TOML: {exc}") from None
 
 
-def load_policy(path: str | Path | None = None, *, directory: str | Path = ".", validate: bool = True) -> Policy:
+def load_policy(path: str | Path | None = None, *, directory: str | Path = ".", validate: bool = True,
+                allow_outside: bool = False) -> Policy:
     """Load and check a policy: ``path`` or the one found in ``directory``.
 
     ``validate`` also resolves every engine and GPU against the matrix (unknown names are errors here,
-    before any model is read).
+    before any model is read). ``allow_outside`` lets model, reference and task paths leave the
+    policy's repository (``--allow-outside``; see ``Confinement``).
     """
     if path is None:
         found = find_policy(directory)
@@ -182,16 +183,18 @@ def load_policy(path: str | Path | None = None, *, directory: str | Path = ".", 
         display = f"{path} [tool.qcheck]"
         if not isinstance(data, dict):
             raise PolicyError(display, None, "must be a table")
-    policy = parse_policy(data, display, file.resolve().parent)
+    policy = parse_policy(data, display, file.resolve().parent, allow_outside=allow_outside)
     if validate:
         validate_targets(policy)
     return policy
 
 
 # ------------------------------------------------------------------------------------------ parsing
-def parse_policy(data: dict[str, Any], file: str, base_dir: Path) -> Policy:
-    """Check every key of a parsed policy table and resolve its paths against ``base_dir``."""
+def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outside: bool = False) -> Policy:
+    """Check every key of a parsed policy table and resolve its paths against ``base_dir``, inside the
+    policy's repository unless ``allow_outside``."""
     c = _Checker(file)
+    confine = Confinement(repository_root(base_dir), allow_outside)
     c.keys(data, TOP_KEYS, None)
     defaults = {"require_native": c.boolean(data, "require-native", None, False),
                 "allow_unknown": c.boolean(data, "allow-unknown", None, False)}
@@ -199,7 +202,7 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path) -> Policy:
     if "models" not in data:
         raise PolicyError(file, "models", "missing: list the models to gate (paths, globs or Hub ids)",
                           'models = ["models/*.gguf", "org/name"]')
-    models = _models(c, data["models"], base_dir)
+    models = _models(c, data["models"], base_dir, confine)
     if "targets" not in data:
         raise PolicyError(file, "targets", "missing: list where the models must run",
                           '[[targets]] engine = "vllm", gpu = ["h100"]')
@@ -213,7 +216,7 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path) -> Policy:
         raise c.fail("targets", f"no target applies to {', '.join(unjudged[:10])}: add a [[targets]] without "
                      "models, or one whose models match them")
     memory = _memory(c, data["memory"]) if "memory" in data else None
-    quality = _quality(c, data["quality"], base_dir, models) if "quality" in data else None
+    quality = _quality(c, data["quality"], base_dir, models, confine) if "quality" in data else None
     return Policy(file=file, models=models, targets=targets, memory=memory, quality=quality, lfs_pointers=lfs,
                   base_dir=str(base_dir))
 
@@ -300,16 +303,150 @@ def _type(value: Any) -> str:
 _GLOB_CHARS = set("*?[")
 
 
-def _display(path: Path, base_dir: Path) -> str:
-    """A model's default name: its path relative to the policy file's directory (the same from any working
-    directory), or the absolute path when it lies outside."""
-    try:
-        return Path(path).resolve().relative_to(base_dir.resolve()).as_posix()
-    except ValueError:
-        return str(path)
+#: directory entries one glob may visit before it is refused (a policy is not a way to walk a disk)
+MAX_GLOB_ENTRIES = 200_000
+#: entries of one model directory checked for symlinks that leave the repository
+MAX_DIR_ENTRIES = 100_000
 
 
-def _models(c: _Checker, raw: Any, base_dir: Path) -> list[ModelSpec]:
+def repository_root(base_dir: Path) -> Path:
+    """The policy's repository: the nearest directory at or above the policy file with ``.git``, else the
+    policy file's own directory."""
+    base = Path(os.path.realpath(base_dir))
+    for d in (base, *base.parents):
+        if (d / ".git").exists():
+            return d
+    return base
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+@dataclass
+class Confinement:
+    """Where policy paths may lead: inside the policy's repository, after every symlink, unless
+    ``--allow-outside``. A policy arrives in pull requests from strangers, so ``/etc/...``, ``~/.ssh``,
+    ``../../..`` and a committed symlink to a secret must not become files the gate reads (and whose
+    errors it reports)."""
+
+    root: Path
+    allow_outside: bool = False
+
+    def check(self, c: _Checker, key: str, text: str, local: Path, *, walk: bool = True) -> None:
+        """Raise a PolicyError if ``local`` (as written: ``text``), or (``walk``) a symlink inside it, leaves
+        the root."""
+        if self.allow_outside:
+            return
+        root = str(self.root)
+        if not _inside(os.path.realpath(local), root):
+            raise c.fail(key, f"{text!r} is outside the policy's repository ({root}, after following symlinks); "
+                         "pass --allow-outside to gate files outside it")
+        if not walk or not local.is_dir():
+            return
+        seen = 0
+        for dirpath, dirnames, filenames in os.walk(local):  # symlinked directories are listed, not entered
+            for name in (*dirnames, *filenames):
+                seen += 1
+                entry = os.path.join(dirpath, name)
+                if seen > MAX_DIR_ENTRIES:
+                    raise c.fail(key, f"{text!r} holds more than {MAX_DIR_ENTRIES} entries: not a model directory")
+                if os.path.islink(entry) and not _inside(os.path.realpath(entry), root):
+                    rel = os.path.relpath(entry, local)
+                    raise c.fail(key, f"{text!r}: {rel!r} is a symlink out of the policy's repository ({root}); "
+                                 "pass --allow-outside to follow it")
+
+
+def _policy_name(text: str) -> str:
+    """A model's default name: the path as the policy writes it, normalised (``./a//b`` -> ``a/b``), with
+    symlinks and ``..`` kept, so target ``models`` globs match what the policy says."""
+    return Path(os.path.normpath(text)).as_posix()
+
+
+def _match_parts(parts: list[str], pats: list[str]) -> bool:
+    """Path components against glob components; ``**`` is any number of non-hidden components."""
+    import fnmatch
+
+    if not pats:
+        return not parts
+    if pats[0] == "**":
+        for i in range(len(parts) + 1):
+            if i and parts[i - 1].startswith("."):
+                return False
+            if _match_parts(parts[i:], pats[1:]):
+                return True
+        return False
+    if not parts or (parts[0].startswith(".") and not pats[0].startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], pats[0]) and _match_parts(parts[1:], pats[1:])
+
+
+def _could_descend(parts: list[str], pats: list[str]) -> bool:
+    """Whether a directory at ``parts`` can hold a match (prunes the walk)."""
+    import fnmatch
+
+    for i, part in enumerate(parts):
+        if i >= len(pats):
+            return False
+        if pats[i] == "**":
+            return True
+        if (part.startswith(".") and not pats[i].startswith(".")) or not fnmatch.fnmatchcase(part, pats[i]):
+            return False
+    return len(parts) < len(pats)
+
+
+def bounded_glob(c: _Checker, key: str, text: str, base_dir: Path) -> list[tuple[str, str]]:
+    """Expand a policy glob: (name as the policy would write it, path) pairs, sorted.
+
+    Unlike ``glob.glob(recursive=True)`` it never enters a symlinked directory (two committed symlinks
+    made a cycle that never ended), stops as soon as there are more than ``MAX_MODELS`` matches, and
+    refuses a pattern that makes it visit more than ``MAX_GLOB_ENTRIES`` entries."""
+    comps = Path(text).parts
+    first = next(i for i, comp in enumerate(comps) if _GLOB_CHARS & set(comp))
+    prefix_text = os.path.join(*comps[:first]) if first else ""
+    pats = list(comps[first:])
+    start = Path(prefix_text) if os.path.isabs(text) else base_dir / prefix_text
+    if not start.is_dir():
+        return []
+    found: list[tuple[str, str]] = []
+    visited = 0
+    stack: list[tuple[Path, list[str]]] = [(start, [])]
+    while stack:
+        directory, parts = stack.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            visited += 1
+            if visited > MAX_GLOB_ENTRIES:
+                raise c.fail(key, f"the glob {text!r} visits more than {MAX_GLOB_ENTRIES} files and directories; "
+                             "narrow it")
+            sub = [*parts, entry.name]
+            if _match_parts(sub, pats):
+                found.append((os.path.join(prefix_text, *sub) if prefix_text else os.path.join(*sub), entry.path))
+                if len(found) > MAX_MODELS:
+                    raise c.fail(key, f"the glob {text!r} matches more than {MAX_MODELS} models")
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir and _could_descend(sub, pats):
+                stack.append((Path(entry.path), sub))
+    return sorted(found)
+
+
+def _local_path(c: _Checker, key: str, text: str, base_dir: Path, confine: Confinement) -> Path:
+    """The file a policy path names (relative to the policy's directory); ``~`` only with --allow-outside."""
+    if text.startswith("~"):
+        if not confine.allow_outside:
+            raise c.fail(key, f"{text!r}: a home-directory path is outside the policy's repository; pass "
+                         "--allow-outside to use it")
+        text = os.path.expanduser(text)
+    return Path(text) if os.path.isabs(text) else base_dir / text
+
+
+def _models(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) -> list[ModelSpec]:
     if not isinstance(raw, list):
         raise c.fail("models", f"must be a list of paths, globs, Hub ids or {{path, name}} tables, not {_type(raw)}")
     if not raw:
@@ -327,18 +464,22 @@ def _models(c: _Checker, raw: Any, base_dir: Path) -> list[ModelSpec]:
         else:
             raise c.fail(key, f"must be a path, glob, Hub id or {{path, name}} table, not {entry!r}")
         assert text is not None
-        expanded = os.path.expanduser(text)
-        local = Path(expanded) if os.path.isabs(expanded) else base_dir / expanded
+        local = _local_path(c, key, text, base_dir, confine)
+        written = text if not text.startswith("~") else str(local)
         if _GLOB_CHARS & set(text):
-            matches = sorted(glob.glob(str(local), recursive=True))
+            matches = bounded_glob(c, key, written, base_dir)
             if not matches:
                 raise c.fail(key, f"the glob {text!r} matches no file (relative to {base_dir})")
             if name and len(matches) > 1:
                 raise c.fail(f"{key}.name", f"a name needs a single model, but {text!r} matches {len(matches)}")
-            for m in matches:
-                out.append(ModelSpec(name=name or _display(Path(m), base_dir), path=m, entry=key))
+            for shown, m in matches:
+                confine.check(c, key, shown, Path(m))
+                out.append(ModelSpec(name=name or _policy_name(shown), path=m, entry=key))
+                if len(out) > MAX_MODELS:
+                    raise c.fail(key, f"more than {MAX_MODELS} models")
         elif local.exists() or os.path.lexists(local):
-            out.append(ModelSpec(name=name or _display(local, base_dir), path=str(local), entry=key))
+            confine.check(c, key, text, local)
+            out.append(ModelSpec(name=name or _policy_name(written), path=str(local), entry=key))
         else:
             from qcheck.readers import looks_like_repo_id
 
@@ -393,20 +534,23 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
                       kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True))
 
 
-def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec]) -> QualitySpec:
+def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], confine: Confinement) -> QualitySpec:
     from qcheck.eval.gate import Thresholds
 
     threshold_keys = tuple(n.replace("_", "-") for n in Thresholds.names())
     c.keys(raw, QUALITY_KEYS + threshold_keys, "quality")
     reference = c.string(raw, "reference", "quality", required=True)
     assert reference is not None
-    ref_path = Path(os.path.expanduser(reference))
-    if not ref_path.is_absolute() and (base_dir / ref_path).exists():
-        reference = str(base_dir / ref_path)
+    ref_path = _local_path(c, "quality.reference", reference, base_dir, confine)
+    if ref_path.exists():
+        confine.check(c, "quality.reference", reference, ref_path)
+        reference = str(ref_path)
     tasks = []
-    for t in c.strings(raw, "tasks", "quality"):
-        p = Path(os.path.expanduser(t))
-        tasks.append(str(base_dir / p) if not p.is_absolute() and (base_dir / p).exists() else t)
+    for i, t in enumerate(c.strings(raw, "tasks", "quality")):
+        p = _local_path(c, f"quality.tasks[{i}]", t, base_dir, confine)
+        if p.exists():
+            confine.check(c, f"quality.tasks[{i}]", t, p)
+        tasks.append(str(p) if p.exists() else t)
     names = c.strings(raw, "models", "quality") if "models" in raw else None
     if names is not None:
         known = [m.name for m in models]
@@ -427,8 +571,10 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec]) -> 
         raise c.fail("quality", "sets no threshold: a quality gate needs a tier or at least one threshold",
                      "tier = \"near-lossless\" | \"good\" | \"acceptable\", " + ", ".join(threshold_keys))
     cache_dir = c.string(raw, "cache-dir", "quality")
-    if cache_dir is not None and not os.path.isabs(cache_dir):
-        cache_dir = str(base_dir / cache_dir)
+    if cache_dir is not None:
+        cache_path = _local_path(c, "quality.cache-dir", cache_dir, base_dir, confine)
+        confine.check(c, "quality.cache-dir", cache_dir, cache_path, walk=False)  # qcheck writes there
+        cache_dir = str(cache_path)
     return QualitySpec(
         reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
         max_length=max_length, max_items=max_items, reference_dtype=reference_dtype, device=device,

@@ -105,6 +105,7 @@ class FakeHub:
         self.in_flight = 0
         self.max_in_flight = 0
         self.timeout_sleep = timeout_sleep
+        self.drip_interval = 0.2  # "drip": seconds between the single bytes of a dripped answer
         self.log: list[LoggedRequest] = []
         self.injections: list[Injection] = []
         self._lock = threading.Lock()
@@ -150,7 +151,9 @@ class FakeHub:
     def inject(self, path_regex: str, action: int | str, *, times: int = 1, headers: dict[str, str] | None = None
                ) -> None:
         """Answer the next ``times`` requests whose path matches with ``action``: an HTTP status, ``"timeout"``
-        (sleep ``timeout_sleep`` then drop the connection) or ``"reset"`` (drop it at once)."""
+        (sleep ``timeout_sleep`` then drop the connection), ``"reset"`` (drop it at once), ``"drip"`` (a 200 whose
+        status line, headers and 1 MB body arrive one byte every ``drip_interval`` s: per-read timeouts never
+        fire) or ``"drip-body"`` (headers at once, then the body one byte at a time)."""
         with self._lock:
             self.injections.append(Injection(re.compile(path_regex), action, times, dict(headers or {})))
 
@@ -222,6 +225,9 @@ class _Handler(BaseHTTPRequestHandler):
             if inj.action == "reset":
                 self._drop()
                 return
+            if inj.action in ("drip", "drip-body"):
+                self._drip(inj.action == "drip")
+                return
             self._error(entry, int(inj.action), None, f"injected {inj.action}", extra=inj.headers)
             return
         if path.startswith("/api/models/"):
@@ -232,6 +238,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(entry, method, path)
         else:
             self._error(entry, 404, None, "no such endpoint")
+
+    def _drip(self, head_too: bool) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\nContent-Type: application/json\r\n\r\n"
+        self.close_connection = True
+        try:
+            if not head_too:
+                self.wfile.write(head)
+                self.wfile.flush()
+            for byte in (head if head_too else b"") + b" " * 1_000_000:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(self.hub.drip_interval)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
 
     def _drop(self) -> None:
         self.close_connection = True

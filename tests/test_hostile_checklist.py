@@ -358,10 +358,32 @@ CASES: list[Case] = [
 ]
 
 
+def _decoy(directory: Path) -> Path:
+    """Safetensors transformers would not pick (not model.safetensors) beside the pickle it would load."""
+    fixture = b.bf16_llama()
+    fixture.filename = "weights.safetensors"
+    path = fixture.write(directory / "decoy")
+    (path / "pytorch_model.bin").write_bytes(system_via_global("true"))
+    return path
+
+
+# Cases the red team added (issue #17): 26 a decoy beside a pickle, 27 a secret where a checkpoint should be
+CASES += [
+    Case(26, "decoy-safetensors-beside-pytorch-model-bin", _decoy,
+         r"decoy: pytorch_model.bin beside safetensors not named model.safetensors: transformers.from_pretrained "
+         r"\(and the converters built on it\) would torch.load the pickle"),
+    Case(27, "unknown-file-bytes-never-echoed", _file("token.bin", b"hf_abcdefghijklmnopqrstuvwxyz0123"),
+         r"token.bin: not a checkpoint: it looks like text$"),
+    Case(27, "unknown-binary-bytes-never-echoed", _file("key.bin", b"\x00\x01secret\xff" * 4),
+         r"key.bin: not a checkpoint: it is not a GGUF, safetensors, PyTorch zip or pickle file \(contents not "
+         r"shown\)$"),
+]
+
+
 def test_every_checklist_case_is_covered() -> None:
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
-    assert sorted({c.number for c in CASES} | {13, 20, 22, 25}) == list(range(1, 26))
+    assert sorted({c.number for c in CASES} | {13, 20, 22, 25}) == list(range(1, 28))
     assert {c.number for c in FINDINGS} >= {13, 20, 22, 25}
 
 

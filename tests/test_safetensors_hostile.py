@@ -214,10 +214,15 @@ def test_empty_file(tmp_path):
         load_checkpoint(str(path))
 
 
-def test_not_a_checkpoint_names_first_bytes(tmp_path):
+def test_not_a_checkpoint_never_echoes_its_bytes(tmp_path):
+    """An unknown file may be a secret a symlink pointed at: it is named, its bytes are never shown."""
     path = tmp_path / "notes.txt"
-    path.write_bytes(b"hello world, not weights")
-    with pytest.raises(InputError, match=r"not a checkpoint: first bytes 68 65 6c 6c 6f"):
+    path.write_bytes(b"hf_SECRETTOKENabcdefgh, not weights")
+    with pytest.raises(InputError, match=r"not a checkpoint: it looks like text$") as info:
+        load_checkpoint(str(path))
+    assert "SECRET" not in str(info.value) and "68 66" not in str(info.value)
+    path.write_bytes(b"\x89PNG\r\n\x1a\nrest")
+    with pytest.raises(InputError, match=r"not a checkpoint: it looks like a PNG image$"):
         load_checkpoint(str(path))
 
 

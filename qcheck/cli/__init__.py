@@ -69,6 +69,16 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    from qcheck.budget import end_run, start_run
+
+    start_run()  # one network deadline and byte budget for the whole command
+    try:
+        _main(argv)
+    finally:
+        end_run()
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="qcheck", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -85,6 +95,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("qcheck: interrupted", err=True)
         sys.exit(130)
+    except MemoryError:  # anywhere: one line, exit 2, like every input that cannot be judged
+        click.echo("qcheck: error: ran out of memory; lower the parsing limits (--limit, docs/limits.md) or give "
+                   "the process more memory", err=True)
+        sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # a bug in qcheck: still one line, with a way to see more
@@ -97,5 +111,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _one_line(message: str, limit: int = 2000) -> str:
-    line = " ".join(message.split())
+    """An error message as one inert line: file-controlled parts escaped (``qcheck.report.sanitize``)."""
+    from qcheck.report.sanitize import visible
+
+    line = visible(" ".join(message.split()))
     return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -99,13 +99,15 @@ def finish(result: Result, spec: OutputSpec) -> int:
     Everything is rendered before anything is written, and each file is written atomically, so a
     failing renderer leaves no half-written report.
     """
-    from qcheck.report import render, write_atomic
+    from qcheck.report import render, write_output
+    from qcheck.report.sanitize import guard
     from qcheck.report.terminal import for_terminal, rendering_for, terminal_width
 
     to_stdout = not spec.path or spec.path == "-"
     if spec.fmt == "text" and to_stdout:
         with rendering_for(terminal_width(sys.stdout)):
-            main = for_terminal(render(result, spec.fmt), sys.stdout, result.kind)
+            # wrapping can start a line with any word of a file's string: guard the wrapped lines again
+            main = guard(for_terminal(render(result, spec.fmt), sys.stdout, result.kind))
     else:
         main = render(result, spec.fmt)
     extra = [(path, render(result, fmt)) for fmt, path in spec.extra]
@@ -113,7 +115,7 @@ def finish(result: Result, spec: OutputSpec) -> int:
     writes = [*extra, *([(spec.path, main)] if spec.path and spec.path != "-" else [])]
     for path, text in writes:
         try:
-            write_atomic(path, text)
+            write_output(path, text)
         except OSError as exc:
             from qcheck.errors import QcheckError
 

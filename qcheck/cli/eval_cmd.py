@@ -132,11 +132,14 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
     on_event = None
     if show_progress and sys.stderr.isatty():
         def on_event(message: str) -> None:
-            click.echo(f"qcheck eval: {message}", err=True)
+            from qcheck.report.sanitize import safe_line
+
+            click.echo(safe_line(f"qcheck eval: {message}"), err=True)
     result = run_eval(config, on_event=on_event)
     if report_path:
         from qcheck.eval.html import render_html
-        from qcheck.report import write_atomic
+        from qcheck.report import write_output
+        from qcheck.report.sanitize import sanitized
 
-        write_atomic(report_path, render_html(result.to_json()))
+        write_output(report_path, render_html(sanitized(result.to_json())))
     return finish(result, output_spec)

@@ -17,9 +17,14 @@ from qcheck.limits import Limits
               help="Write a commented starter policy for the models in the current directory (to --policy FILE "
                    "or ./qcheck.toml) and exit.")
 @click.option("--force", is_flag=True, help="With --init: overwrite an existing policy file.")
+@click.option("--allow-outside", is_flag=True,
+              help="Let policy paths (models, quality reference, tasks, cache-dir) lead outside the policy's "
+                   "repository: absolute and ~ paths, .. and symlinks out of it. Off by default: a policy from "
+                   "a pull request must not make the gate read other files on the runner.")
 @output_options
 @limit_options
-def command(policy_path: str | None, init: bool, force: bool, output_spec: OutputSpec, limits: Limits) -> int:
+def command(policy_path: str | None, init: bool, force: bool, allow_outside: bool, output_spec: OutputSpec,
+            limits: Limits) -> int:
     """Run the policy: every model on every target, memory and quality limits, one exit code.
 
     \b
@@ -47,7 +52,7 @@ def command(policy_path: str | None, init: bool, force: bool, output_spec: Outpu
             tomllib,
             validate_targets,
         )
-        from qcheck.report import write_atomic
+        from qcheck.report import write_output
 
         target = Path(policy_path or POLICY_FILE)
         if target.exists() and not force:
@@ -60,7 +65,7 @@ def command(policy_path: str | None, init: bool, force: bool, output_spec: Outpu
         else:
             note = "no model files were found here: list yours under models"
         try:
-            write_atomic(str(target), text)
+            write_output(str(target), text)
         except OSError as exc:
             raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         click.echo(f"wrote {target}: {note}, then run `qcheck gate" + (f" --policy {target}`" if policy_path else "`"))
@@ -70,6 +75,6 @@ def command(policy_path: str | None, init: bool, force: bool, output_spec: Outpu
     from qcheck.gate import run_gate
     from qcheck.policy import load_policy
 
-    policy = load_policy(policy_path)
+    policy = load_policy(policy_path, allow_outside=allow_outside)
     result = run_gate(policy, limits)
     return finish(result, output_spec)

@@ -70,7 +70,7 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         if note is not None:
             counts["skipped"] += 1
             if not quiet:
-                click.echo(f"{path}: skipped: {note}")
+                _say(f"{path}: skipped: {note}")
             continue
         try:
             from qcheck.check import inspect_target
@@ -79,18 +79,18 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         except LfsPointerError as exc:
             counts["skipped"] += 1
             if not quiet:
-                click.echo(f"{path}: skipped: {_strip(str(exc), path)}")
+                _say(f"{path}: skipped: {_strip(str(exc), path)}")
             continue
         except QcheckError as exc:
             counts["error"] += 1
             worst = 2
-            click.echo(f"{path}: error: {_strip(' '.join(str(exc).split()), path)}")
+            _say(f"{path}: error: {_strip(' '.join(str(exc).split()), path)}")
             continue
         line = f"{path}: {describe(inspection)}"
         if not judge:
             counts["ok"] += 1
             if not quiet:
-                click.echo(f"{line}: ok")
+                _say(f"{line}: ok")
             continue
         from qcheck.check import run_check
         from qcheck.report.text_check import engine_label, target_label
@@ -100,16 +100,16 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         if failing:
             counts["failed"] += 1
             worst = max(worst, 1)
-            click.echo(f"{line}: fails")
+            _say(f"{line}: fails")
             for v in failing:
                 reason = f": {v.reasons[0]}" if v.reasons else ""
-                click.echo(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
+                _say(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
         else:
             counts["ok"] += 1
             if not quiet:
-                click.echo(f"{line}: runs on all {len(result.verdicts)} combination(s)")
+                _say(f"{line}: runs on all {len(result.verdicts)} combination(s)")
     if not quiet or worst:
-        click.echo(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
+        _say(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
                    f"{counts['skipped']} skipped (LFS pointers)")
     return worst
 
@@ -120,3 +120,10 @@ def _strip(message: str, path: str) -> str:
         if message.startswith(prefix):
             return message[len(prefix):]
     return message
+
+
+def _say(line: str) -> None:
+    """One output line: file names and messages come from the files, so it goes out inert."""
+    from qcheck.report.sanitize import safe_line
+
+    click.echo(safe_line(line))

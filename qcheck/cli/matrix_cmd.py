@@ -74,12 +74,12 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
                                           all_versions=all_versions).tables)
     result.overview = not methods and not target and not engines and not gpus and not all_versions
     if output_spec.fmt == "markdown":
-        from qcheck.report import write_atomic
+        from qcheck.report import write_output
         from qcheck.report.markdown_matrix import render
 
         text = render(result)
         if output_spec.path and output_spec.path != "-":
-            write_atomic(output_spec.path, text)
+            write_output(output_spec.path, text)
         else:
             click.echo(text, nl=False)
         return 0

@@ -312,6 +312,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     """Run a whole evaluation; QcheckErrors (exit 2) for bad input, otherwise an EvalResult."""
     from qcheck.eval.encode import Encoder
     from qcheck.eval.runners.reference import load_tokenizer, torch_modules
+    from qcheck.eval.safe_load import NO_CODE
 
     if not config.candidates:
         raise UsageError("give at least one --candidate")
@@ -328,6 +329,12 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     for s in specs:
         if s.runner is None and s.backend == DEFAULT_BACKEND and (not s.path or not os.path.exists(s.path)):
             raise InputError("no such file or directory", path=s.path or s.name)
+    from qcheck.eval.safe_load import check_reference, refuse_custom_code
+
+    check_reference(config.reference, config.limits)  # before transformers reads anything
+    for s in specs:
+        if s.runner is None and s.path and os.path.isdir(s.path):
+            refuse_custom_code(s.path, f"candidate {s.name}", config.limits)
 
     tasks: TaskSet = load_tasks(config.tasks)
     if config.max_items is not None:
@@ -366,7 +373,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         hit = reader is not None
         ref_json: dict[str, Any] = {"path": config.reference, "dtype": config.reference_dtype, "device": config.device,
                                     "fingerprint": key_parts["model"][:16], "tokenizer": key_parts["tokenizer"][:16]}
-        ref_config = transformers.AutoConfig.from_pretrained(config.reference)
+        ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
         ref_json["architecture"] = (getattr(ref_config, "architectures", None) or [None])[0]
         ref_json["model_type"] = getattr(ref_config, "model_type", None)
         written = 0

@@ -47,14 +47,16 @@ __all__ = [
 def _as_config(reference_config: Any) -> Any:
     from transformers import AutoConfig
 
+    from qcheck.eval.safe_load import NO_CODE
+
     if isinstance(reference_config, (str, Path)):
-        return AutoConfig.from_pretrained(str(reference_config))
+        return AutoConfig.from_pretrained(str(reference_config), **NO_CODE)
     if isinstance(reference_config, dict):
         data = dict(reference_config)
         model_type = data.pop("model_type", None)
         if not model_type:
             raise InputError("the reference config has no model_type")
-        return AutoConfig.for_model(model_type, **data)
+        return AutoConfig.for_model(model_type, **data)  # a known model_type only: no code
     return reference_config
 
 
@@ -63,9 +65,11 @@ def expected_parameters(reference_config: Any) -> tuple[dict[str, tuple[int, ...
     import torch
     from transformers import AutoModelForCausalLM
 
+    from qcheck.eval.safe_load import NO_CODE
+
     config = _as_config(reference_config)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, **NO_CODE)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     tied = bool(getattr(config, "tie_word_embeddings", False) or getattr(text, "tie_word_embeddings", False))
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}, tied

@@ -7,33 +7,30 @@ exponential backoff (``Retry-After`` honoured, capped), and each call is counted
 ``bench/`` can show that only headers were fetched. The session is ``huggingface_hub.get_session()`` so a
 user's proxy or certificate set-up (``set_client_factory``) applies; the headers come from
 ``build_hf_headers`` (token from ``HF_TOKEN`` or the ``hf auth login`` file, user agent).
+
+Every exchange of a run draws on one ``Budget``: a total deadline (``QCHECK_HUB_DEADLINE``, a server that
+drips one byte every few seconds cannot keep a CI job alive: per-read timeouts never fire on it) and a total
+byte count (``QCHECK_HUB_MAX_BYTES``). Each attempt runs in a helper thread the caller stops waiting for at the
+deadline, so even a server that drips its status line ends the run on time. Requests libraries would make
+on qcheck's behalf count too: ``build_hf_headers`` fetches the Hub's agent-harness registry (an unbounded body)
+unless its cache is fresh, so qcheck gives it the cached registry or none, and never lets it fetch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
-from qcheck.errors import RemoteError, UsageError
+from qcheck.budget import Budget, env_float, run_budget
+from qcheck.errors import RemoteError
 from qcheck.hub.errors import http_error, network_error, redact
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(f"{name} must be a number, not {raw!r}") from None
-    if value < 0:
-        raise UsageError(f"{name} must not be negative")
-    return value
 
 
 def hub_endpoint() -> str:
@@ -60,6 +57,31 @@ def hub_offline() -> bool:
 class FileStats:
     requests: int = 0
     bytes: int = 0
+    failed: int = 0  # attempts that ended in a retryable status or a transport error, over the whole run
+
+
+def _bounded_agent_registry() -> None:
+    """Keep ``build_hf_headers`` from fetching ``/api/agent-harnesses`` itself (unbounded body, its own
+    timeouts): give huggingface_hub its fresh cached copy (at most 1 MiB) or an empty registry. The registry
+    only adds ``agent/NAME`` to the user agent; it never changes what is read."""
+    try:
+        from huggingface_hub import constants
+        from huggingface_hub.utils import _detect_agent
+    except ImportError:  # an older huggingface_hub: no registry, nothing fetched
+        return
+    if getattr(_detect_agent, "_registry", "absent") is not None:
+        return
+    registry: Any = None
+    path = getattr(constants, "AGENT_HARNESSES_PATH", None)
+    try:
+        if path and os.path.getsize(path) <= 1 << 20 and time.time() - os.path.getmtime(path) < 24 * 3600:
+            with open(path, encoding="utf-8") as fh:
+                registry = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        registry = None
+    valid = (isinstance(registry, dict) and isinstance(registry.get("standardEnvVars", []), list)
+             and isinstance(registry.get("harnesses", {}), dict))
+    _detect_agent._registry = registry if valid else {"standardEnvVars": [], "harnesses": {}}
 
 
 @dataclass
@@ -77,15 +99,18 @@ class HubClient:
 
     endpoint: str = field(default_factory=hub_endpoint)
     token: str | None = None
-    timeout: float = field(default_factory=lambda: _env_float("QCHECK_HUB_TIMEOUT", 10.0))
-    retries: int = field(default_factory=lambda: int(_env_float("QCHECK_HUB_RETRIES", 3)))
-    backoff: float = field(default_factory=lambda: _env_float("QCHECK_HUB_BACKOFF", 0.5))
-    max_wait: float = field(default_factory=lambda: _env_float("QCHECK_HUB_MAX_WAIT", 30.0))
+    timeout: float = field(default_factory=lambda: env_float("QCHECK_HUB_TIMEOUT", 10.0))
+    retries: int = field(default_factory=lambda: int(env_float("QCHECK_HUB_RETRIES", 3)))
+    backoff: float = field(default_factory=lambda: env_float("QCHECK_HUB_BACKOFF", 0.5))
+    max_wait: float = field(default_factory=lambda: env_float("QCHECK_HUB_MAX_WAIT", 10.0))
     stats: dict[str, FileStats] = field(default_factory=dict)
+    budget: Budget = field(default_factory=run_budget)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         from huggingface_hub.utils import build_hf_headers
+
+        _bounded_agent_registry()
 
         from qcheck import __version__
 
@@ -117,61 +142,121 @@ class HubClient:
         with self._lock:
             return FileStats(sum(s.requests for s in self.stats.values()), sum(s.bytes for s in self.stats.values()))
 
+    def _failed(self, key: str) -> int:
+        """Count a failed attempt on ``key``; returns the run's total for it (what messages report)."""
+        with self._lock:
+            st = self.stats.setdefault(key, FileStats())
+            st.failed += 1
+            return st.failed
+
     def request(self, method: str, url: str, *, repo_id: str, what: str, max_bytes: int,
                 headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
                 revision: str | None = None, send_auth: bool = True, raise_for_status: bool = True) -> Response:
         """One logical request, retried on 408/429/5xx and transport errors; the body is cut at ``max_bytes``.
 
         ``what`` names the file (or 'repo info') for messages and counters. A body longer than ``max_bytes`` is
-        not an error here (a range answered with 200 is cut); callers check lengths they care about.
+        not an error here (a range answered with 200 is cut); callers check lengths they care about. Every
+        attempt and wait fits in the run's ``Budget``; attempt counts in messages are the run's total for ``what``.
         """
         import httpx2
         from huggingface_hub.errors import OfflineModeIsEnabled
-        from huggingface_hub.utils import get_session
 
         all_headers = dict(self._headers) if send_auth else {k: v for k, v in self._headers.items()
                                                              if k.lower() != "authorization"}
         all_headers.update(headers or {})
+        budget = self.budget
         attempt = 0
         while True:
             attempt += 1
+            if budget.stop is not None:
+                raise budget.stop
+            remaining = budget.remaining()
+            if remaining <= 0:
+                raise budget.deadline_error(what, repo_id, self.endpoint)
             self._count(what, 0, requests=1)
             try:
-                with get_session().stream(method, url, headers=all_headers, params=params,
-                                          timeout=httpx2.Timeout(self.timeout), follow_redirects=True) as r:
-                    status = r.status_code
-                    hdrs = {k.lower(): v for k, v in r.headers.items()}
-                    if status in RETRY_STATUSES and attempt <= self.retries:
-                        wait = self._wait(attempt, hdrs)
-                        if wait is None:  # the server asks for more than we are willing to wait
-                            raise self.status_error(status, hdrs, repo_id, what, revision, attempt)
-                        time.sleep(wait)
-                        continue
-                    if status >= 400 and raise_for_status:
-                        raise self.status_error(status, hdrs, repo_id, what, revision, attempt)
-                    body = bytearray()
-                    if method != "HEAD" and status < 400:
-                        for chunk in r.iter_bytes():
-                            body += chunk
-                            if len(body) >= max_bytes:
-                                del body[max_bytes:]
-                                break
-                    self._count(what, len(body))
-                    return Response(status, hdrs, bytes(body), str(r.url), attempt)
+                status, hdrs, body, final_url = self._attempt(method, url, all_headers, params, max_bytes,
+                                                              min(self.timeout, remaining), what, repo_id)
             except RemoteError:
                 raise
             except OfflineModeIsEnabled:
                 raise RemoteError(f"cannot reach {self.endpoint}: huggingface_hub is in offline mode "
                                   "(HF_HUB_OFFLINE was set when it was imported)") from None
             except (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
-                if attempt <= self.retries:
-                    time.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
+                failed = self._failed(what)
+                wait = min(self.max_wait, self.backoff * 2 ** (attempt - 1))
+                if attempt <= self.retries and wait < budget.remaining():
+                    time.sleep(wait)
                     continue
                 raise network_error(exc, repo_id=repo_id, what=what, endpoint=self.endpoint,
-                                    timeout=self.timeout, attempts=attempt, token=self.token) from None
+                                    timeout=self.timeout, attempts=failed, token=self.token) from None
             except httpx2.HTTPError as exc:
                 raise network_error(exc, repo_id=repo_id, what=what, endpoint=self.endpoint,
-                                    timeout=self.timeout, attempts=attempt, token=self.token) from None
+                                    timeout=self.timeout, attempts=self._failed(what), token=self.token) from None
+            if status in RETRY_STATUSES:
+                failed = self._failed(what)
+                if attempt <= self.retries:
+                    wait = self._wait(attempt, hdrs)
+                    if wait is not None and wait < budget.remaining():
+                        time.sleep(wait)
+                        continue
+                    # waiting cannot help within this run: stop every other request of the run too
+                    error = self.status_error(status, hdrs, repo_id, what, revision, failed)
+                    if status == 429:
+                        budget.stop = error
+                    raise error
+                if raise_for_status:
+                    raise self.status_error(status, hdrs, repo_id, what, revision, failed)
+            elif status >= 400 and raise_for_status:
+                raise self.status_error(status, hdrs, repo_id, what, revision, attempt)
+            self._count(what, len(body))
+            return Response(status, hdrs, body, final_url, attempt)
+
+    def _attempt(self, method: str, url: str, headers: dict[str, str], params: dict[str, str] | None,
+                 max_bytes: int, timeout: float, what: str, repo_id: str) -> tuple[int, dict[str, str], bytes, str]:
+        """One HTTP exchange in a helper thread, abandoned at the run's deadline: per-read timeouts cannot
+        stop a server that sends one byte every few seconds, in the status line, headers or body."""
+        box: dict[str, Any] = {}
+        cancelled = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = self._exchange(method, url, headers, params, max_bytes, timeout, cancelled,
+                                              what, repo_id)
+            except BaseException as exc:  # handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name="qcheck-hub-attempt", daemon=True)
+        worker.start()
+        worker.join(max(0.0, self.budget.remaining()))
+        if worker.is_alive():
+            cancelled.set()
+            raise self.budget.deadline_error(what, repo_id, self.endpoint)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
+    def _exchange(self, method: str, url: str, headers: dict[str, str], params: dict[str, str] | None,
+                  max_bytes: int, timeout: float, cancelled: threading.Event, what: str,
+                  repo_id: str) -> tuple[int, dict[str, str], bytes, str]:
+        import httpx2
+        from huggingface_hub.utils import get_session
+
+        with get_session().stream(method, url, headers=headers, params=params, timeout=httpx2.Timeout(timeout),
+                                  follow_redirects=True) as r:
+            status = r.status_code
+            hdrs = {k.lower(): v for k, v in r.headers.items()}
+            body = bytearray()
+            if method != "HEAD" and status < 400:
+                for chunk in r.iter_bytes():
+                    if cancelled.is_set():
+                        break
+                    self.budget.take(len(chunk), what, repo_id, self.endpoint)
+                    body += chunk
+                    if len(body) >= max_bytes:
+                        del body[max_bytes:]
+                        break
+            return status, hdrs, bytes(body), str(r.url)
 
     def _wait(self, attempt: int, hdrs: dict[str, str]) -> float | None:
         retry_after = _retry_after(hdrs)

@@ -51,6 +51,7 @@ def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: s
     else:
         skipped_adapter = False
     if safetensors or indexes:
+        refuse_pickle_decoy(top, display)
         index = _pick_index(indexes)
         checkpoint = load_safetensors_files(fileset, safetensors, limits, path=display, index_name=index,
                                             sizes=sizes)
@@ -74,6 +75,33 @@ def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: s
     nested = sorted(e.name for e in everything if "/" in e.name and e.name.lower().endswith((".safetensors", ".gguf")))
     hint = f"; files in subfolders: {_names(nested)} (pass one of them)" if nested else ""
     raise InputError("no checkpoint here: no *.safetensors, *.gguf or pickle weight files" + hint, path=display)
+
+
+#: the weights transformers ``from_pretrained`` takes from a directory, in its order (modeling_utils
+#: ``_get_resolved_checkpoint_files``): safetensors only under these two names, else the pickle names
+HF_SAFE_NAMES = ("model.safetensors", "model.safetensors.index.json")
+HF_PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def refuse_pickle_decoy(top: list[str], display: str) -> None:
+    """Refuse safetensors that are a decoy beside a pickle an engine would load instead.
+
+    vLLM, SGLang and ExLlama take any ``*.safetensors`` over pickles, but transformers (and what is built
+    on it: TensorRT-LLM's and llama.cpp's converters, PEFT) takes safetensors only when they are named
+    ``model.safetensors`` or ``model.safetensors.index.json``; otherwise it ``torch.load``s
+    ``pytorch_model.bin``. Judging the safetensors would call fine a directory whose
+    ``from_pretrained`` runs the pickle, so such a directory is refused like the pickle itself."""
+    from qcheck.errors import UnsafeFileError
+
+    names = set(top)
+    if names.intersection(HF_SAFE_NAMES):
+        return
+    pickle_names = [n for n in HF_PICKLE_NAMES if n in names]
+    if pickle_names:
+        raise UnsafeFileError(
+            f"{pickle_names[0]} beside safetensors not named model.safetensors: transformers.from_pretrained (and "
+            f"the converters built on it) would torch.load the pickle, not the safetensors; pickles are never "
+            f"judged: delete the pickle or save the model as model.safetensors", path=display)
 
 
 def load_safetensors_files(

@@ -2,7 +2,8 @@
 
 A result is anything with ``kind`` ("inspect", "check", "matrix", "eval", "gate"), ``exit_code`` and
 ``to_json()``. ``qcheck.report.<format>.render(result) -> str`` renders it; writing is atomic so a
-failed run never leaves a half-written report.
+failed run never leaves a half-written report
+(``write_output``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import Any, Protocol
@@ -25,22 +27,75 @@ class Result(Protocol):
 
 
 def render(result: Result, fmt: str) -> str:
+    """``result`` in format ``fmt``. Every string a file controls is made inert here, for every format
+    (``qcheck.report.sanitize``): renderers get a sanitised copy, and no line of text output can start
+    a GitHub workflow command."""
+    from qcheck.report.sanitize import guard, json_text, sanitized
+
     if fmt == "json":
-        return json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
+        return json_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False)) + "\n"
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
     module = importlib.import_module(f"qcheck.report.{fmt}")
-    return module.render(result)
+    text: str = module.render(sanitized(result))
+    return text if fmt == "github" else guard(text)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory, then rename."""
-    directory = os.path.dirname(os.path.abspath(path))
+#: paths that name a stream of this process or a device even when they look like files
+_STREAM_PREFIXES = ("/dev/", "/proc/")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _is_stream(path: str) -> bool:
+    """Whether ``path`` must be written in place: ``-``, a device, a pipe or FIFO, a socket, or a
+    /dev or /proc name (``/dev/stdout`` may point at a regular file the shell has opened)."""
+    if path == "-":
+        return True
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return True
+    return path.startswith(_STREAM_PREFIXES) or os.path.realpath(path).startswith(_STREAM_PREFIXES)
+
+
+def write_output(path: str, text: str) -> None:
+    """Write an output file (``-o``, ``--junit``, ``--sarif``, ``--markdown``, ``--report``, ``gate --init``).
+
+    - ``-``, devices, pipes, FIFOs and /dev, /proc names are streamed: opened and written, never
+      replaced (replacing ``/dev/null`` as root would turn the device into a file).
+    - A symbolic link is written through: its target is updated, the link stays a link.
+    - A regular file or a new path is written atomically (a temporary file in the same directory,
+      renamed over the target), so a failed run never leaves half a report. The file gets the
+      existing file's permission bits, or for a new file what ``open()`` would give (0666 minus the
+      umask), never the temporary file's 0600.
+    """
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if _is_stream(path):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".qcheck-", dir=directory)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -50,9 +105,4 @@ def write_atomic(path: str, text: str) -> None:
 
 
 def emit(result: Result, fmt: str, path: str | None = None) -> None:
-    text = render(result, fmt)
-    if path and path != "-":
-        write_atomic(path, text)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    write_output(path or "-", render(result, fmt))

@@ -5,6 +5,7 @@ hostile tensor name or reason cannot break the table or inject markup.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from qcheck.report.findings import findings_of, result_data, target_label, verdict_fails
@@ -15,13 +16,34 @@ MAX_CELL = 160
 MAX_ROWS = 500
 
 
+#: Markdown punctuation a file-controlled string could use for markup, backslash-escaped: emphasis, code,
+#: links and images, ``$math$``, ``~~strike~~``, ``#123`` references, table pipes
+_MD_PUNCT = re.compile(r"([\\`*_\[\]$~#|!])")
+#: tokens GitHub would turn into a link or a notification even when escaped (its autolinker and @mention
+#: filter run on the rendered text): shown as code spans, which neither touches
+_LINKISH = re.compile(r"\S*(?:@|://|www\.)\S*", re.IGNORECASE)
+
+
+def _inert(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCT.sub(r"\\\1", text)
+
+
 def cell(text: Any, limit: int = MAX_CELL) -> str:
-    """One table cell: no newlines, pipes escaped, HTML neutralised, bounded length."""
-    s = " ".join(str(text).split())
+    """One table cell: one line, control and format characters visible, no markup, HTML, links, mentions
+    or math from the text, bounded length."""
+    from qcheck.report.sanitize import visible
+
+    s = visible(" ".join(str(text).split()))
     if len(s) > limit:
         s = s[: limit - 1] + "…"
-    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-            .replace("`", "'").replace("[", "\\[").replace("]", "\\]").replace("*", "\\*").replace("_", "\\_"))
+    out, pos = [], 0
+    for m in _LINKISH.finditer(s):
+        out.append(_inert(s[pos:m.start()]))
+        out.append("`" + m.group(0).replace("`", "'").replace("|", "\\|") + "`")
+        pos = m.end()
+    out.append(_inert(s[pos:]))
+    return "".join(out)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -148,7 +148,7 @@ def _add_vocab(writer, hf_dir: Path, vocab_size: int) -> None:
     import gguf
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(hf_dir))
+    tok = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
     reverse = {i: t for t, i in tok.get_vocab().items()}
     added = set(tok.get_added_vocab())
     tokens: list[str] = []

@@ -20,6 +20,7 @@ from qcheck.eval.runners.base import (
     TokenScores,
     VocabInfo,
 )
+from qcheck.eval.safe_load import NO_CODE, check_reference
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "auto")
@@ -155,7 +156,7 @@ def vocab_info(model: Any, tokenizer: Any, add_bos: bool) -> VocabInfo:
 def load_tokenizer(path: str) -> Any:
     _, transformers = torch_modules()
     try:
-        return transformers.AutoTokenizer.from_pretrained(path)
+        return transformers.AutoTokenizer.from_pretrained(path, **NO_CODE)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load the tokenizer: {_first_line(exc)}", path=path) from None
 
@@ -167,10 +168,11 @@ def load_reference(path: str, dtype: str = "float32", device: str = "cpu") -> tu
     if not p.is_dir() or not (p / "config.json").is_file():
         raise InputError("the reference must be a local model directory with config.json (an unquantised "
                          "transformers checkpoint)", path=path)
+    check_reference(path)  # no custom code, safetensors weights only: before transformers reads a byte
     torch_dtype = resolve_dtype(dtype)
     input_device, device_map = resolve_device(device)
     tokenizer = load_tokenizer(path)
-    kwargs: dict[str, Any] = {"dtype": torch_dtype}
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "use_safetensors": True, **NO_CODE}
     if device_map:
         kwargs["device_map"] = device_map
     try:

@@ -1,0 +1,80 @@
+"""One deadline and byte budget for every network exchange of a run (issue #17, item 6), against the fake Hub.
+
+A server that drips one byte at a time never trips a per-read timeout; a rate limit asking for a long wait
+must not be waited out by every concurrent request; ``build_hf_headers`` must not fetch the agent-harness
+registry (an unbounded body) on qcheck's behalf.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hubserver import sharded_repo
+
+from qcheck.budget import Budget, end_run, start_run
+from qcheck.errors import RemoteError
+from qcheck.hub import NetworkError, RateLimitedError
+from qcheck.readers import load_checkpoint
+
+pytest_plugins = ("conftest_hub",)
+
+
+@pytest.mark.parametrize("action, path", [("drip", r"^/api/models/org/drip"), ("drip-body", r"^/api/models/org/drip"),
+                                          ("drip-body", r"\.safetensors$")])
+def test_a_dripping_server_ends_at_the_run_deadline(action: str, path: str, hub, monkeypatch) -> None:
+    hub.add_repo("org/drip", sharded_repo(1))
+    hub.inject(path, action, times=100)
+    monkeypatch.setenv("QCHECK_HUB_DEADLINE", "1.5")
+    monkeypatch.setenv("QCHECK_HUB_TIMEOUT", "5")  # a per-read timeout alone would never fire on the drip
+    with pytest.raises(NetworkError, match=r"the run's 1.5 s network deadline passed .* QCHECK_HUB_DEADLINE"):
+        load_checkpoint("org/drip")
+
+
+def test_the_cli_ends_a_dripping_run_with_one_line(hub, monkeypatch, capsys) -> None:
+    from qcheck.cli import main
+
+    hub.add_repo("org/drip", sharded_repo(1))
+    hub.inject(r"\.safetensors$", "drip", times=100)
+    monkeypatch.setenv("QCHECK_HUB_DEADLINE", "1")
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", "org/drip"])
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("qcheck: error: ") and "network deadline passed" in err
+
+
+def test_a_rate_limit_longer_than_the_wait_stops_every_request_at_once(hub) -> None:
+    """429 Retry-After 30: no 30 s waits, one request per file at most, and the count said is the count made."""
+    hub.add_repo("org/busy", sharded_repo(3))
+    hub.inject(r"\.safetensors$", 429, times=100, headers={"Retry-After": "30"})
+    start_run()
+    try:
+        with pytest.raises(RateLimitedError, match=r"after 1 attempts; the server asks to retry after 30 s"):
+            load_checkpoint("org/busy")
+    finally:
+        end_run()
+    assert 1 <= len(hub.requests(r"\.safetensors$")) <= 3
+
+
+def test_the_run_byte_budget_bounds_every_body(hub, monkeypatch) -> None:
+    hub.add_repo("org/big", sharded_repo(2))
+    monkeypatch.setenv("QCHECK_HUB_MAX_BYTES", "2000")
+    with pytest.raises(RemoteError, match=r"sent more than 2000 bytes in this run .* QCHECK_HUB_MAX_BYTES"):
+        load_checkpoint("org/big")
+
+
+def test_no_request_is_made_for_the_agent_harness_registry(hub, monkeypatch, tmp_path) -> None:
+    from huggingface_hub.utils import _detect_agent
+
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    hub.add_repo("org/m", sharded_repo(1))
+    assert len(load_checkpoint("org/m").tensors) == 18
+    assert hub.requests("agent-harnesses") == []
+    assert _detect_agent._registry == {"standardEnvVars": [], "harnesses": {}}
+
+
+def test_budget_settings_are_validated(monkeypatch) -> None:
+    from qcheck.errors import UsageError
+
+    monkeypatch.setenv("QCHECK_HUB_DEADLINE", "nan")
+    with pytest.raises(UsageError, match="QCHECK_HUB_DEADLINE must be a finite number"):
+        Budget()
