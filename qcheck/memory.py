@@ -198,7 +198,10 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
 
 
 def _pos_int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    """A positive count from a config or GGUF key, through the typed boundary (``qcheck.typed``)."""
+    from qcheck.typed import pos_int
+
+    return pos_int(v, maximum=1 << 40)
 
 
 def layout_from_config(config: dict[str, Any]) -> KVLayout:
@@ -266,10 +269,13 @@ def layout_from_gguf(metadata: dict[str, Any]) -> KVLayout:
     heads = key("attention.head_count")
     kv = key("attention.head_count_kv")
     hidden = _pos_int(key("embedding_length"))
-    heads_n = _pos_int(heads) or (max(heads) if isinstance(heads, list) and heads else None)
-    if isinstance(kv, list) and kv and all(isinstance(x, int) for x in kv):
-        lay.per_layer_kv_heads = [int(x) for x in kv]
-        lay.kv_heads = max(kv)
+    from qcheck.typed import pos_ints
+
+    heads_list, kv_list = pos_ints(heads, 1 << 40), pos_ints(kv, 1 << 40)
+    heads_n = _pos_int(heads) or (max(heads_list) if heads_list else None)
+    if kv_list:
+        lay.per_layer_kv_heads = kv_list
+        lay.kv_heads = max(kv_list)
     else:
         lay.kv_heads = _pos_int(kv) or heads_n
     default_dim = hidden // heads_n if hidden and heads_n else None
@@ -418,8 +424,8 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
         kv_bytes = math.ceil(batch * cached_tokens * per_layer * elem_bytes)
         per_token = (lay.full_layers + lay.window_layers) * per_layer * elem_bytes
 
-    hidden = inspection.hidden_size or (config or {}).get("hidden_size") or 0
-    vocab = inspection.vocab_size or (config or {}).get("vocab_size") or 0
+    hidden = _pos_int(inspection.hidden_size) or _pos_int((config or {}).get("hidden_size")) or 0
+    vocab = _pos_int(inspection.vocab_size) or _pos_int((config or {}).get("vocab_size")) or 0
     step_tokens, step_rows = oh.batch_for(gpu_memory_gib)
     if eng in LAYER_SPLIT_ENGINES:  # llama.cpp: one ubatch of at most n_ctx tokens, all of them output rows
         tokens = rows = min(step_tokens, ctx)

@@ -100,20 +100,12 @@ def first(d: dict[str, Any] | None, *keys: str) -> Any:
 
 
 def as_int(value: Any) -> int | None:
-    """A config number as an int (``4``, ``4.0``, ``"4"``); anything else, booleans included, is None so a
-    malformed config field reads as absent instead of raising."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+    """A config number as an int (``4``, ``4.0``, ``"4"``); anything else (booleans, NaN, infinities, values
+    beyond 2**53 included) is None, so a malformed config field reads as absent instead of raising
+    (``qcheck.typed``, the one typed boundary)."""
+    from qcheck.typed import as_int as typed_int
+
+    return typed_int(value)
 
 
 #: every key name a method uses for "modules left unquantised" (formats.md §7.3)

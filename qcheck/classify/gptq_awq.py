@@ -137,8 +137,9 @@ def apply_config(view: ConfigView, draft: Draft, family: str) -> None:
 def _gptq_producer(cfg: dict) -> str:
     meta = cfg.get("meta")
     quantizer = meta.get("quantizer") if isinstance(meta, dict) else None
-    text = " ".join(quantizer) if isinstance(quantizer, list) else str(quantizer or "")
-    text = text.lower()
+    from qcheck.typed import as_str
+
+    text = (as_str(quantizer) or "").lower()
     if "gptqmodel" in text:
         return "gptqmodel"
     if "optimum" in text:

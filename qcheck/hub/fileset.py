@@ -249,13 +249,47 @@ def cached_snapshot(repo_id: str, revision: str | None, cache_dir: str | None = 
     return CachedFileSet(str(repo_dir / "snapshots" / commit), repo_id, commit, revision)
 
 
+def _parse_listing(body: bytes, where: str, revision: str | None, limits: Limits
+                   ) -> tuple[str, list[tuple[str, int | None]]]:
+    """The commit and (file, size) pairs of a model-info answer, typed field by field: the answer comes from
+    whatever ``HF_ENDPOINT`` points at, so nesting is bounded by qcheck's JSON parser and every field the
+    listing uses is checked (a mistyped or deeply nested answer is one RemoteError/InputError line)."""
+    from qcheck.readers.jsonfile import loads_document
+    from qcheck.typed import as_int
+
+    try:
+        data = loads_document(body, name="repo info", limits=limits, path=where)
+    except InputError as exc:
+        raise RemoteError(f"the Hub answered something that is not model info: {exc}") from None
+    sha = data.get("sha")
+    if "id" not in data:
+        raise RemoteError(f"{where}: the Hub answered something that is not model info")
+    if not isinstance(sha, str) or not COMMIT_RE.match(sha):
+        raise RemoteError(f"{where}: the Hub did not report a commit for revision {revision or 'main'}")
+    raw = data.get("siblings") or []
+    if not isinstance(raw, list):
+        raise RemoteError(f"{where}: siblings is not a list")
+    if len(raw) > limits.max_tensors:
+        raise InputError(f"repo lists {len(raw)} files, over the limit {limits.max_tensors}", path=where)
+    out: list[tuple[str, int | None]] = []
+    for entry in raw:
+        name = entry.get("rfilename") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            raise RemoteError(f"{where}: a listed file has no name (rfilename)")
+        lfs = entry.get("lfs")
+        size_raw = entry.get("size")
+        if size_raw is None and isinstance(lfs, dict):
+            size_raw = lfs.get("size")
+        size = as_int(size_raw, minimum=0, maximum=1 << 62)
+        if size_raw is not None and size is None:
+            raise InputError(f"repo info gives file {name!r} a bad size {size_raw!r}"[:300], path=where)
+        out.append((name, size))
+    return sha, out
+
+
 def fetch_listing(client: HubClient, repo_id: str, revision: str | None, limits: Limits
                   ) -> tuple[str, dict[str, int | None]]:
     """One model-info call: the commit the revision points to, and every file with its size."""
-    import json
-
-    from huggingface_hub.hf_api import ModelInfo
-
     endpoint = client.endpoint or hub_endpoint()
     url = (f"{endpoint}/api/models/{repo_id}" if revision is None
            else f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}")
@@ -264,24 +298,10 @@ def fetch_listing(client: HubClient, repo_id: str, revision: str | None, limits:
     where = f"{repo_id} (repo info)"
     if len(resp.body) > limits.max_json_bytes:
         raise InputError(f"repo info is over {limits.max_json_bytes} bytes (limit max_json_bytes)", path=where)
-    try:
-        data = json.loads(resp.body)
-        info = ModelInfo(**data) if isinstance(data, dict) and "id" in data else None
-    except (ValueError, TypeError, KeyError) as exc:
-        raise RemoteError(f"{where}: the Hub answered something that is not model info ({type(exc).__name__})"
-                          ) from None
-    if info is None:
-        raise RemoteError(f"{where}: the Hub answered something that is not model info")
-    sha = info.sha or ""
-    if not COMMIT_RE.match(sha):
-        raise RemoteError(f"{where}: the Hub did not report a commit for revision {revision or 'main'}")
-    siblings = info.siblings or []
+    sha, siblings = _parse_listing(resp.body, where, revision, limits)
     if len(siblings) > limits.max_tensors:
         raise InputError(f"repo lists {len(siblings)} files, over the limit {limits.max_tensors}", path=where)
     files: dict[str, int | None] = {}
-    for s in siblings:
-        size = s.size if s.size is not None else (s.lfs.size if s.lfs else None)
-        if size is not None and (not isinstance(size, int) or size < 0):
-            raise InputError(f"repo info gives file {s.rfilename!r} a bad size {size!r}", path=where)
-        files[_safe_name(s.rfilename, where)] = size
+    for name, size in siblings:
+        files[_safe_name(name, where)] = size
     return sha, files

@@ -309,8 +309,11 @@ def _check_index(checkpoint: Checkpoint, weight_map: dict[str, str], per_shard: 
     total = meta.get("total_size") if isinstance(meta, dict) else None
     if total is None:
         return
-    if isinstance(total, bool) or not isinstance(total, (int, float)):
-        checkpoint.warnings.append(f"{index_name}: metadata.total_size is not a number")
+    from qcheck.typed import as_int
+
+    total = None if isinstance(total, str) else as_int(total, minimum=0)  # JSON numbers only
+    if total is None:
+        checkpoint.warnings.append(f"{index_name}: metadata.total_size is not a byte count")
         return
     sizes: list[int | None] = [t.nbytes for t in checkpoint.tensors.values()]
     if any(s is None for s in sizes):
