@@ -1,5 +1,5 @@
-"""Behaviour comparison for refactors: the JSON of ``qcheck inspect`` and ``qcheck check`` over the bundled
-examples and a corpus of checkpoints built with the tests' own builders, saved and diffed.
+"""Behaviour comparison for refactors: the JSON of ``qcheck inspect`` and ``qcheck check`` (and the text of
+``qcheck inspect``) over the bundled examples and a corpus of checkpoints built with the tests' own builders, saved and diffed.
 
 A refactor that must not change behaviour runs this before (``run --out before.json``) and after
 (``run --out after.json``), then ``diff before.json after.json``: every output is compared as parsed JSON
@@ -229,6 +229,8 @@ def _invoke(args: list[str]) -> dict[str, Any]:
         except Exception as exc:  # record, do not abort the whole comparison
             code = f"exception {type(exc).__name__}: {exc}"
     text = out.getvalue()
+    if "--json" not in args:
+        return {"exit": code, "json": {"text": text}, "stderr": err.getvalue().strip()}
     try:
         parsed: Any = json.loads(text) if text.strip() else None
     except ValueError:
@@ -253,8 +255,10 @@ def run(corpus: Path, out: Path, cases_from: Path | None) -> int:
     for path in paths:
         key = path.name if path.parent == corpus else f"examples/{path.name}"
         results[f"inspect {key}"] = _invoke(["inspect", str(path), "--json"])
+        results[f"inspect-text {key}"] = _invoke(["inspect", str(path)])
         results[f"check-gpus {key}"] = _invoke(["check", str(path), "--json", *gpu_args])
         results[f"check-engines {key}"] = _invoke(["check", str(path), "--json", *engine_args])
+    results["matrix markdown"] = _invoke(["matrix", "--format", "markdown"])
     data = {"engine_specs": specs, "gpus": list(GPUS), "results": _normalise(results, roots)}
     out.write_text(json.dumps(data, indent=1, sort_keys=True))
     print(f"{len(results)} outputs over {len(paths)} checkpoints ({len(specs)} engine versions) -> {out}")

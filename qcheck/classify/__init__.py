@@ -11,17 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from qcheck.classify import (
-    bnb,
-    compressed_tensors,
-    exllama,
-    fp8,
-    gptq_awq,
-    mlx,
-    modelopt,
-    mx,
-    others,
-)
 from qcheck.classify.adapter import apply_adapter, is_adapter
 from qcheck.classify.arch import fill_from_config, fill_from_tensors
 from qcheck.classify.base import Draft, Hints, QLinear
@@ -30,25 +19,36 @@ from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, te
 from qcheck.classify.fingerprints import config_family, scan_all
 from qcheck.classify.gguf import classify_gguf
 from qcheck.classify.params import is_side_tensor, logical_parameters
+from qcheck.formats import REGISTRY
 from qcheck.model import Checkpoint, Inspection, Quantization
 
-__all__ = ["classify", "unsafe_pickle_message"]
+__all__ = ["classify", "classify_weights", "unsafe_pickle_message"]
 
 KV_SCALE_SUFFIXES = (".k_scale", ".v_scale", ".kv_scale", "k_proj.output_scale", "v_proj.output_scale")
 
 
 def classify(checkpoint: Checkpoint) -> Inspection:
     """Classify a checkpoint read by ``qcheck.readers.load_checkpoint`` (headers and side files only)."""
+    return classify_weights(checkpoint)[0]
+
+
+def classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]]:
+    """``classify`` plus every quantised weight found, each with the layout its tensors were recognised as
+    (what ``qcheck eval`` simulation dequantises, without recognising the tensors a second time)."""
     if checkpoint.container == "pickle":
         insp = _classify_pickle(checkpoint)
         if is_adapter(checkpoint):
             apply_adapter(checkpoint, insp)
-        return insp
-    insp = classify_gguf(checkpoint) if checkpoint.container == "gguf" else _classify_safetensors(checkpoint)
+        return insp, []
+    qlinears: list[QLinear] = []
+    if checkpoint.container == "gguf":
+        insp = classify_gguf(checkpoint)
+    else:
+        insp, qlinears = _classify_safetensors(checkpoint)
     insp.type_stats = type_stats(checkpoint)
     if checkpoint.container == "safetensors" and is_adapter(checkpoint):
         apply_adapter(checkpoint, insp)
-    return insp
+    return insp, qlinears
 
 
 def type_stats(checkpoint: Checkpoint) -> list[dict[str, Any]]:
@@ -101,11 +101,10 @@ def _classify_pickle(ckpt: Checkpoint) -> Inspection:
 # ------------------------------------------------------------------------------------- safetensors
 
 def _hints(view: ConfigView, family: str | None) -> Hints:
-    """Bits/group values scanners need where shapes alone are ambiguous."""
-    if family == "mlx" or (family is None and view.mlx is not None):
-        return mlx.hints_from(view.mlx or view.quant)
-    if family == "hqq":
-        return others.hqq_hints(view.quant)
+    """Bits/group values scanners need where shapes alone are ambiguous (a family may read its own)."""
+    fam = REGISTRY.family(family) if family else None
+    if fam is not None and fam.hints is not None:
+        return fam.hints(view)
     q = view.quant or {}
     side = next(iter(view.side.values()), {})
     hints = Hints(bits=as_int(first(q, "bits", "w_bit")) or as_int(first(side, "bits", "w_bit")),
@@ -151,36 +150,14 @@ def _mode(values: list) -> object:
 
 def _apply_family(family: str, view: ConfigView, draft: Draft, tensor_method: str | None) -> None:
     """Let the family's own reader say what its config claims (``config_family`` chose the family)."""
-    if family == "fp8":
-        fp8.apply_config(view, draft)
-    elif family == "compressed-tensors":
-        compressed_tensors.apply_config(view, draft, tensor_method)
-    elif family == "modelopt":
-        modelopt.apply_config(view, draft, tensor_method)
-    elif family in ("gptq", "awq", "auto-round"):
-        gptq_awq.apply_config(view, draft, family)
-    elif family == "mxfp4":
-        mx.apply_config(view, draft)
-    elif family == "bitsandbytes":
-        bnb.apply_config(view, draft)
-    elif family in ("exl2", "exl3"):
-        exllama.apply_config(view, draft, family)
-    elif family == "mlx":
-        mlx.apply_config(view, draft)
-    elif family == "hqq":
-        others.apply_hqq(view, draft)
-    elif family == "torchao":
-        others.apply_torchao(view, draft)
-    elif family == "aqlm":
-        others.apply_aqlm(view, draft)
-    elif family == "quark":
-        others.apply_quark(view, draft)
-    elif family == "named":
-        others.apply_named(view, draft)
-    elif family == "unknown-method":
+    if family == "unknown-method":
         draft.config_method = view.quant_method
         draft.expected_method = "unknown"
         draft.warn(f"{view.quant_where}: unknown quant_method {view.quant_method!r}; classified from the tensors")
+        return
+    fam = REGISTRY.family(family)
+    if fam is not None and fam.reader is not None:
+        fam.reader(view, draft, family, tensor_method)
 
 
 def _plain_dtype(ckpt: Checkpoint, claimed: set[str]) -> str | None:
@@ -208,7 +185,7 @@ def _unclaimed_packed(ckpt: Checkpoint, claimed: set[str]) -> list[str]:
     return odd
 
 
-def _classify_safetensors(ckpt: Checkpoint) -> Inspection:
+def _classify_safetensors(ckpt: Checkpoint) -> tuple[Inspection, list[QLinear]]:
     view = read_configs(ckpt)
     family = config_family(view)
     hints = _hints(view, family)
@@ -244,7 +221,7 @@ def _classify_safetensors(ckpt: Checkpoint) -> Inspection:
     insp.quantization = _quantization(ckpt, view, draft, method)
     insp.warnings.extend(w for w in draft.warnings if w not in insp.warnings)
     insp.findings.extend(draft.findings)
-    return insp
+    return insp, qlinears
 
 
 def _resolve_method(ckpt: Checkpoint, view: ConfigView, draft: Draft, tensor_method: str | None,
@@ -353,7 +330,8 @@ def _quantization(ckpt: Checkpoint, view: ConfigView, draft: Draft, method: str)
     if isinstance(bits, float) and bits.is_integer():
         bits = int(bits)
     q.weight_bits = bits if isinstance(bits, int) else None
-    if method in ("exl2", "exl3"):
+    fmt = REGISTRY.get(method)
+    if fmt is not None and fmt.bits_vary_per_layer:
         distinct = {x.bits for x in mine}
         q.weight_bits = bits if len(distinct) == 1 and isinstance(bits, int) else None
     q.group_size = group if gran not in ("per-tensor", "block") else None
@@ -387,17 +365,17 @@ def _quantization(ckpt: Checkpoint, view: ConfigView, draft: Draft, method: str)
 
 
 def _activation_from_tensors(method: str, mine: list[QLinear]) -> tuple[str | None, str | None]:
-    """Without a config: stored activation scales mean static activation quantisation; DeepSeek block
-    FP8 quantises activations dynamically per token-group of 128."""
-    stored = any(x.input_scale for x in mine)
-    if method == "fp8" and any(x.producer == "deepseek" for x in mine):
-        return "float8_e4m3", "dynamic per-token-group 128"
-    if method == "fp8" and stored:
-        return "float8_e4m3", "static per-tensor"
-    if method == "nvfp4" and stored:
-        return "fp4_e2m1", "dynamic per-group 16"
-    if method == "int8" and stored:
-        return "int8", "static per-tensor"
+    """Without a config: what the format's layout proves about activations (``Format.activation_by_producer``,
+    e.g. DeepSeek block FP8 quantises them per token-group of 128), else a stored activation scale means
+    the format's static activation quantisation (``Format.activation_if_input_scale``)."""
+    fmt = REGISTRY.get(method)
+    if fmt is None:
+        return None, None
+    for x in mine:
+        if x.producer in fmt.activation_by_producer:
+            return fmt.activation_by_producer[x.producer]
+    if fmt.activation_if_input_scale is not None and any(x.input_scale for x in mine):
+        return fmt.activation_if_input_scale
     return None, None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 from qcheck.model import TensorInfo
 
@@ -44,6 +45,8 @@ class Hints:
     group_size: int | None = None
     #: per-module overrides (MLX ``quantization`` entries, GPTQModel ``dynamic``): prefix -> (bits, group)
     overrides: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    #: the safetensors ``__metadata__`` (torchao names its tensor subclasses there)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def for_module(self, prefix: str) -> tuple[int | None, int | None]:
         """(bits, group) for one module; values no real config has (0-bit, group 0) come back as None."""

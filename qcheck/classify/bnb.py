@@ -58,7 +58,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def apply_config(view: ConfigView, draft: Draft) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """BitsAndBytesConfig: 4-bit type (checked against the quant_state names) or LLM.int8."""
     q = view.quant or {}
     draft.expected_method = "bitsandbytes"

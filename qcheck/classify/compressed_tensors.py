@@ -173,7 +173,7 @@ def _granularity(w: dict[str, Any]) -> tuple[str | None, int | None, list[int] |
     return strategy, group, None
 
 
-def apply_config(view: ConfigView, draft: Draft, tensor_method: str | None) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """The scheme of the config group matching the tensors' method (else the first group) describes it."""
     q = view.quant or {}
     draft.producer = "compressed-tensors"

@@ -42,7 +42,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def apply_config(view: ConfigView, draft: Draft, family: str) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """``quant_method: exl2|exl3`` (or EXL3's quantization_config.json): target bpw and head bits."""
     q = view.quant if (view.quant_method or "") in ("exl2", "exl3") else None
     q = q or view.exl3 or {}

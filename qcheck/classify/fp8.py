@@ -66,7 +66,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def apply_config(view: ConfigView, draft: Draft) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """HF ``fp8`` (DeepSeek/FineGrainedFP8/vLLM Fp8Config) and ``fbgemm_fp8`` configs."""
     q = view.quant or {}
     method = view.quant_method or ""

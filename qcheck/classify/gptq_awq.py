@@ -84,7 +84,7 @@ def _bits_group(d: dict | None) -> tuple[int | None, int | None]:
     return as_int(first(d, "bits", "w_bit")), as_int(first(d, "group_size", "q_group_size"))
 
 
-def apply_config(view: ConfigView, draft: Draft, family: str) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """``gptq``/``awq``/``auto-round`` configs in config.json and quantize_config.json/quant_config.json."""
     q = view.quant or {}
     side_name, side = next(iter(view.side.items()), (None, None))

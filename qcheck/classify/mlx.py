@@ -34,6 +34,11 @@ def hints_from(block: dict[str, Any] | None) -> Hints:
     return hints
 
 
+def view_hints(view: ConfigView) -> Hints:
+    """The scanner's bits/group from the ``quantization`` block (or a ``quant_method: mlx`` config)."""
+    return hints_from(view.mlx or view.quant)
+
+
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U32 ``weight`` + ``scales`` pairs; bits = 32 * packed cols / (scale cols * group)."""
     out: list[QLinear] = []
@@ -69,7 +74,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def apply_config(view: ConfigView, draft: Draft) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """The MLX ``quantization`` block (mode, bits, group, per-module overrides) or transformers ``metal``."""
     block = view.mlx
     if block is None and (view.quant_method or "") == "metal":

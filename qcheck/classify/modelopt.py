@@ -75,7 +75,7 @@ def _algo(d: dict[str, Any] | None) -> str | None:
     return str(v).upper() if isinstance(v, str) else None
 
 
-def apply_config(view: ConfigView, draft: Draft, tensor_method: str | None) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """hf_quant_config.json and/or ``quant_method: modelopt``; the two are cross-checked."""
     hq = view.hf_quant or {}
     inner = hq.get("quantization") if isinstance(hq.get("quantization"), dict) else {}

@@ -100,7 +100,7 @@ def _gpt_oss(tensors: dict[str, TensorInfo], name: str, t: TensorInfo) -> QLinea
                    weight_dtype="fp4_e2m1", scale_dtype="e8m0", producer="gpt-oss")
 
 
-def apply_config(view: ConfigView, draft: Draft) -> None:
+def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """transformers/gpt-oss ``quant_method: mxfp4`` (Mxfp4Config: modules_to_not_convert only)."""
     q = view.quant or {}
     draft.expected_method = "mxfp4"

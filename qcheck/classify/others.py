@@ -16,9 +16,6 @@ HQQ_META = ("nbits", "group_size", "shape", "axis", "packing", "unpack_view_dtyp
             "channel_wise", "optimize", "round_zero")
 #: longest torchao per-tensor JSON string parsed (real ones are a few hundred bytes)
 MAX_META_JSON = 65536
-#: quant_method values transformers/vLLM know that have no canonical qcheck method of their own
-NAMED_ONLY = ("vptq", "higgs", "spqr", "bitnet", "fp_quant", "fouroversix", "sinq", "inc", "bitblas", "ipex", "ptpc_fp8",
-              "experts_int8", "moe_wna16", "petit_nvfp4", "gptq_marlin_24")
 
 
 def _find(d: Any, key: str, depth: int = 0) -> Any:
@@ -39,16 +36,13 @@ def hqq_hints(q: dict[str, Any] | None) -> Hints:
     return Hints(bits=as_int(_find(q, "nbits")), group_size=as_int(_find(q, "group_size")))
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints, metadata: dict[str, Any]) -> list[QLinear]:
-    """HQQ ``W_q``, AQLM ``codes``/``codebooks`` and torchao tensor-subclass parts."""
-    out: list[QLinear] = []
-    out += _scan_hqq(tensors, claimed, hints)
-    out += _scan_aqlm(tensors, claimed)
-    out += _scan_torchao(tensors, claimed, metadata)
-    return out
+def view_hints(view: ConfigView) -> Hints:
+    """HQQ's bits/group for the scanner, from its nested config."""
+    return hqq_hints(view.quant)
 
 
-def _scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+    """HQQ ``W_q`` + ``scale`` + ``zero`` (+ its per-layer metadata tensors)."""
     out = []
     for name, t in tensors.items():
         if name in claimed or not name.endswith(".W_q"):
@@ -67,7 +61,8 @@ def _scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -
     return out
 
 
-def _scan_aqlm(tensors: dict[str, TensorInfo], claimed: set[str]) -> list[QLinear]:
+def scan_aqlm(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+    """AQLM ``codes`` [out/og, in/ig, ncb] + ``codebooks`` [ncb, 2**nbits, og, ig] + ``scales``."""
     out = []
     for name, t in tensors.items():
         if name in claimed or not name.endswith(".codes") or len(t.shape) != 3:
@@ -113,11 +108,12 @@ def _torchao_names(metadata: dict[str, Any]) -> list[str]:
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
-def _scan_torchao(tensors: dict[str, TensorInfo], claimed: set[str], metadata: dict[str, Any]) -> list[QLinear]:
+def scan_torchao(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """torchao tensor subclasses flattened into safetensors: ``__metadata__["tensor_names"]`` lists the
     parameters, each with a JSON ``{"_type": "Float8Tensor", "_data": ..., "_tensor_data_names": [...]}``;
     the parts are named ``{module}._{param}_{attr}`` (torchao safetensors_support.py, current) or
     ``{param}:{attr}`` (earlier versions)."""
+    metadata = hints.metadata
     if "tensor_names" not in metadata:
         return []
     types = _torchao_types(metadata)
@@ -164,7 +160,7 @@ def _own_config(view: ConfigView, draft: Draft, method: str) -> dict[str, Any]:
     return q
 
 
-def apply_hqq(view: ConfigView, draft: Draft) -> None:
+def apply_hqq(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """HqqConfig: nbits and group size, ``skip_modules``."""
     q = _own_config(view, draft, "hqq")
     draft.expected_bits = as_int(_find(q, "nbits"))
@@ -172,7 +168,7 @@ def apply_hqq(view: ConfigView, draft: Draft) -> None:
     draft.zero_point = True
 
 
-def apply_torchao(view: ConfigView, draft: Draft) -> None:
+def apply_torchao(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """TorchAoConfig: the quant_type name (string or AOBaseConfig ``_type``) says the activation scheme."""
     q = _own_config(view, draft, "torchao")
     qt = q.get("quant_type")
@@ -189,7 +185,7 @@ def apply_torchao(view: ConfigView, draft: Draft) -> None:
         draft.activation_dtype, draft.activation_scheme = "float8_e4m3", "dynamic"
 
 
-def apply_aqlm(view: ConfigView, draft: Draft) -> None:
+def apply_aqlm(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """AqlmConfig: codebook count and size, group shape."""
     q = _own_config(view, draft, "aqlm")
     ncb, nb = as_int(q.get("num_codebooks")), as_int(q.get("nbits_per_codebook"))
@@ -228,7 +224,7 @@ _QUARK_KV_PATTERNS = 64
 _QUARK_LAYER_ENTRIES = 4096
 
 
-def apply_quark(view: ConfigView, draft: Draft) -> None:
+def apply_quark(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """Quark: global weight/input specs, ``exclude``, KV cache from ``kv_cache_group`` output specs."""
     q = view.quant or {}
     draft.producer = "quark"
@@ -288,7 +284,7 @@ def apply_quark(view: ConfigView, draft: Draft) -> None:
                 ql.group_size = exact_div(cols, draft.tensors[ql.tensors[1]].shape[-1])
 
 
-def apply_named(view: ConfigView, draft: Draft) -> None:
+def apply_named(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """quanto/EETQ map onto canonical methods; other known names stay ``unknown`` with a warning."""
     q = view.quant or {}
     method = view.quant_method or ""

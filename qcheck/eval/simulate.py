@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qcheck.errors import InputError
+from qcheck.formats import REGISTRY
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
 #: tensors that only matter to real kernels (activation / KV-cache scales): dropped from the state dict
@@ -25,9 +26,8 @@ SIDE_LEAVES = frozenset({
     "k_scale", "v_scale", "kv_scale",
 })
 FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64"})
-#: canonical methods (DESIGN.md) whose weights this module can dequantise; "unknown" is attempted too
-SIMULATED_METHODS = frozenset({"none", "gguf", "fp8", "nvfp4", "mxfp4", "mxfp8", "awq", "gptq", "int8", "int4",
-                               "mlx", "unknown"})
+#: canonical methods whose weights this module can dequantise (``Format.simulated``); "unknown" is attempted too
+SIMULATED_METHODS = REGISTRY.simulated()
 
 __all__ = [
     "apply_activation_fake_quant",

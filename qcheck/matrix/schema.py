@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from qcheck.errors import QcheckError
+from qcheck.formats import REGISTRY
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -21,10 +22,8 @@ if TYPE_CHECKING:
 STATUSES = ("native", "fallback", "unsupported", "unknown")
 VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
 KINDS = ("engine", "provider", "single-purpose")
-METHODS = (
-    "none", "gguf", "fp8", "nvfp4", "mxfp4", "mxfp6", "mxfp8", "awq", "gptq", "int8", "int4",
-    "bitsandbytes", "mlx", "exl2", "exl3", "hqq", "torchao", "aqlm", "unknown",
-)
+#: canonical methods a rule may name: the format registry's (``qcheck.formats``), in its order
+METHODS = REGISTRY.methods()
 FORMATS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
 PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "file_type", "backend", "path",
                 "adapter_rank", "base_model")

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from qcheck.formats import REGISTRY, Format
 from qcheck.model import Inspection, Quantization
 
-METHOD_LABELS = {
-    "none": "unquantised", "gguf": "GGUF", "fp8": "FP8", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "mxfp6": "MXFP6",
-    "mxfp8": "MXFP8", "awq": "AWQ", "gptq": "GPTQ", "int8": "INT8", "int4": "INT4", "bitsandbytes": "bitsandbytes",
-    "mlx": "MLX", "exl2": "EXL2", "exl3": "EXL3", "hqq": "HQQ", "torchao": "torchao", "aqlm": "AQLM",
-    "unknown": "unknown quantisation",
-}
 _ACT_BITS = {"float8_e4m3": 8, "float8_e5m2": 8, "int8": 8, "fp4_e2m1": 4, "int4": 4}
 
 
@@ -39,7 +34,8 @@ def human_bytes(n: int | None) -> str:
 
 def _scheme(q: Quantization) -> str | None:
     """``W8A8``/``W4A16`` for methods with a nominal weight width."""
-    if q.weight_bits is None or q.method in ("gguf", "none", "exl2", "exl3", "aqlm"):
+    fmt = REGISTRY.get(q.method)
+    if q.weight_bits is None or (fmt is not None and not fmt.nominal_scheme):
         return None
     act = _ACT_BITS.get(q.activation_dtype or "", 16)
     return f"W{q.weight_bits}A{act}"
@@ -65,19 +61,19 @@ def quant_phrase(q: Quantization) -> str:
         return f"GGUF {ft}{bpw}"
     if q.method == "none":
         return f"{(q.weight_dtype or 'float').upper().replace('BFLOAT', 'BF').replace('FLOAT', 'FP')} (unquantised)"
-    label = METHOD_LABELS.get(q.method, q.method)
-    head = " ".join(p for p in (label, _scheme(q)) if p)
-    if q.method in ("exl2", "exl3", "aqlm") and q.bits_per_weight:
+    fmt = REGISTRY.get(q.method) or Format(q.method, q.method)
+    head = " ".join(p for p in (fmt.label, _scheme(q)) if p)
+    if fmt.shows_bits_per_weight and q.bits_per_weight:
         head += f" {q.bits_per_weight:.2f} bpw"
     details = []
     if q.weight_dtype:
         details.append(q.weight_dtype)
     gran = _granularity(q)
     if gran:
-        details.append(f"{gran} weights" if q.method in ("fp8", "int8") else gran)
-    if q.method == "mlx" and q.format:
+        details.append(f"{gran} weights" if fmt.granularity_of_weights else gran)
+    if fmt.format_first and q.format:
         details.insert(0, q.format)
-    if q.scale_dtype and q.method in ("nvfp4", "mxfp4", "mxfp6", "mxfp8"):
+    if q.scale_dtype and fmt.shows_scale_dtype:
         details.append(f"{q.scale_dtype} scales")
     if q.activation_dtype:
         details.append(f"{q.activation_scheme + ' ' if q.activation_scheme else ''}{q.activation_dtype} activations")
