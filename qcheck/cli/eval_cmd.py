@@ -56,6 +56,21 @@ def threshold_options(func: Any) -> Any:
     return func
 
 
+def report_meta() -> dict[str, Any]:
+    """What the HTML report needs to be reproducible and the JSON does not carry: date, command, versions."""
+    import datetime
+
+    from qcheck import __version__
+
+    versions = {"qcheck": __version__}
+    for name in ("torch", "transformers", "llama_cpp"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(getattr(module, "__version__", None), str):
+            versions[name.replace("_", "-")] = module.__version__
+    return {"generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": ["qcheck", *sys.argv[1:]], "versions": versions}
+
+
 @click.command("eval")
 @click.option("--reference", "-r", required=True, metavar="DIR",
               help="The unquantised transformers model directory (config.json, safetensors, tokenizer).")
@@ -141,5 +156,5 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
         from qcheck.report import write_output
         from qcheck.report.sanitize import sanitized
 
-        write_output(report_path, render_html(sanitized(result.to_json())))
+        write_output(report_path, render_html(sanitized(result.to_json()), sanitized(report_meta())))
     return finish(result, output_spec)

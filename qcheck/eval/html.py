@@ -13,12 +13,16 @@ COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b0
 REF_COLOR = "#9c9c9c"
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em;color:#222;max-width:1100px}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em;color:#222;max-width:1100px}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:.9em;margin:.5em 0}th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}th{background:#f4f4f4}
+td,th{white-space:nowrap}td.wrap{white-space:normal;overflow-wrap:anywhere;text-align:left}
+.scroll{overflow-x:auto;max-width:100%}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}.muted{color:#777;font-size:.85em}
-svg text{font-size:11px;fill:#333}.note{color:#555}
+.neutral{color:#555;font-weight:bold}td.failed{background:#fde8e8;color:#c62828;font-weight:bold}
+svg{max-width:100%;height:auto}svg text{font-size:11px;fill:#333}.note{color:#555}
+table.meta td{text-align:left}table.meta{font-size:.85em}
 """
 
 
@@ -37,6 +41,16 @@ def _num(x: Any, digits: int = 4) -> str:
 
 def _pct(x: Any) -> str:
     return "–" if x is None else f"{100 * float(x):.1f}%"
+
+
+def _pct_small(x: Any) -> str:
+    """A percentage that stays readable when small (RMS Δp is often far below 0.1%): three significant digits."""
+    if x is None:
+        return "–"
+    v = 100 * float(x)
+    if v == 0 or abs(v) >= 1:
+        return f"{v:.2f}%"
+    return f"{v:.3g}%"
 
 
 def _ci(iv: dict[str, Any] | None, fmt: Any = _num) -> str:
@@ -79,15 +93,40 @@ def kld_histogram_svg(candidates: list[dict[str, Any]], width: int = 720, height
             parts.append(f'<rect class="bar" x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" '
                          f'height="{h:.1f}" fill="{color}"><title>{_e(series[si][0])}: {100 * v:.1f}% of tokens, '
                          f'KLD ≥ {edges[b]:.2g}</title></rect>')
-    for b in range(0, nbins, 4):
-        x = left + b * group_w
-        label = "0" if edges[b] == 0 else f"{edges[b]:.0e}".replace("e-0", "e-").replace("e+0", "e")
-        parts.append(f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="start">{label}</text>')
+    for b, x in power_of_ten_ticks(edges):
+        px = left + x * group_w
+        parts.append(f'<line x1="{px:.1f}" y1="{top + plot_h}" x2="{px:.1f}" y2="{top + plot_h + 4}" stroke="#999"/>')
+        parts.append(f'<text x="{px:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_power_label(b)}</text>')
     parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 28}" text-anchor="middle">per-token KL divergence '
                  '(nats, log-spaced bins; lower is better)</text>')
     parts.append(_legend([n for n, _ in series], left, height - 12))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def power_of_ten_ticks(edges: list[float]) -> list[tuple[int | None, float]]:
+    """(exponent, position in bins) for every power of ten inside the log-spaced edges; the first edge may be 0
+    (the bin of exact zeros), whose tick is labelled 0."""
+    import itertools
+    import math
+
+    ticks: list[tuple[int | None, float]] = [(None, 0.0)] if edges and edges[0] == 0 else []
+    positive = [(i, e) for i, e in enumerate(edges) if e > 0]
+    if len(positive) < 2:
+        return ticks
+    for (i, lo), (_, hi) in itertools.pairwise(positive):
+        llo, lhi = math.log10(lo), math.log10(hi)
+        for exp in range(math.ceil(llo - 1e-9), math.floor(lhi + 1e-9) + 1):
+            if ticks and ticks[-1][0] == exp:
+                continue
+            ticks.append((exp, i + (exp - llo) / (lhi - llo)))
+    return ticks
+
+
+def _power_label(exp: int | None) -> str:
+    if exp is None:
+        return "0"
+    return {0: "1", 1: "10"}.get(exp, f"10<tspan dy='-5' font-size='8'>{exp}</tspan>")
 
 
 def _legend(names: list[str], x0: int, y: int, with_reference: bool = False) -> str:
@@ -129,11 +168,14 @@ def task_accuracy_svg(candidates: list[dict[str, Any]], width: int = 720) -> str
         for bi, (name, v, color) in enumerate(values):
             if v is None:
                 continue
-            h = float(v) * plot_h
+            h = max(float(v) * plot_h, 1.5)  # 0%: a visible sliver and its label, not a gap
             x = gx + bi * bar_w
             parts.append(f'<rect class="bar" x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w * 0.9:.1f}" '
                          f'height="{h:.1f}" fill="{color}"><title>{_e(task)} · {_e(name)}: {100 * float(v):.1f}% '
                          f'(n={first["n"]})</title></rect>')
+            if float(v) == 0:
+                parts.append(f'<text class="zero" x="{x + bar_w * 0.45:.1f}" y="{top + plot_h - 4:.1f}" '
+                             f'text-anchor="middle">0%</text>')
         label = task if len(task) <= 16 else task[:15] + "…"
         parts.append(f'<text x="{left + ti * group_w + group_w / 2:.1f}" y="{top + plot_h + 14}" '
                      f'text-anchor="middle">{_e(label)}</text>')
@@ -142,44 +184,32 @@ def task_accuracy_svg(candidates: list[dict[str, Any]], width: int = 720) -> str
     return "".join(parts)
 
 
-def render_html(data: dict[str, Any]) -> str:
-    """The whole report as one HTML string (``data`` is ``EvalResult.to_json()``)."""
+def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str:
+    """The whole report as one HTML string (``data`` is ``EvalResult.to_json()``; ``meta`` what the JSON does
+    not hold: ``command`` (argv), ``generated`` (ISO date) and ``versions`` (package -> version))."""
+    meta = meta or {}
     ref, tasks, cache, cands = data["reference"], data["tasks"], data["cache"], data["candidates"]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            "<title>qcheck eval report</title>", f"<style>{_CSS}</style></head><body>"]
-    verdict = "PASS" if data["exit_code"] == 0 else "FAIL"
-    out.append(f'<h1>qcheck eval: <span class="{verdict.lower()}">{verdict}</span></h1>')
+    thr = {k: v for k, v in (data.get("thresholds") or {}).items() if k not in ("tier", "use_intervals")}
+    if not thr:
+        out.append('<h1>qcheck eval: <span class="neutral">measured, not gated</span></h1>')
+    else:
+        verdict = "PASS" if data["exit_code"] == 0 else "FAIL"
+        out.append(f'<h1>qcheck eval: <span class="{verdict.lower()}">{verdict}</span></h1>')
     out.append(f"<p>Reference <code>{_e(ref['path'])}</code> ({_e(ref.get('architecture'))}, {_e(ref.get('dtype'))}, "
                f"{_e(ref.get('device'))}); {tasks['items']} items from {len(tasks['files'])} task file(s); "
                f"reference log-probs {'reused from cache' if cache['hit'] else 'computed'} "
                f"(<code>{_e(cache['kind'])}</code>: {_e(cache.get('precision'))}).</p>")
-    thr = {k: v for k, v in (data.get("thresholds") or {}).items() if k not in ("tier", "use_intervals")}
     if thr:
         out.append("<p>Thresholds: " + ", ".join(f"<code>{_e(k.replace('_', '-'))} {v:g}</code>" for k, v in thr.items())
                    + (f" (tier {_e(data['thresholds'].get('tier'))})" if data["thresholds"].get("tier") else "")
                    + "</p>")
-
-    out.append("<h2>Summary</h2><table><tr><th>candidate</th><th>backend</th><th>mean KLD [95% CI]</th>"
-               "<th>median KLD</th><th>p99 KLD</th><th>max KLD</th><th>top-1 agreement</th><th>PPL ratio</th>"
-               "<th>RMS Δp</th><th>NLL corr.</th><th>accuracy ref → cand</th><th>recovery</th><th>flips C→I / I→C</th>"
-               "<th>greedy agreement</th><th>gate</th></tr>")
-    for c in cands:
-        m, iv = c["metrics"], c["intervals"]
-        lb = "≥ " if m.get("kld_kind") == "lower-bound" else ""
-        acc = "–" if m.get("accuracy") is None else f"{_pct(m['accuracy_reference'])} → {_pct(m['accuracy'])}"
-        flips = "–" if m.get("flips") is None else f"{m.get('flips_c_to_i_count')} / {m.get('flips_i_to_c_count')}"
-        gate = '<span class="pass">PASS</span>' if c["gate"]["passed"] else '<span class="fail">FAIL</span>'
-        out.append(f"<tr><td>{_e(c['name'])}</td><td>{_e(c['backend'])}</td>"
-                   f"<td>{lb}{_num(m.get('kld_mean'))}{_ci(iv.get('kld_mean'))}</td><td>{_num(m.get('kld_median'))}</td>"
-                   f"<td>{_num(m.get('kld_p99'))}</td><td>{_num(m.get('kld_max'))}</td>"
-                   f"<td>{_pct(m.get('top1_agreement'))}{_ci(iv.get('top1_agreement'), _pct)}</td>"
-                   f"<td>{_num(m.get('ppl_ratio'))}{_ci(iv.get('ppl_ratio'))}</td><td>{_pct(m.get('delta_p_rms'))}</td>"
-                   f"<td>{_num(m.get('nll_correlation'))}</td><td>{acc}</td><td>{_num(m.get('recovery'), 3)}"
-                   f"{_ci(iv.get('recovery'), lambda x: _num(x, 3))}</td><td>{flips}</td>"
-                   f"<td>{_pct(m.get('greedy_agreement'))}</td><td>{gate}</td></tr>")
-    out.append("</table>")
-
+    else:
+        out.append("<p>No thresholds were set (<code>--tier</code>, <code>--max-kld</code> ...): the numbers are "
+                   "measurements, nothing was gated.</p>")
+    out.append(_summary_table(cands, gated=bool(thr)))
     out.append("<h2>Per-token KL divergence</h2>")
     out.append(kld_histogram_svg(cands))
     out.append("<h2>Accuracy per task</h2>")
@@ -207,11 +237,85 @@ def render_html(data: dict[str, Any]) -> str:
                 out.append("</table>")
     if data.get("notes"):
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in data["notes"]) + "</ul>")
+    out.append(_provenance(data, meta))
     out.append('<p class="muted">Generated by qcheck eval (schema qcheck.eval/1). KL divergence is '
                "KL(reference ‖ candidate) per scored token in nats; intervals: per-document bootstrap (KLD, PPL), "
                "Wilson (agreement, flips), paired normal (accuracy delta), paired bootstrap (recovery).</p>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+#: summary rows: (label, metric key, formatter, interval formatter or None)
+_ROWS: list[tuple[str, str, Any, Any]] = [
+    ("mean KLD (95% CI)", "kld_mean", _num, _num), ("median KLD", "kld_median", _num, None),
+    ("p99 KLD", "kld_p99", _num, None), ("max KLD", "kld_max", _num, None),
+    ("top-1 agreement", "top1_agreement", _pct, _pct), ("PPL ratio", "ppl_ratio", _num, _num),
+    ("RMS Δp", "delta_p_rms", _pct_small, None), ("NLL correlation", "nll_correlation", _num, None),
+    ("recovery", "recovery", lambda x: _num(x, 3), lambda x: _num(x, 3)),
+    ("greedy agreement", "greedy_agreement", _pct, None),
+]
+
+
+def _summary_table(cands: list[dict[str, Any]], gated: bool) -> str:
+    """Metrics down, candidates across (fits a narrow page); a metric that failed its threshold is marked."""
+    head = "".join(f"<th>{_e(c['name'])}</th>" for c in cands)
+    rows = [f"<h2>Summary</h2><div class='scroll'><table class='summary'><tr><th>metric</th>{head}</tr>",
+            "<tr><td>backend</td>" + "".join(f"<td>{_e(c['backend'])}</td>" for c in cands) + "</tr>"]
+    for label, key, fmt, ci_fmt in _ROWS:
+        cells = []
+        for c in cands:
+            m, iv = c["metrics"], c["intervals"]
+            failed = any(f.get("metric") == key for f in c["gate"]["failures"])
+            lb = "≥ " if key == "kld_mean" and m.get("kld_kind") == "lower-bound" else ""
+            ci = _ci(iv.get(key), ci_fmt).replace(" <span", "<br><span", 1) if ci_fmt else ""
+            cls = ' class="failed" title="fails its threshold"' if failed else ""
+            cells.append(f"<td{cls}>{lb}{fmt(m.get(key))}{ci}</td>")
+        rows.append(f"<tr><td>{_e(label)}</td>{''.join(cells)}</tr>")
+    acc, flips = [], []
+    for c in cands:
+        m = c["metrics"]
+        failed = any(f.get("metric") in ("accuracy", "accuracy_delta") for f in c["gate"]["failures"])
+        cls = ' class="failed"' if failed else ""
+        acc.append(f"<td{cls}>" + ("–" if m.get("accuracy") is None
+                                    else f"{_pct(m['accuracy_reference'])} → {_pct(m['accuracy'])}") + "</td>")
+        flips.append("<td>" + ("–" if m.get("flips") is None
+                               else f"{m.get('flips_c_to_i_count')} / {m.get('flips_i_to_c_count')}") + "</td>")
+    rows.append(f"<tr><td>accuracy ref → cand</td>{''.join(acc)}</tr>")
+    rows.append(f"<tr><td>flips C→I / I→C</td>{''.join(flips)}</tr>")
+    if gated:
+        gate = "".join('<td><span class="pass">PASS</span></td>' if c["gate"]["passed"]
+                       else '<td><span class="fail">FAIL</span></td>' for c in cands)
+    else:
+        gate = "".join('<td><span class="muted">no threshold</span></td>' for _ in cands)
+    rows.append(f"<tr><td>gate</td>{gate}</tr></table></div>")
+    return "".join(rows)
+
+
+def _provenance(data: dict[str, Any], meta: dict[str, Any]) -> str:
+    """What a reader needs to reproduce the run: versions, date, command, every path and task."""
+    ref, tasks = data["reference"], data["tasks"]
+    rows: list[tuple[str, str]] = []
+    if meta.get("generated"):
+        rows.append(("generated", _e(meta["generated"])))
+    versions = meta.get("versions") or {}
+    if versions:
+        rows.append(("versions", ", ".join(f"{_e(k)} {_e(v)}" for k, v in versions.items())))
+    if meta.get("command"):
+        import shlex
+
+        rows.append(("command", f"<code>{_e(shlex.join(str(a) for a in meta['command']))}</code>"))
+    rows.append(("reference", f"<code>{_e(ref.get('path'))}</code>"))
+    for c in data["candidates"]:
+        rows.append((f"candidate {_e(c['name'])}", f"<code>{_e(c.get('path'))}</code> ({_e(c.get('backend'))})"))
+    rows.append(("task files", ", ".join(f"<code>{_e(f)}</code>" for f in tasks.get("files") or [])))
+    by_task = tasks.get("by_task") or {}
+    if by_task:
+        rows.append(("tasks", ", ".join(f"{_e(t)} ({n})" for t, n in by_task.items())))
+    settings = data.get("settings") or {}
+    if settings:
+        rows.append(("settings", ", ".join(f"{_e(k)}={_e(v)}" for k, v in settings.items())))
+    body = "".join(f"<tr><td>{k}</td><td class='wrap'>{v}</td></tr>" for k, v in rows)
+    return f"<h2>Run</h2><table class='meta'>{body}</table>"
 
 
 def _short(text: Any, limit: int = 80) -> str:

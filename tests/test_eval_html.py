@@ -1,0 +1,77 @@
+"""The HTML eval report as a stakeholder reads it: no PASS without a threshold, reproducible (versions,
+date, command, paths, tasks), numbers that do not wrap, failing metric marked, small Δp readable, histogram
+ticks at powers of ten, 0% bars visible."""
+
+from __future__ import annotations
+
+import re
+
+from qcheck.eval.html import power_of_ten_ticks, render_html
+
+EDGES = [0.0, *[10 ** (e / 4) for e in range(-24, 5)]]
+
+
+def candidate(name: str, kld: float, failures: list[dict] | None = None, acc: float = 0.5) -> dict:
+    counts = [0] * len(EDGES)
+    counts[3], counts[10] = 40, 60
+    return {"name": name, "backend": "simulated:gguf", "path": f"/models/{name}.gguf",
+            "metrics": {"kld_mean": kld, "kld_median": kld / 2, "kld_p99": kld * 3, "kld_max": kld * 9,
+                        "top1_agreement": 0.987, "ppl_ratio": 1.0007, "delta_p_rms": 0.000123,
+                        "nll_correlation": 0.99, "accuracy_reference": 0.5, "accuracy": acc, "flips": 0.1,
+                        "flips_c_to_i_count": 1, "flips_i_to_c_count": 0, "recovery": 1.0,
+                        "greedy_agreement": 0.9},
+            "intervals": {"kld_mean": {"low": kld * 0.9, "high": kld * 1.1}},
+            "gate": {"passed": not failures, "failures": failures or []},
+            "per_task": {"arith": {"n": 4, "accuracy_reference": 0.5, "accuracy": 0.0},
+                         "trivia": {"n": 6, "accuracy_reference": 1.0, "accuracy": acc}},
+            "distribution": {"edges": EDGES, "counts": counts}, "flipped": [], "notes": [], "warnings": []}
+
+
+def data(thresholds: dict, cands: list[dict]) -> dict:
+    return {"schema": "qcheck.eval/1", "reference": {"path": "/models/bf16", "architecture": "LlamaForCausalLM",
+                                                     "dtype": "float32", "device": "cpu"},
+            "tasks": {"files": ["/tasks/arith.jsonl", "/tasks/trivia.jsonl"], "items": 10, "by_kind": {"choice": 10},
+                      "by_task": {"arith": 4, "trivia": 6}},
+            "cache": {"hit": False, "kind": "full-u16", "precision": "u16"}, "thresholds": thresholds,
+            "settings": {"max_length": 512}, "candidates": cands,
+            "notes": [], "exit_code": 0 if all(c["gate"]["passed"] for c in cands) else 1}
+
+
+META = {"generated": "2026-12-01 16:00 UTC", "command": ["qcheck", "eval", "-r", "/models/bf16"],
+        "versions": {"qcheck": "0.1.0", "torch": "2.13.0", "transformers": "5.24.0"}}
+
+
+def test_no_threshold_is_not_a_pass_and_the_run_is_reproducible():
+    page = render_html(data({}, [candidate("q8", 3.22e-6)]), META)
+    h1 = re.search(r"<h1>.*?</h1>", page).group(0)
+    assert "PASS" not in h1 and "not gated" in h1
+    assert "no threshold" in page and '<span class="pass">PASS</span>' not in page
+    for text in ("2026-12-01 16:00 UTC", "torch 2.13.0", "transformers 5.24.0", "qcheck 0.1.0",
+                 "qcheck eval -r /models/bf16", "/models/q8.gguf", "arith (4)", "trivia (6)", "/tasks/trivia.jsonl"):
+        assert text in page, text
+
+
+def test_failing_metric_is_marked_and_numbers_do_not_wrap():
+    failure = {"threshold": "max_kld", "metric": "kld_mean", "value": 7.2e-4, "limit": 1e-4, "message": "kld_mean"}
+    page = render_html(data({"max_kld": 1e-4}, [candidate("q8", 3.22e-6), candidate("q4", 7.22e-4, [failure])]),
+                       META)
+    assert '<span class="fail">FAIL</span></h1>' in page
+    rows = re.findall(r"<tr><td>mean KLD \(95% CI\)</td>(.*?)</tr>", page)[0]
+    q8, q4 = re.findall(r"<td[^>]*>", rows)
+    assert "failed" not in q8 and 'class="failed"' in q4
+    assert "td,th{white-space:nowrap}" in page and "svg{max-width:100%" in page
+    assert "<th>metric</th><th>q8</th><th>q4</th>" in page  # metrics down: the table stays narrow
+
+
+def test_small_delta_p_keeps_its_digits():
+    page = render_html(data({}, [candidate("q8", 3.22e-6)]), META)
+    assert "<tr><td>RMS Δp</td><td>0.0123%</td></tr>" in page
+
+
+def test_histogram_ticks_are_powers_of_ten_and_zero_bars_show():
+    ticks = power_of_ten_ticks(EDGES)
+    assert [t for t, _ in ticks] == [None, -6, -5, -4, -3, -2, -1, 0, 1]
+    assert [round(x, 6) for _, x in ticks] == [0, 1, 5, 9, 13, 17, 21, 25, 29]
+    page = render_html(data({}, [candidate("q8", 3.22e-6, acc=0.0)]), META)
+    assert "10<tspan dy='-5' font-size='8'>-6</tspan>" in page
+    assert page.count('class="zero"') == 2  # arith and trivia at 0% for q8: labelled, not blank
