@@ -160,3 +160,58 @@ def test_versions_newer_than_the_data_keep_the_newest_rules(files) -> None:
     assert v.warnings[0] == "rules verified up to vLLM 0.33.0; 0.99.0 is newer, unverified"
     # the floor itself and anything between floor and the oldest listed version is judged by rules
     assert check(files["gptq"], "vllm==0.7.2", "t4")[0].rule_id != "engine-version"
+
+
+# --------------------------------------------------------------------------------- GPUs users run
+
+@pytest.mark.parametrize(("name", "gpu", "arch", "cc"), [
+    ("NVIDIA H100 80GB HBM3", "h100", "hopper", "9.0"), ("NVIDIA GeForce RTX 4090", "rtx-4090", "ada", "8.9"),
+    ("4090", "rtx-4090", "ada", "8.9"), ("5090", "rtx-5090", "blackwell-consumer", "12.0"),
+    ("Tesla V100-SXM2-32GB", "v100", "volta", "7.0"), ("NVIDIA A100-SXM4-40GB", "a100-40gb", "ampere", "8.0"),
+    ("NVIDIA A100 80GB PCIe", "a100", "ampere", "8.0"), ("Tesla P40", "p40", "pascal", "6.1"),
+    ("Tesla P100-PCIE-16GB", "p100", "pascal", "6.0"), ("NVIDIA GeForce GTX 1080 Ti", "gtx-1080-ti", "pascal", "6.1"),
+    ("GeForce GTX 1660 SUPER", "gtx-1660", "turing", "7.5"), ("AMD Instinct MI300X", "mi300x", "cdna3", None),
+    ("AMD Instinct MI100", "mi100", "cdna1", None), ("Radeon RX 6800 XT", "rx-6900-xt", "rdna2", None),
+])
+def test_device_tool_names_and_bare_numbers(name: str, gpu: str, arch: str, cc: str | None) -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    t = load_matrix().gpus.lookup(name)
+    assert (t.gpu, t.arch.id, t.cc) == (gpu, arch, cc)
+
+
+@pytest.mark.parametrize(("alias", "arch", "cc"), [("sm61", "pascal", "6.1"), ("sm_60", "pascal", "6.0"),
+                                                   ("gfx908", "cdna1", None), ("gfx1030", "rdna2", None)])
+def test_new_architectures_by_capability_and_gfx_id(alias: str, arch: str, cc: str | None) -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    t = load_matrix().gpus.lookup(alias)
+    assert (t.arch.id, t.cc) == (arch, cc)
+
+
+def test_vllm_wheels_have_no_kernels_for_pascal_and_dropped_volta_in_0_20(files) -> None:
+    """Fatbinary of the PyPI wheels: sm70 cubins up to 0.19.1, none from 0.20.0; never sm6x."""
+    for gpu in ("p40", "p100", "gtx-1080"):
+        v, result = check(files["gptq"], "vllm", gpu)
+        assert v.status == "unsupported" and result.exit_code == 1
+        assert v.reasons[0].startswith("build: vLLM 0.33.0's released build has no CUDA kernels for sm6")
+    old_volta, _ = check(files["gptq"], "vllm==0.19.1", "v100")
+    new_volta, _ = check(files["gptq"], "vllm==0.20.0", "v100")
+    assert old_volta.status == "fallback" and new_volta.status == "unsupported"
+    assert [d.dimension for d in new_volta.dimensions] == ["weights", "build"]
+    assert check(files["gptq"], "vllm==0.19.1", "p40")[0].status == "unsupported"
+    # capabilities the wheel covers through binary-compatible cubins or PTX are left to the rules
+    assert check(files["gptq"], "vllm", "jetson-orin")[0].status == "native"  # sm87 runs sm80 cubins
+    assert check(files["gptq"], "vllm", "gb10")[0].status == "native"  # sm121 runs sm120 cubins
+
+
+def test_new_gpus_get_honest_answers(files) -> None:
+    """llama.cpp and Ollama run GGUF on Pascal (cc 5.0+); unverified ROCm archs are unknown, not guessed."""
+    assert check(files["q8_0-gguf"], "llama.cpp", "p40")[0].status == "native"
+    assert check(files["q8_0-gguf"], "ollama", "gtx-1080-ti")[0].status == "native"
+    for gpu in ("mi100", "rx-6900-xt"):
+        assert check(files["gptq"], "vllm", gpu)[0].status == "unknown"
+        assert check(files["fp8-block"], "sglang", gpu)[0].status == "unknown"
+        ollama, _ = check(files["q8_0-gguf"], "ollama", gpu)
+        assert ollama.status == "unsupported" and "ollama:vulkan" in text(ollama)
+        assert check(files["q8_0-gguf"], "ollama:vulkan", gpu)[0].status == "native"

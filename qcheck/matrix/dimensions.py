@@ -59,6 +59,15 @@ Dimension = Callable[[Deployment], "Judgement | None"]
 DIMENSIONS: list[Dimension] = []
 
 
+def _builtin() -> None:
+    from qcheck.matrix.builds import judge_build
+
+    DIMENSIONS.append(judge_build)
+
+
+_builtin()
+
+
 def worst(statuses: Sequence[Status]) -> Status:
     """The worst status of several (unsupported > unknown > fallback > native); native for none."""
     return min(statuses, key=SEVERITY.index, default="native")

@@ -25,6 +25,8 @@ from qcheck.matrix.schema import (
 )
 
 _PUNCT = re.compile(r"[\s\-_/]+")
+#: words device tools put before the product name (nvidia-smi, rocm-smi, xpu-smi), normalised
+_VENDOR_WORDS = ("nvidia", "amd", "intel", "tesla")
 _CC_DOTTED = re.compile(r"^(?:sm)?(\d{1,2})\.(\d)[af]?$")
 _CC_PLAIN = re.compile(r"^(?:sm)?(\d{2,3})[af]?$")
 _CC_TEXT = re.compile(r"^\d{1,2}\.\d$")
@@ -80,9 +82,19 @@ class GpuTable:
         return self._gpu_ids
 
     def lookup(self, name: str) -> Target:
-        """Resolve one ``--gpu`` value; raises UsageError (exit 2) with close matches if unknown."""
+        """Resolve one ``--gpu`` value; raises UsageError (exit 2) with close matches if unknown.
+
+        The names ``nvidia-smi`` and ``rocm-smi`` print work as they are: a leading vendor word ("NVIDIA
+        H100 80GB HBM3", "AMD Instinct MI300X", "Tesla V100-SXM2-32GB") is dropped when the full name is
+        not known itself.
+        """
         key = normalise(name)
         hit = self._names.get(key)
+        if hit is None:
+            for prefix in _VENDOR_WORDS:
+                if key.startswith(prefix) and key[len(prefix):] in self._names:
+                    hit = self._names[key[len(prefix):]]
+                    break
         if hit is not None:
             kind, ident = hit
             if kind == "gpu":

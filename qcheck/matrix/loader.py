@@ -18,6 +18,7 @@ from qcheck.matrix.conditions import compile_hardware, compile_match
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
     BACKEND_KEYS,
+    BUILD_KEYS,
     ENGINE_FILE_KEYS,
     ENGINE_KEYS,
     KINDS,
@@ -32,6 +33,7 @@ from qcheck.matrix.schema import (
     SUGGESTIONS_FILE_KEYS,
     VENDORS,
     Backend,
+    Build,
     Engine,
     MatrixDataError,
     Rule,
@@ -43,6 +45,8 @@ from qcheck.matrix.schema import (
     type_name,
 )
 from qcheck.matrix.versions import SCHEMES, parse_specifier, parse_version
+
+_CC_VALUE = re.compile(r"^\d{1,2}\.\d$")
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -245,7 +249,39 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
             seen[rule.id] = rule.label
             into.append(rule)
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
+    engine.builds = _load_builds(raw.get("build", []), engine)
     return engine
+
+
+def _load_builds(raw: Any, engine: Engine) -> list[Build]:
+    """``[[build]]`` entries: CUDA architectures of the released package (qcheck.matrix.builds)."""
+    if not isinstance(raw, list):
+        Where(engine.file).fail("bad-type", "[[build]] must be an array of tables")
+    out = []
+    for index, entry in enumerate(raw):
+        ctx = Where(engine.file, f"build #{index + 1}")
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", "each [[build]] must be a table")
+        check_keys(entry, BUILD_KEYS, {"cuda_sass", "reason", "sources"}, ctx)
+        versions_text = entry.get("versions")
+        versions = None
+        if versions_text is not None:
+            if not isinstance(versions_text, str):
+                ctx.fail("bad-type", "versions must be a string such as '>=0.20.0'")
+            try:
+                versions = parse_specifier(versions_text, engine.scheme)
+            except ValueError as exc:
+                ctx.fail("bad-version-spec", str(exc))
+        ccs = []
+        for key in ("cuda_sass", "cuda_ptx"):
+            values = _str_list(entry, key, ctx, allow_empty=True) if key in entry else []
+            for cc in values:
+                if not _CC_VALUE.match(cc):
+                    ctx.fail("bad-type", f"{key}: {cc!r} is not a compute capability like '8.0'")
+            ccs.append(tuple(values))
+        out.append(Build(versions, versions_text, ccs[0], ccs[1], require_str(entry, "reason", ctx),
+                         _resolve_sources(_str_list(entry, "sources", ctx), engine.sources, ctx)))
+    return out
 
 
 def _data_floor(parsed: list[Version], sources: dict[str, SourceSpec], scheme: str) -> Version | None:

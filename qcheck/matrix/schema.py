@@ -31,7 +31,8 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
-ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion"}
+ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build"}
+BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
                "backends", "note"}
 BACKEND_KEYS = {"vendors", "default", "note"}
@@ -180,6 +181,20 @@ class Rule:
         return f"{kind} '{self.id}' (#{self.index + 1})"
 
 
+@dataclass(frozen=True)
+class Build:
+    """A ``[[build]]`` entry: the compute capabilities an engine's released package has kernels for."""
+
+    versions: SpecifierSet | None
+    versions_text: str | None
+    #: capabilities with cubins ("7.5") and with PTX ("8.0"), as read from the package's fatbinary
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    #: what the user reads after "has no CUDA kernels for smXY (...)": how to get a build that has them
+    reason: str
+    sources: tuple[SourceSpec, ...]
+
+
 @dataclass
 class SuggestionRule:
     id: str
@@ -218,6 +233,8 @@ class Engine:
     #: the oldest version any fact was read at (oldest listed version or an older source version):
     #: a requested version below it is outside the data and resolves ``unknown``
     floor: Version | None = None
+    #: ``[[build]]`` entries: the CUDA architectures of the released package per version range
+    builds: list[Build] = field(default_factory=list)
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -1,0 +1,102 @@
+"""The verifiers under matrices/tools/ run against small fixtures (no network): the logic that reads a released
+package must find exactly what a hand-built file holds, and report a disagreement with the TOML."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+import sys
+import zipfile
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent.parent / "matrices" / "tools"
+
+
+def load_tool(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"qcheck_tool_{name}", TOOLS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fatbin(entries: list[tuple[int, int]]) -> bytes:
+    """One fatbinary: header + entries (kind, sm), each with a 64-byte entry header and a 16-byte payload."""
+    body = b""
+    for kind, arch in entries:
+        head = struct.pack("<HHIQ", kind, 0x0101, 64, 16) + struct.pack("<IIHH", 0, 0, 0, 0) + struct.pack("<I", arch)
+        body += head.ljust(64, b"\0") + b"\xaa" * 16
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def elf_with(sections: dict[str, bytes]) -> bytes:
+    """A minimal ELF64 LE file holding the named sections (plus .shstrtab), enough for section lookup."""
+    names = b"\0" + b"".join(n.encode() + b"\0" for n in [*sections, ".shstrtab"])
+    blobs, offsets, pos = [], [], 64
+    for data in [*sections.values(), names]:
+        offsets.append(pos)
+        blobs.append(data)
+        pos += len(data)
+    shoff = (pos + 7) // 8 * 8
+    headers = [b"\0" * 64]  # the null section
+    name_pos = 1
+    for (name, data), off in zip([*sections.items(), (".shstrtab", names)], offsets, strict=True):
+        headers.append(struct.pack("<IIQQQQIIQQ", name_pos, 1, 0, 0, off, len(data), 0, 0, 8, 0))
+        name_pos += len(name) + 1
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(headers),
+                                 len(headers) - 1)
+    out = header + b"".join(blobs)
+    return out.ljust(shoff, b"\0") + b"".join(headers)
+
+
+@pytest.fixture(scope="module")
+def cuda() -> ModuleType:
+    return load_tool("verify_cuda_build")
+
+
+ENTRIES = [(2, 75)] * 6 + [(2, 80)] * 5 + [(1, 80)] * 5 + [(2, 120)] * 7 + [(2, 52)] + [(1, 52)] + [(1, 89)]
+
+
+def test_fatbinary_entries_are_counted_per_kind_and_capability(cuda, tmp_path: Path) -> None:
+    lib = elf_with({".text": b"\x90" * 24, ".nv_fatbin": fatbin(ENTRIES[:12]) + b"\0" * 8 + fatbin(ENTRIES[12:])})
+    found = cuda.read_library(lib)
+    assert found == Counter({("sass", "7.5"): 6, ("sass", "8.0"): 5, ("ptx", "8.0"): 5, ("sass", "12.0"): 7,
+                             ("sass", "5.2"): 1, ("ptx", "5.2"): 1, ("ptx", "8.9"): 1})
+    # a lone kernel does not make a generation usable
+    assert cuda.architectures(found) == (["7.5", "8.0", "12.0"], ["8.0"])
+    path = tmp_path / "_C.abi3.so"
+    path.write_bytes(lib)
+    assert cuda.main(["--so", str(path)]) == 0
+
+
+def test_wheel_libraries_are_summed_and_compared_with_the_toml(cuda, tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_31_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("vllm/_C.abi3.so", elf_with({".nv_fatbin": fatbin([(2, 75)] * 3 + [(2, 90)] * 5)}))
+        zf.writestr("vllm/_C_stable_libtorch.abi3.so", elf_with({".nv_fatbin": fatbin([(2, 75)] * 3)}))
+        zf.writestr("vllm/other.so", elf_with({".nv_fatbin": fatbin([(2, 70)] * 9)}))  # not an engine library
+    sass, ptx = cuda.architectures(cuda.read_wheel(wheel, cuda.LIBRARIES["vllm"]))
+    assert (sass, ptx) == (["7.5", "9.0"], [])
+    assert cuda.compare({"cuda_sass": ["9.0", "7.5"]}, sass, ptx) == []
+    assert cuda.compare({"cuda_sass": ["7.0", "7.5", "9.0"], "cuda_ptx": ["8.0"]}, sass, ptx) == [
+        "cuda_sass: the TOML lists ['7.0', '7.5', '9.0'], the package has ['7.5', '9.0']",
+        "cuda_ptx: the TOML lists ['8.0'], the package has []"]
+    assert cuda.compare(None, sass, ptx) == ["no [[build]] entry covers this version"]
+
+
+def test_shipped_vllm_build_entries_cover_the_versions_read(cuda) -> None:
+    assert cuda.toml_build("vllm", "0.19.1")["cuda_sass"][0] == "7.0"
+    assert "7.0" not in cuda.toml_build("vllm", "0.20.0")["cuda_sass"]
+    assert cuda.toml_build("vllm", "0.12.0") is None
+
+
+@pytest.mark.parametrize("blob", [b"", b"MZ\0\0", b"\x7fELF\x01\x01" + b"\0" * 58, elf_with({})[:70]])
+def test_not_an_elf_or_truncated_is_an_error(cuda, blob: bytes) -> None:
+    with pytest.raises((ValueError, struct.error)):
+        cuda.elf_section(blob, ".nv_fatbin")
