@@ -33,6 +33,7 @@ from typing import Any
 
 from qcheck.errors import UsageError
 from qcheck.model import Inspection, Verdict
+from qcheck.readers.gguf_meta import model_keys
 
 GIB = 1024**3
 
@@ -256,39 +257,32 @@ def layout_from_config(config: dict[str, Any]) -> KVLayout:
 
 
 def layout_from_gguf(metadata: dict[str, Any]) -> KVLayout:
-    """KV layout from GGUF keys (``{arch}.block_count``, ``attention.head_count_kv``, ``key_length`` ...)."""
-    arch = metadata.get("general.architecture")
+    """KV layout from GGUF keys (``{arch}.block_count``, ``attention.head_count_kv``, ``key_length`` ...), read
+    through the one GGUF view (``qcheck.readers.gguf_meta``)."""
+    keys = model_keys(metadata)
+    arch = keys.architecture
     lay = KVLayout()
-    if not isinstance(arch, str):
+    if arch is None:
         return lay
-
-    def key(name: str) -> Any:
-        return metadata.get(f"{arch}.{name}")
-
-    layers = _pos_int(key("block_count"))
-    heads = key("attention.head_count")
-    kv = key("attention.head_count_kv")
-    hidden = _pos_int(key("embedding_length"))
-    from qcheck.typed import pos_ints
-
-    heads_list, kv_list = pos_ints(heads, 1 << 40), pos_ints(kv, 1 << 40)
-    heads_n = _pos_int(heads) or (max(heads_list) if heads_list else None)
-    if kv_list:
-        lay.per_layer_kv_heads = kv_list
-        lay.kv_heads = max(kv_list)
+    layers = _pos_int(keys.block_count)
+    hidden = _pos_int(keys.embedding_length)
+    heads_n = _pos_int(keys.head_count)
+    if keys.head_count_kv_per_layer is not None:
+        lay.per_layer_kv_heads = list(keys.head_count_kv_per_layer)
+        lay.kv_heads = keys.head_count_kv
     else:
-        lay.kv_heads = _pos_int(kv) or heads_n
+        lay.kv_heads = _pos_int(keys.head_count_kv) or heads_n
     default_dim = hidden // heads_n if hidden and heads_n else None
-    lay.k_dim = _pos_int(key("attention.key_length")) or default_dim
-    lay.v_dim = _pos_int(key("attention.value_length")) or default_dim
-    kv_lora, rope = _pos_int(key("attention.kv_lora_rank")), _pos_int(key("rope.dimension_count"))
+    lay.k_dim = _pos_int(keys.key_length) or default_dim
+    lay.v_dim = _pos_int(keys.value_length) or default_dim
+    kv_lora, rope = _pos_int(keys.kv_lora_rank), _pos_int(keys.rope_dimension_count)
     if kv_lora and rope:
         lay.mla_dim = kv_lora + rope
         lay.notes.append(f"MLA: llama.cpp caches kv_lora_rank + n_rot = {lay.mla_dim} elements per token per layer")
     if not layers:
         return lay
-    window = _pos_int(key("attention.sliding_window"))
-    pattern = _pos_int(key("attention.sliding_window_pattern"))
+    window = _pos_int(keys.sliding_window)
+    pattern = _pos_int(keys.sliding_window_pattern)
     if window and pattern:
         lay.full_layers = layers // pattern
     elif window and arch == "gemma2":

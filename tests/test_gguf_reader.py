@@ -14,25 +14,20 @@ import gguf
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGUFValueType
 
+from qcheck.classify.gguf import classify_gguf
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.model import Checkpoint
 from qcheck.readers import binary
 from qcheck.readers import gguf_tables as tables
 from qcheck.readers.gguf import (
     ArraySummary,
-    arch_value,
-    architecture,
-    bits_per_weight,
-    context_length,
-    gguf_file_type,
-    gguf_type_counts,
     load_gguf,
-    parameter_count,
     read_gguf_file,
     read_gguf_header,
     split_info,
-    vocab_size,
 )
+from qcheck.readers.gguf_meta import model_keys
 from qcheck.source import LocalFileSet, LocalFileSource
 from tests.gguf_helpers import (
     BytesSource,
@@ -167,7 +162,7 @@ def test_large_arrays_are_summarised_unless_asked_for(tmp_path: Path) -> None:
     assert asked.metadata["tokenizer.ggml.token_type"] == [1] * 3000
     assert isinstance(asked.metadata["tokenizer.ggml.merges"], ArraySummary)
     assert asked.tensors == h.tensors
-    assert vocab_size(h.metadata) == 3000
+    assert model_keys(h.metadata).vocab_size == 3000
 
 
 def test_real_llama_cpp_vocab_file() -> None:
@@ -179,13 +174,13 @@ def test_real_llama_cpp_vocab_file() -> None:
     assert h.file_size == 723_869 == h.header_bytes
     assert h.data_offset == 723_872  # aligned to 32, past the end: no tensor data
     assert len(md) == 22
-    assert architecture(md) == "llama"
-    assert md["general.name"] == "llama-spm"
-    assert context_length(md) == 4096
-    assert arch_value(md, "block_count") == 32
-    assert arch_value(md, "attention.head_count_kv") == 32
+    keys = model_keys(md)
+    assert (keys.architecture, keys.name) == ("llama", "llama-spm") and md["general.name"] == "llama-spm"
+    assert keys.context_length == 4096
+    assert keys.block_count == 32
+    assert keys.head_count_kv == 32 and keys.head_count_kv_per_layer is None
     assert md["llama.attention.layer_norm_rms_epsilon"] == pytest.approx(1e-5)
-    assert vocab_size(md) == 32_000
+    assert keys.vocab_size == 32_000 and keys.warnings == []
     assert md["tokenizer.ggml.model"] == "llama"
     assert md["tokenizer.ggml.add_bos_token"] is True and md["tokenizer.ggml.add_eos_token"] is False
     assert md["tokenizer.ggml.bos_token_id"] == 1 and md["tokenizer.ggml.eos_token_id"] == 2
@@ -202,7 +197,8 @@ def test_real_llama_cpp_vocab_file() -> None:
     assert len(full.metadata["tokenizer.ggml.scores"]) == 32_000
     ckpt = load_gguf(LocalFileSet(DATA), VOCAB.name)
     assert ckpt.container == "gguf" and ckpt.tensors == {}
-    assert gguf_file_type(ckpt) == ("F16", False)
+    insp = classify_gguf(ckpt)
+    assert insp.quantization.gguf_file_type == "F16" and not any("guessed" in w for w in insp.warnings)
     assert ckpt.files[0].size_bytes == 723_869 and ckpt.files[0].kind == "gguf"
 
 
@@ -316,8 +312,11 @@ def test_unknown_and_removed_tensor_types_are_kept_with_a_warning() -> None:
     assert "ggml type 77" in h.warnings[0] and "size is not known" in h.warnings[0]
     assert "Q4_0_4_4" in h.warnings[1] and "removed" in h.warnings[1]
     assert h.tensor_data_bytes is None
-    assert bits_per_weight(h.tensors) is None
-    assert parameter_count(h.tensors) == 64 + 64 + 32
+    # the classifier counts every element, and bits/weight over the tensors whose size is known
+    insp = classify_gguf(Checkpoint("u.gguf", "gguf", {t.name: t for t in h.tensors}, h.metadata))
+    assert insp.parameters == 64 + 64 + 32
+    assert insp.quantization.bits_per_weight == 32.0  # c.weight: 32 F32 elements in 128 bytes
+    assert any("bits/weight counts only known types" in w for w in insp.warnings)
 
 
 def test_type_newer_than_gguf_py_is_known() -> None:
@@ -348,14 +347,15 @@ def test_custom_alignment(tmp_path: Path) -> None:
     assert h.data_offset == gguf.GGUFReader(path).data_offset
 
 
-def test_helpers_on_a_mixed_file(mixed: Path) -> None:
+def test_classifier_numbers_on_a_mixed_file(mixed: Path) -> None:
     ckpt = load_gguf(LocalFileSet(mixed.parent), mixed.name)
     tensors = list(ckpt.tensors.values())
     params = sum(t.numel for t in tensors)
-    assert parameter_count(tensors) == params == sum(math.prod(shape) for _, shape, _ in MIXED) == 170_752
+    insp = classify_gguf(ckpt)
+    assert insp.parameters == params == sum(math.prod(shape) for _, shape, _ in MIXED) == 170_752
     data_bytes = sum(expected_nbytes(s, q) for _, s, q in MIXED)
-    assert bits_per_weight(tensors) == pytest.approx(data_bytes * 8 / params)
-    assert gguf_file_type(ckpt) == ("Q4_K_M", False)
+    assert insp.quantization.bits_per_weight == pytest.approx(data_bytes * 8 / params, abs=1e-4)
+    assert insp.quantization.gguf_file_type == "Q4_K_M" and not any("guessed" in w for w in insp.warnings)
     assert ckpt.dtype_histogram() == {q.name: 1 for _, _, q in MIXED}
     assert ckpt.path == f"{mixed.parent}/{mixed.name}"
     assert [t.file for t in tensors] == [mixed.name] * len(MIXED)
@@ -368,8 +368,11 @@ def test_file_type_guess_when_the_key_is_absent(tmp_path: Path) -> None:
                       ("blk.0.c.weight", (4, 256), Q.Q6_K), ("blk.0.norm.weight", (256,), Q.F32)])
     ckpt = load_gguf(LocalFileSet(tmp_path), path.name)
     assert "general.file_type" not in ckpt.metadata
-    assert gguf_file_type(ckpt) == ("Q4_K_M", True)
-    assert gguf_type_counts(ckpt.tensors.values()) == {"Q6_K": 1, "F32": 1, "Q4_K": 2}
+    insp = classify_gguf(ckpt)
+    assert insp.quantization.gguf_file_type == "Q4_K_M"
+    assert "general.file_type is absent; guessed Q4_K_M from the tensor types as llama.cpp does" in insp.warnings
+    assert tables.llama_type_counts((t.name, t.dtype) for t in ckpt.tensors.values()) == {
+        "Q6_K": 1, "F32": 1, "Q4_K": 2}
 
 
 @pytest.mark.parametrize(("counts", "expected"), [

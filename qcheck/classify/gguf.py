@@ -10,6 +10,7 @@ from qcheck.classify.arch import fill_from_tensors
 from qcheck.classify.configs import as_int
 from qcheck.classify.dtypes import GGUF_FLOAT_TYPES, container_word
 from qcheck.model import Checkpoint, Inspection, Quantization
+from qcheck.readers.gguf_meta import model_keys
 
 #: file types made of one quant type (plus F32 norms and a few llama.cpp-chosen exceptions):
 #: file type -> (nominal weight bits, elements per scale, scale dtype, weight dtype)
@@ -28,60 +29,34 @@ def _tables() -> Any:
     return gguf_tables
 
 
-def _length(value: Any) -> int | None:
-    """Element count of a metadata array, whether the reader kept it or summarised it."""
-    if isinstance(value, (list, tuple)):
-        return len(value)
-    if isinstance(value, dict):
-        for key in ("length", "count", "len", "n"):
-            n = as_int(value.get(key))
-            if n is not None:
-                return n
-    count = getattr(value, "count", None)  # readers.gguf ArraySummary
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
-
-
-def _scalar(value: Any) -> int | None:
-    if isinstance(value, (list, tuple)):  # per-layer arrays (e.g. head_count on some archs): the largest
-        ints = [v for v in (as_int(x) for x in value) if v is not None]
-        return max(ints) if ints else None
-    return as_int(value)
-
-
 def classify_gguf(ckpt: Checkpoint) -> Inspection:
     """A GGUF file's Inspection: method ``gguf``, its file type and type histogram, model numbers."""
     tables = _tables()
     md = ckpt.metadata
     insp = Inspection(path=ckpt.path, container="gguf", files=list(ckpt.files), revision=ckpt.revision)
     insp.warnings = list(ckpt.warnings)
-    arch = md.get("general.architecture")
-    arch = arch if isinstance(arch, str) else None
-    insp.architecture = arch
-    insp.model_type = arch
-    name = md.get("general.name")
-    insp.name = name if isinstance(name, str) else None
-    if arch:
-        k = f"{arch}."
-        insp.context_length = _scalar(md.get(k + "context_length"))
-        insp.num_layers = _scalar(md.get(k + "block_count"))
-        insp.hidden_size = _scalar(md.get(k + "embedding_length"))
-        insp.num_attention_heads = _scalar(md.get(k + "attention.head_count"))
-        insp.num_kv_heads = _scalar(md.get(k + "attention.head_count_kv"))
-        insp.head_dim = _scalar(md.get(k + "attention.key_length"))
-        insp.vocab_size = _scalar(md.get(k + "vocab_size"))
-        experts = _scalar(md.get(k + "expert_count"))
-        if experts and experts > 1:
+    keys = model_keys(md)
+    insp.warnings.extend(keys.warnings)
+    insp.architecture = insp.model_type = keys.architecture
+    insp.name = keys.name
+    if keys.architecture:
+        insp.context_length = keys.context_length
+        insp.num_layers = keys.block_count
+        insp.hidden_size = keys.embedding_length
+        insp.num_attention_heads = keys.head_count
+        insp.num_kv_heads = keys.head_count_kv
+        insp.head_dim = keys.key_length
+        if keys.expert_count and keys.expert_count > 1:
             insp.moe = True
-            insp.num_experts = experts
-            insp.num_experts_used = _scalar(md.get(k + "expert_used_count"))
+            insp.num_experts = keys.expert_count
+            insp.num_experts_used = keys.expert_used_count
     else:
         insp.warnings.append("GGUF file has no general.architecture key")
     if insp.head_dim is None and (insp.hidden_size or 0) > 0 and (insp.num_attention_heads or 0) > 0:
         insp.head_dim = insp.hidden_size // insp.num_attention_heads
-    if insp.vocab_size is None:
-        insp.vocab_size = _length(md.get("tokenizer.ggml.tokens"))
+    insp.vocab_size = keys.vocab_size
     fill_from_tensors(insp, ckpt.tensors)
-    split = _scalar(md.get("split.count"))
+    split = as_int(md.get("split.count"))  # an integer: the reader type-checks split.*
     insp.gguf_split_count = split if split and split > 0 else 1
 
     tensors = ckpt.tensors

@@ -158,6 +158,7 @@ def _gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> 
     import gguf
 
     from qcheck.eval.dequant.gguf import NON_PARAMETER_TENSORS, PERMUTED_ARCHS, unpermute_rows
+    from qcheck.readers.gguf_meta import model_keys
 
     path = str(gguf_file)
     meta = checkpoint.metadata
@@ -167,21 +168,24 @@ def _gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> 
     by_name = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}
     if arch not in by_name:
         raise InputError(f"architecture {arch!r} is unknown to the installed gguf-py", path=path)
-    n_blocks = meta.get(f"{arch}.block_count")
-    if isinstance(n_blocks, bool) or not isinstance(n_blocks, int) or n_blocks < 0 or n_blocks > 100_000:
-        raise InputError(f"{arch}.block_count is missing or invalid ({n_blocks!r})", path=path)
+    keys = model_keys(meta)
+    n_blocks = keys.block_count
+    if n_blocks is None:
+        raise InputError(f"{arch}.block_count is missing or invalid ({meta.get(f'{arch}.block_count')!r})",
+                         path=path)
     name_map = gguf.get_tensor_name_map(by_name[arch], n_blocks)
     gguf_to_hf_name: dict[str, str] = {}
     for hf in hf_names:
         g = name_map.get_name(hf, try_suffixes=(".weight", ".bias"))
         if g is not None:
             gguf_to_hf_name.setdefault(g, hf)
-    n_head = meta.get(f"{arch}.attention.head_count")
-    n_kv = meta.get(f"{arch}.attention.head_count_kv") or n_head
-    if arch in PERMUTED_ARCHS and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                          for v in (n_head, n_kv)):
+    n_head = keys.head_count or 0
+    n_kv = keys.head_count_kv or n_head
+    if arch in PERMUTED_ARCHS and (not n_head or not n_kv or keys.head_count_per_layer is not None
+                                   or keys.head_count_kv_per_layer is not None):
         raise InputError(f"{arch}.attention.head_count / head_count_kv must be positive integers to undo the "
-                         f"rotary permutation (found {n_head!r}, {n_kv!r})", path=path)
+                         f"rotary permutation (found {meta.get(f'{arch}.attention.head_count')!r}, "
+                         f"{meta.get(f'{arch}.attention.head_count_kv')!r})", path=path)
     out: dict[str, Any] = {}
     notes: list[str] = []
     unmapped: list[str] = []

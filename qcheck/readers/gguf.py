@@ -13,16 +13,13 @@ are skipped, their string lengths still validated, and kept as ``ArraySummary`` 
 asks for them by name.
 
 Public: ``read_gguf_header``, ``read_gguf_file``, ``load_gguf``, ``GGUFHeader``, ``ArraySummary``,
-and the small helpers the classifier uses: ``gguf_file_type``, ``parameter_count``,
-``bits_per_weight``, ``context_length``, ``architecture``, ``vocab_size``, ``arch_value``,
-``split_info``.
+``split_info``. The model keys (``{arch}.block_count`` ...) are read through ``qcheck.readers.gguf_meta``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -555,59 +552,3 @@ def _checkpoint(path: str, headers: list[tuple[str, GGUFHeader]]) -> Checkpoint:
         prefix = f"{shard_file}: " if len(headers) > 1 else ""
         ckpt.warnings.extend(prefix + w for w in header.warnings)
     return ckpt
-
-
-# -------------------------------------------------------------------------- helpers (classifier)
-def architecture(metadata: dict[str, Any]) -> str | None:
-    """``general.architecture`` (the ``{arch}`` prefix of the model keys), or None."""
-    arch = metadata.get("general.architecture")
-    return arch if isinstance(arch, str) and arch else None
-
-
-def arch_value(metadata: dict[str, Any], name: str) -> Any:
-    """``{arch}.<name>``, e.g. ``arch_value(md, "block_count")``, or None."""
-    arch = architecture(metadata)
-    return metadata.get(f"{arch}.{name}") if arch else None
-
-
-def context_length(metadata: dict[str, Any]) -> int | None:
-    """The trained context length, ``{arch}.context_length``."""
-    value = arch_value(metadata, "context_length")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def vocab_size(metadata: dict[str, Any]) -> int | None:
-    """``{arch}.vocab_size``, else the length of ``tokenizer.ggml.tokens`` (as llama.cpp does)."""
-    value = arch_value(metadata, "vocab_size")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return _array_len(metadata.get("tokenizer.ggml.tokens"))
-
-
-def parameter_count(tensors: Iterable[TensorInfo]) -> int:
-    """Sum of elements over all tensors (what huggingface.js and gguf-parser-go report)."""
-    return sum(t.numel for t in tensors)
-
-
-def bits_per_weight(tensors: Iterable[TensorInfo]) -> float | None:
-    """Tensor data bytes x 8 / parameters (llama.cpp's ``BPW``); None with unknown-size tensors."""
-    total_bytes = 0
-    params = 0
-    for t in tensors:
-        if t.nbytes is None:
-            return None
-        total_bytes += t.nbytes
-        params += t.numel
-    return total_bytes * 8 / params if params else None
-
-
-def gguf_type_counts(tensors: Iterable[TensorInfo]) -> dict[str, int]:
-    """The tensor-type histogram in llama.cpp's order (see ``gguf_tables.llama_type_counts``)."""
-    return tables.llama_type_counts((t.name, t.dtype) for t in tensors)
-
-
-def gguf_file_type(checkpoint: Checkpoint) -> tuple[str | None, bool]:
-    """(canonical file type such as ``Q4_K_M``, guessed?) as llama.cpp reports it."""
-    declared = checkpoint.metadata.get("general.file_type")
-    file_type_id = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
-    return tables.file_type_name(file_type_id, gguf_type_counts(checkpoint.tensors.values()))
