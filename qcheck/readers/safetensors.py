@@ -10,6 +10,7 @@ FNUZ variants arrived in 2025-26), so they are kept verbatim with a warning inst
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,14 +137,34 @@ def parse_header_bytes(
     spans: list[tuple[int, int, str]] = []
     unknown: dict[str, list[str]] = {}
     extra_fields: list[str] = []
+    max_name, max_dims, max_elements = limits.max_string_bytes, limits.max_dims, limits.max_tensor_elements
     for tname, entry in value.items():
-        if len(tname) > limits.max_string_bytes:
+        if len(tname) > max_name:
             raise InputError(f"tensor name of {len(tname)} characters is over the limit", path=name)
-        dtype, shape, begin, stop = _entry(tname, entry, limits, name)
+        # the common valid entry is checked inline (no call, no message built); anything else by _entry
+        dtype = entry.get("dtype") if type(entry) is dict else None
+        shape = entry.get("shape") if dtype is not None else None
+        offsets = entry.get("data_offsets") if dtype is not None else None
+        bits = DTYPE_BITS.get(dtype) if type(dtype) is str else None
+        plain = (bits is not None and type(shape) is list and len(shape) <= max_dims and type(offsets) is list
+                 and len(offsets) == 2 and type(offsets[0]) is int and type(offsets[1]) is int
+                 and 0 <= offsets[0] <= offsets[1] <= MAX_OFFSET)
+        if plain:
+            for d in shape:
+                if type(d) is not int or d < 0 or d > max_elements:  # type() rejects bools
+                    plain = False
+                    break
+        if plain:
+            begin, stop = offsets
+            shape = tuple(shape)
+        else:
+            dtype, shape, begin, stop = _entry(tname, entry, limits, name)
+            bits = DTYPE_BITS.get(dtype)
         if len(entry) > 3:
             extra_fields.append(tname)
-        numel = _numel(tname, shape, limits, name)
-        bits = DTYPE_BITS.get(dtype)
+        numel = math.prod(shape)
+        if numel > max_elements:
+            _numel(tname, shape, limits, name)  # raises, naming the tensor
         nbytes: int | None = None
         if bits is None:
             unknown.setdefault(dtype, []).append(tname)
@@ -157,8 +178,7 @@ def parse_header_bytes(
                 raise InputError(
                     f"data_offsets [{begin}, {stop}] hold {stop - begin} bytes but shape {list(shape)} of "
                     f"{dtype} needs {nbytes}", path=name, where=f"tensor {quoted(tname)}")
-        tensors[tname] = TensorInfo(name=tname, dtype=dtype, shape=shape, nbytes=nbytes,
-                                    offset=data_offset + begin, file=file)
+        tensors[tname] = TensorInfo(tname, dtype, shape, nbytes, data_offset + begin, file)
         spans.append((begin, stop, tname))
 
     data_length = _check_layout(spans, name)

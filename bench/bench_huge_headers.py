@@ -1,0 +1,111 @@
+"""Huge safetensors headers: qcheck against safetensors.safe_open, and a 160-shard FP8 model on a slow Hub.
+
+    python bench/bench_huge_headers.py [--entries 300000] [--skip-hub]
+
+1. One file whose JSON header lists ``--entries`` tensors (300,000 entries: ~20 MB of header, a sparse
+   file with no data on disk). Each tool runs in a fresh subprocess, three times; the best CPU time
+   (``time.process_time``: the machine may be shared) and the peak RSS increase are printed with the
+   qcheck / safe_open ratios. ``qcheck read_safetensors_header`` is the reader (every bound checked:
+   nesting depth, object count, offsets, shapes, duplicate keys); ``qcheck inspect_path`` adds the
+   classification. safe_open's call is what a user writes to list names, shapes and dtypes.
+2. ``bench/bench_hub.py --shards 160 --tensors 120 --latency 0.05``: 19,200 tensors from a fake Hub at
+   50 ms per request, qcheck against ``huggingface_hub.get_safetensors_metadata``.
+No timed assertions: targets are read from this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time
+def kb(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+path = sys.argv[1]
+exec(sys.argv[2])
+base = kb("VmRSS")
+best = None
+for _ in range(3):
+    t0 = time.process_time()
+    n = eval(sys.argv[3])
+    spent = time.process_time() - t0
+    best = spent if best is None else min(best, spent)
+print(json.dumps({"cpu_s": best, "rss_mb": (kb("VmHWM") - base) / 1024, "tensors": n}))
+"""
+
+TOOLS = {
+    "qcheck read_safetensors_header": (
+        "from qcheck.readers.safetensors import read_safetensors_header\nfrom qcheck.source import LocalFileSource",
+        "len(read_safetensors_header(LocalFileSource(path)).tensors)"),
+    "qcheck inspect_path": ("from qcheck.inspect import inspect_path", "inspect_path(path).tensor_count"),
+    "safetensors safe_open": (
+        "from safetensors import safe_open",
+        "len([(k, f.get_slice(k).get_shape(), f.get_slice(k).get_dtype()) for f in [safe_open(path, 'numpy')] "
+        "for k in f.keys()])"),
+}
+
+
+def build(path: Path, entries: int) -> int:
+    """A MoE-like header: ``entries`` BF16 tensors of 16x16 (names as a 256-expert model spells them)."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for i in range(entries):
+        layer, rest = divmod(i, 768)
+        expert, proj = divmod(rest, 3)
+        name = f"model.layers.{layer}.mlp.experts.{expert}.{('gate', 'up', 'down')[proj]}_proj.weight"
+        header[name] = {"dtype": "BF16", "shape": [16, 16], "data_offsets": [offset, offset + 512]}
+        offset += 512
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    with open(path, "wb") as fh:
+        fh.write(len(raw).to_bytes(8, "little") + raw)
+    os.truncate(path, 8 + len(raw) + offset)
+    return len(raw)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=300_000)
+    ap.add_argument("--skip-hub", action="store_true")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with tempfile.TemporaryDirectory(prefix="qcheck-bench-") as tmp:
+        path = Path(tmp) / "huge.safetensors"
+        size = build(path, args.entries)
+        print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of header "
+              f"(best of 3, CPU seconds; peak RSS increase)")
+        results = {}
+        for tool, (setup, call) in TOOLS.items():
+            out = subprocess.run([sys.executable, "-c", CHILD, str(path), setup, call], capture_output=True,
+                                 text=True, env=env, timeout=3600)
+            if out.returncode:
+                raise SystemExit(f"{tool} failed:\n{out.stderr}")
+            results[tool] = json.loads(out.stdout.strip().splitlines()[-1])
+            r = results[tool]
+            print(f"   {tool:34s} {r['cpu_s']:7.2f} s {r['rss_mb']:8.0f} MB  "
+                  f"{r['cpu_s'] * 1e6 / args.entries:6.1f} us/tensor")
+        peer = results["safetensors safe_open"]
+        for tool in ("qcheck read_safetensors_header", "qcheck inspect_path"):
+            print(f"   ratio {tool} / safe_open: {results[tool]['cpu_s'] / peer['cpu_s']:.2f}x time, "
+                  f"{results[tool]['rss_mb'] / max(peer['rss_mb'], 1):.2f}x memory")
+    if not args.skip_hub:
+        print("\n2. 160 shards x 120 tensors (19,200) from a fake Hub at 50 ms per request")
+        sys.stdout.flush()
+        subprocess.run([sys.executable, str(ROOT / "bench" / "bench_hub.py"), "--shards", "160", "--tensors", "120",
+                        "--latency", "0.05"], env=env, check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
