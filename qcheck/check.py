@@ -155,17 +155,18 @@ def run_check(inspection: Inspection, engines: Sequence[str], gpus: Sequence[str
 def check_path(target: str, engines: Sequence[str], gpus: Sequence[str], *,
                limits: Limits = DEFAULT_LIMITS, require_native: bool = False, allow_unknown: bool = False,
                matrix: Matrix | None = None,
-               annotate: Callable[[Inspection, Verdict], None] | None = None) -> CheckResult:
+               annotate: Callable[[Inspection, Verdict], None] | None = None,
+               options: dict[str, Any] | None = None) -> CheckResult:
     """``qcheck check TARGET``: validate the flags, inspect the checkpoint (or load a saved inspection), judge it."""
     return _check_all(target, engines, gpus, limits=limits, require_native=require_native,
                       allow_unknown=allow_unknown, all_models=False, matrix=matrix,
-                      annotator=(lambda _ins, _ck: annotate) if annotate is not None else None)[0]
+                      annotator=(lambda _ins, _ck: annotate) if annotate is not None else None, options=options)[0]
 
 
 def check_paths(target: str, engines: Sequence[str], gpus: Sequence[str], *,
                 limits: Limits = DEFAULT_LIMITS, require_native: bool = False, allow_unknown: bool = False,
                 all_models: bool = False, matrix: Matrix | None = None,
-                annotator: Annotator | None = None) -> CheckResult | ResultSet:
+                annotator: Annotator | None = None, options: dict[str, Any] | None = None) -> CheckResult | ResultSet:
     """``qcheck check TARGET [--all]``: usage errors first, then every model the target names, each judged.
 
     Without ``all_models`` the one model's CheckResult; with it always a "check-set" ResultSet (one model or
@@ -173,7 +174,8 @@ def check_paths(target: str, engines: Sequence[str], gpus: Sequence[str], *,
     needs the Checkpoint's config or GGUF keys).
     """
     results = _check_all(target, engines, gpus, limits=limits, require_native=require_native,
-                         allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator)
+                         allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator,
+                         options=options)
     if not all_models:
         return results[0]
     return ResultSet(target, list(results), kind="check-set", schema=CHECK_SET_SCHEMA)
@@ -181,7 +183,7 @@ def check_paths(target: str, engines: Sequence[str], gpus: Sequence[str], *,
 
 def _check_all(target: str, engines: Sequence[str], gpus: Sequence[str], *, limits: Limits, require_native: bool,
                allow_unknown: bool, all_models: bool, matrix: Matrix | None,
-               annotator: Annotator | None) -> list[CheckResult]:
+               annotator: Annotator | None, options: dict[str, Any] | None = None) -> list[CheckResult]:
     from qcheck.matrix import load_matrix
 
     matrix = matrix or load_matrix()
@@ -190,18 +192,20 @@ def _check_all(target: str, engines: Sequence[str], gpus: Sequence[str], *, limi
     for inspection, checkpoint in load_targets(target, limits, all_models=all_models):
         annotate = annotator(inspection, checkpoint) if annotator is not None else None
         results.append(_judge(matrix, inspection, requests, targets, implied_engines=not engines,
-                              require_native=require_native, allow_unknown=allow_unknown, annotate=annotate))
+                              require_native=require_native, allow_unknown=allow_unknown, annotate=annotate,
+                              options=options))
     return results
 
 
 def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target], *,
            implied_engines: bool, require_native: bool, allow_unknown: bool,
-           annotate: Callable[[Inspection, Verdict], None] | None) -> CheckResult:
+           annotate: Callable[[Inspection, Verdict], None] | None,
+           options: dict[str, Any] | None = None) -> CheckResult:
     """One verdict per planned (engine, GPU); engines implied by ``--gpu`` alone are judged only on the
     vendors they run on."""
     from qcheck.matrix import resolve
 
-    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=implied_engines)
+    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=implied_engines, options=options)
     if annotate is not None:
         for verdict in verdicts:
             annotate(inspection, verdict)

@@ -575,5 +575,7 @@ def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[s
 
         return annotate
 
+    options = {"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype else None  # judged by the kv-cache dimension
     return check_paths(target, engines, gpus, limits=limits, require_native=require_native,
-                       allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator)
+                       allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator,
+                       options=options)

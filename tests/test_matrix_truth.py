@@ -215,3 +215,69 @@ def test_new_gpus_get_honest_answers(files) -> None:
         ollama, _ = check(files["q8_0-gguf"], "ollama", gpu)
         assert ollama.status == "unsupported" and "ollama:vulkan" in text(ollama)
         assert check(files["q8_0-gguf"], "ollama:vulkan", gpu)[0].status == "native"
+
+
+# ------------------------------------------------------------------------------ KV-cache dimension
+
+def kv(path: str, engine: str, gpu: str, dtype: str) -> tuple[Verdict, CheckResult]:
+    result = check_path(path, [engine], [gpu], options={"kv_cache_dtype": dtype})
+    return result.verdicts[0], result
+
+
+def kv_judgement(v: Verdict):
+    return next(d for d in v.dimensions if d.dimension == "kv-cache")
+
+
+def test_vllm_fp8_kv_by_gpu(files) -> None:
+    """vLLM 0.33.0: FA3/FlashInfer FP8 KV on sm89+, FlashInfer dequantising on sm8x, nothing below sm80."""
+    bf16 = files["awq"]
+    assert kv(bf16, "vllm", "h100", "fp8")[0].status == "native"
+    assert kv(bf16, "vllm", "l40s", "fp8_e4m3")[0].status == "native"
+    ampere, result = kv(bf16, "vllm", "rtx-3090", "fp8")
+    assert ampere.status == "fallback" and result.exit_code == 0
+    assert ampere.reasons[0].startswith("kv-cache: --kv-cache-dtype fp8: on rtx-3090 (sm86)")
+    turing, result = kv(bf16, "vllm", "t4", "fp8")
+    assert turing.status == "unsupported" and result.exit_code == 1
+    assert "fp8e4nv" in turing.reasons[0]
+    # the version boundary: read at 0.33.0 only
+    assert kv(bf16, "vllm==0.28.0", "rtx-3090", "fp8")[0].status == "unknown"
+    assert kv(bf16, "vllm==0.28.0", "h100", "auto")[0].status == "native"  # auto: nothing asked
+
+
+def test_vllm_nvfp4_kv_blackwell_vs_hopper(files) -> None:
+    assert kv(files["awq"], "vllm", "b200", "nvfp4")[0].status == "native"
+    assert kv(files["awq"], "vllm", "h100", "nvfp4")[0].status == "fallback"
+    assert kv(files["awq"], "vllm", "rtx-5090", "nvfp4")[0].status == "fallback"
+    assert kv(files["awq"], "vllm", "h100", "nvfp4_4over6")[0].status == "unsupported"
+    assert kv(files["awq"], "vllm", "t4", "nvfp4")[0].status == "unsupported"
+
+
+def test_kv_dtypes_an_engine_does_not_accept(files) -> None:
+    v, result = kv(files["awq"], "vllm", "h100", "q4_0")
+    assert v.status == "unsupported" and result.exit_code == 1
+    assert kv_judgement(v).reasons[0].startswith("vLLM does not accept --kv-cache-dtype q4_0 (it accepts: auto,")
+    cpp, _ = kv(files["q8_0-gguf"], "llama.cpp", "h100", "fp8")
+    assert cpp.status == "unsupported" and "--cache-type-k/--cache-type-v fp8" in cpp.reasons[0]
+    assert kv(files["fp8-block"], "sglang", "h100", "fp8")[0].status == "unsupported"  # SGLang spells fp8_e4m3
+    assert kv(files["fp8-block"], "sglang", "h100", "fp8_e4m3")[0].status == "native"
+    assert kv(files["q8_0-gguf"], "ollama", "rtx-4090", "q5_1")[0].status == "unsupported"
+
+
+def test_llama_cpp_quantised_kv_needs_flash_attention(files) -> None:
+    for engine in ("llama.cpp", "ollama"):
+        v, result = kv(files["q8_0-gguf"], engine, "rtx-4090", "q8_0")
+        assert v.status == "native" and result.exit_code == 0
+        assert any("flash" in r.lower() for r in v.requires), v.requires
+    assert kv(files["q8_0-gguf"], "llama.cpp", "rtx-4090", "f16")[0].requires == []
+
+
+def test_the_checkpoint_kv_scheme_is_judged_without_a_flag(files, tmp_path) -> None:
+    fixture = b.fp8_ct_channel()
+    config = fixture.configs["config.json"]["quantization_config"]
+    config["kv_cache_scheme"] = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
+                                 "symmetric": True}
+    path = str(fixture.write(tmp_path / "fp8-kv"))
+    v, _ = check(path, "vllm", "t4")
+    assert v.status == "unsupported"
+    assert any(r.startswith("kv-cache: the checkpoint's fp8 KV cache: ") for r in v.reasons)
+    assert check(path, "vllm", "h100")[0].status == "native"

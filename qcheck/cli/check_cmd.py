@@ -25,8 +25,10 @@ from qcheck.limits import Limits
 @click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
               help="Concurrent sequences for the memory estimate (default 1).")
 @click.option("--kv-cache-dtype", default=None, metavar="D",
-              help="KV cache dtype for the memory estimate: auto, bfloat16, fp8, fp8_e5m2, nvfp4, f16, q8_0, q4_0 "
-                   "... (default: what the checkpoint declares, else the model's dtype; f16 for GGUF).")
+              help="KV cache dtype: judged per engine x GPU x version (a value the engine does not accept, or "
+                   "cannot run on the GPU, fails the verdict) and used for the memory estimate: auto, bfloat16, fp8, "
+                   "fp8_e4m3, nvfp4, f16, q8_0, q4_0 ... (default: what the checkpoint declares, else the model's "
+                   "dtype; f16 for GGUF).")
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")

@@ -61,8 +61,9 @@ DIMENSIONS: list[Dimension] = []
 
 def _builtin() -> None:
     from qcheck.matrix.builds import judge_build
+    from qcheck.matrix.kvcache import judge_kv_cache
 
-    DIMENSIONS.append(judge_build)
+    DIMENSIONS.extend([judge_build, judge_kv_cache])
 
 
 _builtin()

@@ -22,6 +22,8 @@ from qcheck.matrix.schema import (
     ENGINE_FILE_KEYS,
     ENGINE_KEYS,
     KINDS,
+    KV_CACHE_KEYS,
+    KV_RULE_KEYS,
     METHODS,
     MODIFIER_KEYS,
     PLACEHOLDERS,
@@ -35,6 +37,7 @@ from qcheck.matrix.schema import (
     Backend,
     Build,
     Engine,
+    KvCache,
     MatrixDataError,
     Rule,
     SourceSpec,
@@ -250,7 +253,37 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
             into.append(rule)
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
     engine.builds = _load_builds(raw.get("build", []), engine)
+    engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
     return engine
+
+
+def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable
+             ) -> tuple[KvCache | None, list[tuple[frozenset[str], Rule]]]:
+    """``[kv_cache]`` (what the flag accepts) and ``[[kv_rule]]`` (rules with ``dtypes`` instead of methods)."""
+    table = raw.get("kv_cache")
+    kv = None
+    if table is not None:
+        ctx = Where(engine.file, "[kv_cache]")
+        if not isinstance(table, dict):
+            ctx.fail("bad-type", "[kv_cache] must be a table")
+        check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
+        kv = KvCache(require_str(table, "flag", ctx), tuple(v.lower() for v in _str_list(table, "accepts", ctx)),
+                     _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx))
+    entries = raw.get("kv_rule", [])
+    if not isinstance(entries, list):
+        Where(engine.file).fail("bad-type", "[[kv_rule]] must be an array of tables")
+    rules = []
+    for index, entry in enumerate(entries):
+        ctx = Where(engine.file, _entry_label("kv_rule", index, entry))
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", "each [[kv_rule]] must be a table")
+        check_keys(entry, KV_RULE_KEYS, {"id", "dtypes", "status", "sources"}, ctx)
+        dtypes = frozenset(v.lower() for v in _str_list(entry, "dtypes", ctx))
+        if kv is not None and not dtypes <= set(kv.accepts):
+            ctx.fail("bad-match-value", f"dtypes {sorted(dtypes - set(kv.accepts))} are not in [kv_cache] accepts")
+        rule = _load_rule({k: v for k, v in entry.items() if k != "dtypes"}, index, engine, gpus)
+        rules.append((dtypes, rule))
+    return kv, rules
 
 
 def _load_builds(raw: Any, engine: Engine) -> list[Build]:

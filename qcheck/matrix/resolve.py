@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from qcheck.errors import UsageError
 from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SourceSpec, SuggestionRule, Target
@@ -212,20 +212,22 @@ def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tup
     return winners
 
 
-def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> Verdict:
+def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
+                options: dict[str, Any] | None = None) -> Verdict:
     """The verdict for one (engine, GPU) combination, without suggestions."""
-    return _resolve(matrix, inspection, request, target)[0]
+    return _resolve(matrix, inspection, request, target, options)[0]
 
 
 def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
-             target: Target | None) -> tuple[Verdict, list[str]]:
+             target: Target | None, options: dict[str, Any] | None = None) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
     from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions
 
     verdict, types = _resolve_weights(matrix, inspection, request, target)
     version, at, _ = select_version(request.engine, request.version)
-    deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at)
+    deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at,
+                            dict(options or {}))
     combine(verdict, judge_dimensions(deployment))
     return verdict, types
 
@@ -301,8 +303,11 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
 
 
 def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target],
-            *, suggestions: bool = True, skip_foreign: bool = False) -> list[Verdict]:
+            *, suggestions: bool = True, skip_foreign: bool = False,
+            options: dict[str, Any] | None = None) -> list[Verdict]:
     """Verdicts for the cross product of engines and GPUs (providers once each: they take no GPU).
+
+    ``options`` are the deployment settings the dimensions judge (``kv_cache_dtype``, ``tp`` ...).
 
     ``skip_foreign`` leaves out the combinations whose GPU vendor the engine does not run on at all (used
     when the engines were implied by ``--gpu`` alone rather than named).
@@ -315,11 +320,11 @@ def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest
         for target in combos:
             if skip_foreign and target is not None and target.vendor not in request.engine.hardware:
                 continue
-            verdict, types = _resolve(matrix, inspection, request, target)
+            verdict, types = _resolve(matrix, inspection, request, target, options)
             if suggestions and verdict.status != "native":
                 # the deciding dimension's own suggestions (e.g. the first version that loads the architecture)
                 # lead; the matrix's nearest working combinations follow
-                found = suggest(matrix, inspection, verdict, request, target, types=types)
+                found = suggest(matrix, inspection, verdict, request, target, types=types, options=options)
                 verdict.suggestions = _dedupe([*verdict.suggestions, *found])[:max(MAX_SUGGESTIONS,
                                                                                    len(verdict.suggestions))]
             out.append(verdict)

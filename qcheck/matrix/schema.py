@@ -31,7 +31,8 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
-ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build"}
+ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule"}
+KV_CACHE_KEYS = {"flag", "accepts", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
                "backends", "note"}
@@ -42,6 +43,7 @@ RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "statu
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
                  "sources", "note"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | {"dtypes"}
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
 
 
@@ -195,6 +197,15 @@ class Build:
     sources: tuple[SourceSpec, ...]
 
 
+@dataclass(frozen=True)
+class KvCache:
+    """``[kv_cache]``: the KV-cache dtypes an engine's flag accepts at all (qcheck.matrix.kvcache)."""
+
+    flag: str
+    accepts: tuple[str, ...]
+    sources: tuple[SourceSpec, ...]
+
+
 @dataclass
 class SuggestionRule:
     id: str
@@ -235,6 +246,9 @@ class Engine:
     floor: Version | None = None
     #: ``[[build]]`` entries: the CUDA architectures of the released package per version range
     builds: list[Build] = field(default_factory=list)
+    #: ``[kv_cache]`` and ``[[kv_rule]]`` (each rule with the KV dtypes it is about)
+    kv_cache: KvCache | None = None
+    kv_rules: list[tuple[frozenset[str], Rule]] = field(default_factory=list)
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property

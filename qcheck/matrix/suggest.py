@@ -8,7 +8,7 @@ commands from the data's ``[[suggestion]]`` tables. At most four, in the user's 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qcheck.matrix.resolve import (
     EngineRequest,
@@ -29,14 +29,16 @@ MAX_SUGGESTIONS = 4
 
 
 def suggest(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
-            target: Target | None, limit: int = MAX_SUGGESTIONS, types: list[str] | None = None) -> list[str]:
+            target: Target | None, limit: int = MAX_SUGGESTIONS, types: list[str] | None = None,
+            options: dict[str, Any] | None = None) -> list[str]:
     """Up to ``limit`` short suggestions for a non-native verdict (``types``: the GGUF tensor types the
-    deciding rule named, for ``{types}`` in suggestion texts)."""
+    deciding rule named, for ``{types}`` in suggestion texts; ``options``: the deployment settings, judged
+    for every alternative too)."""
     if verdict.status == "native":
         return []
-    upgrade = _newer_version(matrix, inspection, request, target)
-    engines = _other_engines(matrix, inspection, verdict, request, target)
-    arch = _other_arch(matrix, inspection, request, target)
+    upgrade = _newer_version(matrix, inspection, request, target, options)
+    engines = _other_engines(matrix, inspection, verdict, request, target, options)
+    arch = _other_arch(matrix, inspection, request, target, options)
     data = data_suggestions(matrix, inspection, verdict, request, target, types or [])
     picked: list[str] = []
     for group in (upgrade[:1], engines[:1], arch[:1], data[:1], engines[1:2], data[1:]):
@@ -50,11 +52,12 @@ def _requires(v: Verdict) -> str:
     return f" (requires: {'; '.join(v.requires)})" if v.requires else ""
 
 
-def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> list[str]:
+def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
+                   options: dict[str, Any] | None = None) -> list[str]:
     engine = request.engine
     if request.version is None or parse_version(request.version, engine.scheme) >= engine.parsed_versions[-1]:
         return []
-    v = resolve_one(matrix, inspection, EngineRequest(engine, None, request.backend), target)
+    v = resolve_one(matrix, inspection, EngineRequest(engine, None, request.backend), target, options)
     if v.status != "native":
         return []
     kernel = f" ({v.kernel})" if v.kernel else ""
@@ -63,7 +66,7 @@ def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineReques
 
 
 def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
-                   target: Target | None) -> list[str]:
+                   target: Target | None, options: dict[str, Any] | None = None) -> list[str]:
     where = f" on {target.label}" if target else ""
     natives: list[tuple[tuple[int, int, str], str]] = []
     runners: list[tuple[tuple[int, int, str], str]] = []
@@ -74,7 +77,7 @@ def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, req
             # colibri, audio.cpp, DeepInfer run a few model families each; the header cannot tell whether
             # this checkpoint is one of them, so they are never offered as the way out.
             continue
-        v = resolve_one(matrix, inspection, EngineRequest(engine), target)
+        v = resolve_one(matrix, inspection, EngineRequest(engine), target, options)
         rank = (len(v.requires), engine.kind != "engine", engine.id)
         if v.status == "native":
             kernel = f" ({v.kernel})" if v.kernel else ""
@@ -89,7 +92,8 @@ def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, req
     return out
 
 
-def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None) -> list[str]:
+def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
+                options: dict[str, Any] | None = None) -> list[str]:
     """The oldest architecture (same vendor first) on which this engine runs the checkpoint natively."""
     if target is None:
         return []
@@ -99,7 +103,7 @@ def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, 
         for arch in matrix.gpus.archs_of(vendor):
             if arch.id == target.arch.id:
                 continue
-            v = resolve_one(matrix, inspection, request, Target(label=arch.id, arch=arch, cc=arch.cc))
+            v = resolve_one(matrix, inspection, request, Target(label=arch.id, arch=arch, cc=arch.cc), options)
             if v.status == "native":
                 gpu = matrix.gpus.smallest_gpu(arch.id)
                 example = f" (e.g. {gpu.id})" if gpu else ""

@@ -1,0 +1,75 @@
+"""The KV-cache dtype as a checked dimension: does this engine, at this version, on this GPU, run the cache
+in the dtype the user asked for (``--kv-cache-dtype``) or the checkpoint declares (compressed-tensors
+``kv_cache_scheme``, ModelOpt ``kv_cache_quant_algo``)?
+
+Engine knowledge is data in the engine file: ``[kv_cache]`` lists what the engine's flag accepts at all, and
+``[[kv_rule]]`` entries (rules with ``dtypes`` instead of ``methods``) judge an accepted dtype per version,
+GPU and backend, most specific first, exactly like the weight-format rules. An engine without ``[kv_cache]``
+or a dtype no rule speaks about leaves the verdict alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from qcheck.model import Judgement, Source
+
+if TYPE_CHECKING:
+    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.schema import SourceSpec
+
+DIMENSION = "kv-cache"
+
+#: the checkpoint's KV dtype words (qcheck.classify) -> the engine-flag spelling rules are written for
+DECLARED = {"float8_e4m3": "fp8", "float8_e5m2": "fp8_e5m2", "fp4_e2m1": "nvfp4", "int8": "int8"}
+
+
+def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
+    """(dtype, where it comes from) for the deployment, or None when nothing but the default is asked for."""
+    flag = deployment.options.get("kv_cache_dtype")
+    if isinstance(flag, str) and flag.strip() and flag.strip().lower() != "auto":
+        return flag.strip().lower().replace("-", "_"), "flag"
+    declared = deployment.inspection.quantization.kv_cache_dtype
+    if declared and declared.lower() in DECLARED:
+        return DECLARED[declared.lower()], "checkpoint"
+    return None
+
+
+def judge_kv_cache(deployment: Deployment) -> Judgement | None:
+    """The KV-cache judgement, or None when the engine file or the dtype gives nothing to judge."""
+    from qcheck.matrix.resolve import decide, fill, matching_rules, pick_backend, placeholders
+
+    asked = requested_kv(deployment)
+    engine = deployment.request.engine
+    if asked is None or engine.kv_cache is None:
+        return None
+    dtype, origin = asked
+    kv = engine.kv_cache
+    what = f"{kv.flag} {dtype}" if origin == "flag" else f"the checkpoint's {dtype} KV cache"
+    if origin == "flag" and dtype not in kv.accepts:
+        return Judgement(DIMENSION, "unsupported",
+                         [f"{engine.name} does not accept {kv.flag} {dtype} (it accepts: {', '.join(kv.accepts)})"],
+                         _sources(kv.sources))
+    rules = [rule for dtypes, rule in engine.kv_rules if dtype in dtypes]
+    backend, _ = pick_backend(engine, deployment.request.backend, deployment.target)
+    winners = decide(engine, matching_rules(engine, deployment.inspection, deployment.at, deployment.target,
+                                            backend, rules))
+    if not winners:
+        return None
+    rule = winners[0][0]
+    values = placeholders(deployment.inspection, engine, deployment.version, deployment.target,
+                          backend.name if backend else None, [])
+    texts = rule.reasons or ((rule.kernel,) if rule.kernel else ())
+    return Judgement(DIMENSION, rule.status, [f"{what}: {fill(r, values)}" for r in texts],  # type: ignore[arg-type]
+                     _sources([s for r, _ in winners for s in r.sources]), [],
+                     [fill(r, values) for r in rule.requires])
+
+
+def _sources(specs: Iterable[SourceSpec]) -> list[Source]:
+    out: list[Source] = []
+    for s in specs:
+        src = Source(ref=s.ref, version=s.version, note=s.note)
+        if src not in out:
+            out.append(src)
+    return out
