@@ -11,7 +11,6 @@ adds the activation side of W8A8 / W4A4 formats as forward pre-hooks on the quan
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
     """
     import torch
 
-    from qcheck.classify import classify
+    from qcheck.classify import classify_weights
     from qcheck.readers import load_checkpoint
 
     path = Path(candidate)
@@ -100,7 +99,7 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
     if checkpoint.container == "pickle":
         raise InputError("pickle checkpoints are never loaded; convert the candidate to safetensors",
                          path=candidate)
-    inspection = classify(checkpoint)
+    inspection, weights = classify_weights(checkpoint)
     method = inspection.quantization.method
     if method not in SIMULATED_METHODS:
         raise InputError(f"qcheck cannot dequantise {method} checkpoints for simulation (it can: "
@@ -112,11 +111,11 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
             raise InputError(f"a split GGUF ({len(ggufs)} files) must be merged with llama-gguf-split --merge "
                              "before it can be simulated", path=candidate)
         gguf_file = path if path.is_file() else path / ggufs[0]
-        arrays, notes = _gguf_state(gguf_file, checkpoint, expected.keys(), tied)
+        arrays, notes = gguf_state(gguf_file, checkpoint, expected.keys(), tied)
         state = {k: torch.from_numpy(v) for k, v in arrays.items()}
     else:
         root = path if path.is_dir() else path.parent
-        state, notes = _safetensors_state(root, checkpoint, inspection)
+        state, notes = _safetensors_state(root, checkpoint, weights, inspection)
     _check_against(state, expected, tied, candidate)
     return state, notes
 
@@ -144,7 +143,7 @@ def _check_against(state: dict[str, Any], expected: dict[str, tuple[int, ...]], 
 
 # ------------------------------------------------------------------------------------------ GGUF
 
-def _gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> tuple[dict[str, Any], list[str]]:
+def gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> tuple[dict[str, Any], list[str]]:
     """Every tensor of a single-file GGUF dequantised to float32 numpy under the HF names in ``hf_names``.
 
     The tensor list, offsets and sizes come from qcheck's bounded header reader (already in ``checkpoint``,
@@ -278,229 +277,49 @@ class _Loader:
             raise InputError(f"cannot read tensor data: {exc}", where=f"tensor {name}") from None
 
 
-def _quant_config(configs: dict[str, Any]) -> dict[str, Any]:
-    """The quantisation block wherever the producer put it (config.json, nested text config, side files)."""
-    cfg = configs.get("config.json") or {}
-    candidates = [cfg.get("quantization_config")]
-    for key in ("text_config", "llm_config"):
-        sub = cfg.get(key)
-        if isinstance(sub, dict):
-            candidates.append(sub.get("quantization_config"))
-    for name in ("quantize_config.json", "quant_config.json"):
-        candidates.append(configs.get(name))
-    for c in candidates:
-        if isinstance(c, dict):
-            return c
-    return {}
-
-
-def _mlx_params(configs: dict[str, Any], prefix: str) -> tuple[int, int, str]:
-    """(bits, group_size, mode) for one MLX module: the ``quantization`` block, then its per-module override."""
-    cfg = configs.get("config.json") or {}
-    q = cfg.get("quantization") or cfg.get("quantization_config") or {}
-    if not isinstance(q, dict):
-        q = {}
-    bits, group, mode = q.get("bits", 4), q.get("group_size", 64), q.get("mode", "affine")
-    override = q.get(prefix)
-    if isinstance(override, dict):
-        bits, group = override.get("bits", bits), override.get("group_size", group)
-        mode = override.get("mode", mode)
-    if isinstance(bits, bool) or isinstance(group, bool) or not isinstance(bits, int) or not isinstance(group, int):
-        raise InputError(f"MLX quantization bits/group_size are not integers ({bits!r}, {group!r})",
-                         where=f"module {prefix}")
-    return bits, group, str(mode).lower()
-
-
-def _ct_bits(qcfg: dict[str, Any], packed_cols: int, in_f: int, prefix: str) -> int:
-    """compressed-tensors num_bits: the config's when it has one value, else recomputed from the packed width."""
-    bits = set()
-    groups = qcfg.get("config_groups")
-    if isinstance(groups, dict):
-        for g in groups.values():
-            w = g.get("weights") if isinstance(g, dict) else None
-            if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
-                bits.add(w["num_bits"])
-    fits = [b for b in range(1, 9) if math.ceil(in_f * b / 32) == packed_cols]
-    if len(bits) == 1 and next(iter(bits)) in fits:
-        return next(iter(bits))
-    if len(fits) == 1:
-        return fits[0]
-    raise InputError(f"cannot tell the bit width of weight_packed ({packed_cols} words for {in_f} inputs; "
-                     f"config says {sorted(bits) or 'nothing'})", where=f"module {prefix}")
-
-
-def _config_int(qcfg: dict[str, Any], keys: tuple[str, ...], default: int, prefix: str) -> int:
-    """An integer quantisation field (the first of ``keys`` present), refusing non-integers from hostile configs."""
-    for key in keys:
-        if key in qcfg:
-            value = qcfg[key]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"quantization_config.{key} must be an integer, not {value!r}",
-                                 where=f"module {prefix}")
-            return value
-    return default
-
-
-def _fp8_block(qcfg: dict[str, Any]) -> tuple[int, int] | None:
-    block = qcfg.get("weight_block_size")
-    groups = qcfg.get("config_groups")
-    if block is None and isinstance(groups, dict):
-        for g in groups.values():
-            w = g.get("weights") if isinstance(g, dict) else None
-            if isinstance(w, dict) and w.get("block_structure"):
-                block = w["block_structure"]
-    if isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
-        return int(block[0]), int(block[1])
-    return None
-
-
-def _safetensors_state(root: Path, checkpoint: Any, inspection: Any) -> tuple[dict[str, Any], list[str]]:
+def _safetensors_state(root: Path, checkpoint: Any, weights: list[Any], inspection: Any
+                       ) -> tuple[dict[str, Any], list[str]]:
+    """Every quantised weight the classifier found (``weights``) dequantised by its layout's dequantiser
+    (``qcheck.formats`` ``Layout.dequantiser``); every other tensor copied as float32, dropped when it is a
+    run-time scale, or refused when it is in a dtype no dequantiser consumed."""
     import torch
 
-    from qcheck.eval.dequant import awq, compressed, fp4, fp8, gptq, mlx
+    from qcheck.eval.dequant.layouts import WeightSource, quant_config
 
     load = _Loader(root, checkpoint)
-    qcfg = _quant_config(checkpoint.configs)
-    modules: dict[str, dict[str, Any]] = {}
-    for name, info in checkpoint.tensors.items():
-        prefix, _, leaf = name.rpartition(".")
-        modules.setdefault(prefix, {})[leaf] = info
+    src = WeightSource(load=load.get, infos=checkpoint.tensors, configs=checkpoint.configs,
+                       qcfg=quant_config(checkpoint.configs))
     state: dict[str, Any] = {}
     layouts: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
-
-    def full(prefix: str, leaf: str) -> str:
-        return f"{prefix}.{leaf}" if prefix else leaf
-
-    for prefix, leaves in modules.items():
-        where = f"module {prefix}"
-        used: set[str] = set()
-        weight = None
-        w_info = leaves.get("weight")
-        if "qweight" in leaves and {"qzeros", "scales"} <= leaves.keys():
-            qw, qz, sc = (load.get(full(prefix, k)) for k in ("qweight", "qzeros", "scales"))
-            version = str(qcfg.get("version", "gemm")).lower() if qcfg.get("quant_method") == "awq" else "gemm"
-            if version != "gemm":
-                raise InputError(f"AWQ version {version!r} is not simulated (only the GEMM layout is)", where=where)
-            if qw.ndim == 2 and sc.ndim == 2 and qw.shape[1] * 8 == sc.shape[1]:
-                weight = awq.dequant_awq(qw, qz, sc, where, bits=_config_int(qcfg, ("bits", "w_bit"), 4, prefix))
-                layouts["AWQ GEMM"] += 1
-            else:
-                g_idx = load.get(full(prefix, "g_idx")) if "g_idx" in leaves else None
-                fmt = qcfg.get("checkpoint_format") or qcfg.get("format") or "gptq"
-                fmt = fmt if fmt in ("gptq", "gptq_v2") else "gptq"
-                bits = _config_int(qcfg, ("bits",), 4, prefix)
-                weight = gptq.dequant_gptq(qw, qz, sc, g_idx, where, bits=bits, checkpoint_format=fmt)
-                layouts[f"GPTQ {fmt} {bits}-bit" + (" act-order" if _non_monotonic(g_idx) else "")] += 1
-            used |= {"qweight", "qzeros", "scales", "g_idx"}
-        elif "weight_packed" in leaves and "weight_scale" in leaves:
-            packed, scale = load.get(full(prefix, "weight_packed")), load.get(full(prefix, "weight_scale"))
-            if "weight_global_scale" in leaves:
-                g = fp4.global_value(load.get(full(prefix, "weight_global_scale")), where)
-                weight = fp4.dequant_nvfp4(packed, scale, 1.0 / g, where)
-                layouts["NVFP4 (compressed-tensors)"] += 1
-                used.add("weight_global_scale")
-            elif "weight_shape" in leaves:
-                shape = load.get(full(prefix, "weight_shape"))
-                in_f = int(shape.reshape(-1)[-1]) if shape.numel() == 2 else 0
-                if in_f <= 0:
-                    raise InputError(f"weight_shape {shape.tolist()} is not an [out, in] pair of positive sizes",
-                                     where=where)
-                bits = _ct_bits(qcfg, packed.shape[-1], in_f, prefix)
-                zp = load.get(full(prefix, "weight_zero_point")) if "weight_zero_point" in leaves else None
-                gi = load.get(full(prefix, "weight_g_idx")) if "weight_g_idx" in leaves else None
-                weight = compressed.dequant_pack_quantized(packed, scale, shape, where, bits=bits,
-                                                           weight_zero_point=zp, weight_g_idx=gi)
-                layouts[f"compressed-tensors pack-quantized int{bits}"] += 1
-                used |= {"weight_shape", "weight_zero_point", "weight_g_idx"}
-            elif scale.dtype == torch.uint8:
-                weight = fp4.dequant_mxfp4(packed, scale, where)
-                layouts["MXFP4 (compressed-tensors)"] += 1
-            else:
-                raise InputError(f"weight_packed with a {scale.dtype} weight_scale and no weight_shape or "
-                                 "weight_global_scale matches no compressed-tensors layout", where=where)
-            used |= {"weight_packed", "weight_scale"}
-        elif w_info is not None and w_info.dtype in ("F8_E4M3", "F8_E5M2") and (
-                "weight_scale" in leaves or "weight_scale_inv" in leaves):
-            scale_leaf = "weight_scale_inv" if "weight_scale_inv" in leaves else "weight_scale"
-            w, s = load.get(full(prefix, "weight")), load.get(full(prefix, scale_leaf))
-            weight = fp8.dequant_fp8(w, s, where, block=_fp8_block(qcfg))
-            if s.dtype == torch.uint8:
-                layouts["MXFP8 (E8M0 scale per 32)"] += 1
-            else:
-                layouts["FP8 " + ("block" if scale_leaf == "weight_scale_inv" else _fp8_granularity(w, s))] += 1
-            used |= {"weight", scale_leaf}
-        elif w_info is not None and w_info.dtype == "U8" and {"weight_scale", "weight_scale_2"} <= leaves.keys():
-            w = load.get(full(prefix, "weight"))
-            s, s2 = load.get(full(prefix, "weight_scale")), load.get(full(prefix, "weight_scale_2"))
-            weight = fp4.dequant_nvfp4(w, s, fp4.global_value(s2, where), where)
-            layouts["NVFP4 (ModelOpt)"] += 1
-            used |= {"weight", "weight_scale", "weight_scale_2"}
-        elif w_info is not None and w_info.dtype == "U32" and {"scales", "biases"} <= leaves.keys():
-            bits, group, _mode = _mlx_params(checkpoint.configs, prefix)
-            w, s, b = (load.get(full(prefix, k)) for k in ("weight", "scales", "biases"))
-            weight = mlx.dequant_mlx_affine(w, s, b, where, bits=bits, group_size=group)
-            layouts[f"MLX affine {bits}-bit g{group}"] += 1
-            used |= {"weight", "scales", "biases"}
-        elif w_info is not None and w_info.dtype == "U32" and "scales" in leaves:
-            _bits, group, mode = _mlx_params(checkpoint.configs, prefix)
-            weight = mlx.dequant_mlx_fp(load.get(full(prefix, "weight")), load.get(full(prefix, "scales")), where,
-                                        mode=mode, group_size=group)
-            layouts[f"MLX {mode}"] += 1
-            used |= {"weight", "scales"}
-        elif w_info is not None and w_info.dtype == "I8" and "weight_scale" in leaves:
-            zp = load.get(full(prefix, "weight_zero_point")) if "weight_zero_point" in leaves else None
-            gi = load.get(full(prefix, "weight_g_idx")) if "weight_g_idx" in leaves else None
-            weight = compressed.dequant_int_quantized(load.get(full(prefix, "weight")),
-                                                      load.get(full(prefix, "weight_scale")), where,
-                                                      weight_zero_point=zp, weight_g_idx=gi)
-            layouts["INT8 (compressed-tensors int-quantized)"] += 1
-            used |= {"weight", "weight_scale", "weight_zero_point", "weight_g_idx"}
-        if weight is not None:
-            state[full(prefix, "weight")] = weight.to(torch.float32)
-        # gpt-oss MXFP4: <param>_blocks + <param>_scales
-        for leaf in list(leaves):
-            if leaf.endswith("_blocks") and leaf[: -len("_blocks")] + "_scales" in leaves:
-                base = leaf[: -len("_blocks")]
-                # blocks are stored [..., out, in]; the HF parameter is [..., in, out] (transformers
-                # convert_moe_packed_tensors ends with ``out.transpose(1, 2)``)
-                state[full(prefix, base)] = fp4.dequant_mxfp4_blocks(
-                    load.get(full(prefix, leaf)), load.get(full(prefix, base + "_scales")), f"tensor {full(prefix, leaf)}"
-                ).transpose(-1, -2).contiguous()
-                layouts["MXFP4 (gpt-oss blocks)"] += 1
-                used |= {leaf, base + "_scales"}
-        for leaf, info in leaves.items():
-            if leaf in used:
-                continue
-            if leaf in SIDE_LEAVES:
-                dropped[leaf] += 1
-                continue
-            if info.dtype in FLOAT_DTYPES:
-                state[full(prefix, leaf)] = load.get(full(prefix, leaf)).to(torch.float32)
-            else:
-                raise InputError(f"tensor of dtype {info.dtype} matches no quantisation layout qcheck can "
-                                 f"dequantise", where=f"tensor {full(prefix, leaf)}")
+    consumed: set[str] = set()
+    for q in weights:
+        layout = REGISTRY.layout(q.layout, q.method)
+        if layout is None or layout.dequantiser is None:
+            continue  # not simulated: its tensors are refused below by name and dtype
+        done = layout.dequantiser(src, q)
+        if done is None:
+            continue
+        consumed |= done.consumed()
+        for name, tensor in done.tensors.items():
+            state[name] = tensor.to(torch.float32)
+        layouts[done.label] += 1
+    for name, info in checkpoint.tensors.items():
+        if name in consumed:
+            continue
+        leaf = name.rpartition(".")[2]
+        if leaf in SIDE_LEAVES:
+            dropped[leaf] += 1
+        elif info.dtype in FLOAT_DTYPES:
+            state[name] = load.get(name).to(torch.float32)
+        else:
+            raise InputError(f"tensor of dtype {info.dtype} matches no quantisation layout qcheck can "
+                             f"dequantise", where=f"tensor {name}")
     notes = [_summary(inspection, layouts)]
     if dropped:
         notes.append("run-time scales not used by dequantised weights were dropped: "
                      + ", ".join(f"{k} x{v}" for k, v in sorted(dropped.items())))
     return state, notes
-
-
-def _non_monotonic(g_idx: Any | None) -> bool:
-    if g_idx is None or g_idx.numel() < 2:
-        return False
-    return bool((g_idx[1:] < g_idx[:-1]).any())
-
-
-def _fp8_granularity(w: Any, s: Any) -> str:
-    if s.numel() == 1:
-        return "per-tensor"
-    if s.shape[0] == w.shape[0] and (s.ndim == 1 or s.shape[-1] == 1):
-        return "per-channel"
-    if s.shape[0] == w.shape[0]:
-        return "per-group"
-    return "block"
 
 
 def _summary(inspection: Any, layouts: Counter[str]) -> str:

@@ -50,18 +50,24 @@ class Registry:
 
     # --- building
     def register(self, fmt: Format | None = None, families: tuple[Family, ...] = ()) -> None:
-        """Add a format (with its families) and/or producer families; ids must be new."""
-        if fmt is not None:
-            if fmt.method in self._formats:
-                raise ValueError(f"format {fmt.method!r} is already registered")
-            self._formats[fmt.method] = fmt
-        for fam in (*(fmt.families if fmt else ()), *families):
-            if fam.id in self._families:
+        """Add a format (with its families) and/or producer families; ids and quant_methods must be new.
+        Nothing is added when anything clashes."""
+        new = (*(fmt.families if fmt else ()), *families)
+        if fmt is not None and fmt.method in self._formats:
+            raise ValueError(f"format {fmt.method!r} is already registered")
+        taken = {m: f.id for f in self._families.values() for m in f.quant_methods}
+        ids = set(self._families)
+        for fam in new:
+            if fam.id in ids:
                 raise ValueError(f"family {fam.id!r} is already registered")
-            taken = {m: f.id for f in self._families.values() for m in f.quant_methods}
             clash = [m for m in fam.quant_methods if m in taken]
             if clash:
                 raise ValueError(f"family {fam.id!r}: quant_method {clash[0]!r} already read by {taken[clash[0]]!r}")
+            ids.add(fam.id)
+            taken.update((m, fam.id) for m in fam.quant_methods)
+        if fmt is not None:
+            self._formats[fmt.method] = fmt
+        for fam in new:
             self._families[fam.id] = fam
 
     def unregister(self, method: str) -> None:

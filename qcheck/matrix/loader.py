@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
+from qcheck.formats import REGISTRY
 from qcheck.matrix.conditions import compile_hardware, compile_match
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
@@ -24,7 +25,6 @@ from qcheck.matrix.schema import (
     KINDS,
     KV_CACHE_KEYS,
     KV_RULE_KEYS,
-    METHODS,
     MODIFIER_KEYS,
     PLACEHOLDERS,
     RULE_KEYS,
@@ -481,8 +481,8 @@ def _methods(entry: dict[str, Any], ctx: Where) -> frozenset[str] | None:
         return None
     methods = _str_list(entry, "methods", ctx)
     for m in methods:
-        if m not in METHODS:
-            ctx.fail("unknown-method", f"method {m!r} is not canonical (known: {', '.join(METHODS)})")
+        if m not in REGISTRY:  # the live registry: a format registered at run time is canonical too
+            ctx.fail("unknown-method", f"method {m!r} is not canonical (known: {', '.join(REGISTRY.methods())})")
     return frozenset(methods)
 
 
