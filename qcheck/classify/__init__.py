@@ -372,7 +372,7 @@ def _activation_from_tensors(method: str, mine: list[QLinear]) -> tuple[str | No
     if fmt is None:
         return None, None
     for x in mine:
-        if x.producer in fmt.activation_by_producer:
+        if x.producer is not None and x.producer in fmt.activation_by_producer:
             return fmt.activation_by_producer[x.producer]
     if fmt.activation_if_input_scale is not None and any(x.input_scale for x in mine):
         return fmt.activation_if_input_scale

@@ -448,7 +448,9 @@ def fake_quant_int8(x: Any, scale: float | None = None) -> Any:
 
 
 def _activation_scales(inspection: Any, limits: Limits) -> tuple[set[str], dict[str, tuple[str, float]]]:
-    """(quantised module prefixes, prefix -> (scale tensor leaf, value)) read from the candidate's files."""
+    """(quantised module prefixes, prefix -> (scale tensor leaf, value)) read from the candidate's files; the
+    quantised modules are the weights the classifier found."""
+    from qcheck.classify import classify_weights
     from qcheck.readers import load_checkpoint
 
     path = Path(inspection.path)
@@ -457,13 +459,10 @@ def _activation_scales(inspection: Any, limits: Limits) -> tuple[set[str], dict[
     checkpoint = load_checkpoint(str(path), limits)
     root = path if path.is_dir() else path.parent
     load = _Loader(root, checkpoint)
-    quantised: set[str] = set()
+    quantised = {q.name for q in classify_weights(checkpoint)[1]}
     static: dict[str, tuple[str, float]] = {}
-    markers = {"qweight", "weight_packed", "weight_scale", "weight_scale_inv", "scales"}
     for name in checkpoint.tensors:
         prefix, _, leaf = name.rpartition(".")
-        if leaf in markers:
-            quantised.add(prefix)
         if leaf in ("input_scale", "input_global_scale"):
             t = load.get(name)
             if t.numel() == 1:
