@@ -535,7 +535,8 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_mem
 
 def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[str], *, limits: Any = None,
                            require_native: bool = False, allow_unknown: bool = False, context: int | None = None,
-                           batch: int = 1, kv_cache_dtype: str | None = None, all_models: bool = False) -> Any:
+                           batch: int = 1, kv_cache_dtype: str | None = None, all_models: bool = False,
+                           options: dict[str, Any] | None = None) -> Any:
     """``qcheck check`` with ``Verdict.memory`` filled (``--context``/``--batch``/``--kv-cache-dtype``).
 
     ``qcheck.check.check_paths`` (usage errors first, a saved inspection or the headers, a pickle refused, every
@@ -575,7 +576,7 @@ def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[s
 
         return annotate
 
-    options = {"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype else None  # judged by the kv-cache dimension
+    options = {**(options or {}), **({"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype else {})} or None
     return check_paths(target, engines, gpus, limits=limits, require_native=require_native,
                        allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator,
                        options=options)

@@ -129,6 +129,8 @@ class Inspection:
     num_attention_heads: int | None = None
     num_kv_heads: int | None = None
     head_dim: int | None = None
+    #: the dense MLP width (config ``intermediate_size``): per-rank slices under tensor parallelism
+    intermediate_size: int | None = None
     vocab_size: int | None = None
     moe: bool = False
     num_experts: int | None = None

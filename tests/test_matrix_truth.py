@@ -281,3 +281,75 @@ def test_the_checkpoint_kv_scheme_is_judged_without_a_flag(files, tmp_path) -> N
     assert v.status == "unsupported"
     assert any(r.startswith("kv-cache: the checkpoint's fp8 KV cache: ") for r in v.reasons)
     assert check(path, "vllm", "h100")[0].status == "native"
+
+
+# ------------------------------------------------------------------------------ parallel layouts
+
+def shaped(method: str, *, heads: int, kv: int, head_dim: int, inter: int, layers: int = 80, moe: bool = False,
+           **quant: object):
+    from qcheck.model import Inspection, Quantization
+
+    return Inspection(path="m", container="safetensors", dtype="bfloat16", num_attention_heads=heads,
+                      num_kv_heads=kv, head_dim=head_dim, hidden_size=heads * head_dim, intermediate_size=inter,
+                      num_layers=layers, moe=moe,
+                      quantization=Quantization(method=method, **quant))  # type: ignore[arg-type]
+
+
+def layout(inspection, engine: str = "vllm", gpu: str = "h100", **options: int) -> Verdict:
+    from qcheck.matrix.loader import load_matrix
+    from qcheck.matrix.resolve import EngineRequest, resolve_one
+
+    m = load_matrix()
+    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), options)
+
+
+FP8_BLOCK = {"weight_bits": 8, "weight_dtype": "float8_e4m3", "activation_dtype": "float8_e4m3",
+             "scale_granularity": "block", "block_size": [128, 128], "producer": "modelopt", "config_method": "fp8"}
+
+
+def test_fp8_block_must_divide_each_rank_slice() -> None:
+    """vLLM fp8_utils.py: 'Weight output_partition_size = 3696 is not divisible by ... block_n = 128'."""
+    qwen72 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
+    assert layout(qwen72).status == "native"  # no layout asked: nothing to judge
+    v = layout(qwen72, tp=8)
+    assert v.status == "unsupported"
+    assert ("parallelism: gate_proj/up_proj: Weight output_partition_size = 3696 is not divisible by weight "
+            "quantization block_n = 128.") in v.reasons
+    assert "parallelism: down_proj: Weight input_size_per_partition = 3696 is not divisible by weight " \
+           "quantization block_k = 128." in v.reasons
+    deepseek_like = shaped("fp8", heads=128, kv=128, head_dim=128, inter=18432, **FP8_BLOCK)
+    ok = layout(deepseek_like, tp=8)
+    assert ok.status == "native" and [d.status for d in ok.dimensions if d.dimension == "parallelism"] == ["native"]
+
+
+def test_heads_kv_heads_and_groups_must_divide() -> None:
+    llama70 = shaped("gptq", heads=64, kv=8, head_dim=128, inter=28672, weight_bits=4, group_size=128)
+    assert layout(llama70, tp=8).status == "native"
+    assert layout(llama70, tp=16).status == "native"  # 8 KV heads replicated over 16 ranks
+    heads = layout(llama70, tp=6)
+    assert heads.status == "unsupported"
+    assert heads.reasons[0] == ("parallelism: Total number of attention heads (64) must be divisible by tensor "
+                                "parallel size (6).")
+    odd_kv = shaped("none", heads=24, kv=6, head_dim=128, inter=8192)
+    assert any("6 is not divisible by 4" in r for r in layout(odd_kv, tp=4).reasons)
+    llama2 = shaped("gptq", heads=32, kv=32, head_dim=128, inter=11008, weight_bits=4, group_size=128)
+    v = layout(llama2, tp=8)
+    assert v.status == "unsupported" and any("down_proj: input_size_per_partition = 1376 is not divisible by "
+                                             "group_size = 128" in r for r in v.reasons)
+    assert layout(llama2, tp=2).status == "native"
+
+
+def test_pipeline_and_expert_parallel() -> None:
+    dense = shaped("none", heads=32, kv=8, head_dim=128, inter=14336, layers=32)
+    assert layout(dense, pp=4).status == "native"
+    assert layout(dense, pp=64).status == "unsupported"
+    ep = layout(dense, ep=2)
+    assert ep.status == "unsupported" and "Number of experts in the model must be greater than 0" in ep.reasons[0]
+    assert layout(shaped("none", heads=32, kv=8, head_dim=128, inter=14336, moe=True), ep=8).status == "native"
+    # engines without parallel data are left alone
+    assert [d.dimension for d in layout(dense, engine="sglang", tp=3).dimensions] == ["weights"]
+
+
+def test_tp_through_check(files) -> None:
+    v = check_path(files["fp8-block"], ["vllm"], ["h100"], options={"tp": 3}).verdicts[0]
+    assert v.status == "unsupported" and "must be divisible by tensor parallel size (3)" in v.reasons[0]

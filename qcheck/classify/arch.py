@@ -35,6 +35,7 @@ def fill_from_config(insp: Inspection, model: dict[str, Any]) -> None:
     insp.num_attention_heads = as_int(first(model, *HEAD_KEYS))
     insp.num_kv_heads = as_int(first(model, *KV_HEAD_KEYS))
     insp.head_dim = as_int(first(model, "head_dim"))
+    insp.intermediate_size = as_int(first(model, "intermediate_size", "ffn_hidden_size", "n_inner"))
     if insp.head_dim is None and insp.hidden_size and insp.num_attention_heads:
         insp.head_dim = insp.hidden_size // insp.num_attention_heads if insp.num_attention_heads > 0 else None
     insp.vocab_size = as_int(first(model, "vocab_size", "padded_vocab_size"))

@@ -29,6 +29,12 @@ from qcheck.limits import Limits
                    "cannot run on the GPU, fails the verdict) and used for the memory estimate: auto, bfloat16, fp8, "
                    "fp8_e4m3, nvfp4, f16, q8_0, q4_0 ... (default: what the checkpoint declares, else the model's "
                    "dtype; f16 for GGUF).")
+@click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must divide "
+                   "over N ranks (engines with parallel data: vLLM).")
+@click.option("--pp", type=click.IntRange(min=1), default=None, metavar="N", help="Pipeline-parallel size to judge.")
+@click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Expert-parallel size to judge (needs a MoE model).")
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
@@ -36,6 +42,7 @@ from qcheck.limits import Limits
 @limit_options
 def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
             allow_unknown: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
+            tp: int | None, pp: int | None, ep: int | None,
             all_models: bool, output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
@@ -74,13 +81,14 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         click.echo("qcheck: no --engine or --gpu given, so this is the inspection; to judge it add --gpu G "
                    "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
         return code
+    layout = {name: n for name, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n is not None}
     if context is not None or batch is not None or kv_cache_dtype is not None:
         from qcheck.memory import check_path_with_memory
 
         result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
                                         allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                        kv_cache_dtype=kv_cache_dtype, all_models=all_models)
+                                        kv_cache_dtype=kv_cache_dtype, all_models=all_models, options=layout)
     else:
         result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
-                             allow_unknown=allow_unknown, all_models=all_models)
+                             allow_unknown=allow_unknown, all_models=all_models, options=layout or None)
     return finish(result, output_spec)

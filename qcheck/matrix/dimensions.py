@@ -62,8 +62,9 @@ DIMENSIONS: list[Dimension] = []
 def _builtin() -> None:
     from qcheck.matrix.builds import judge_build
     from qcheck.matrix.kvcache import judge_kv_cache
+    from qcheck.matrix.parallel import judge_parallel
 
-    DIMENSIONS.extend([judge_build, judge_kv_cache])
+    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_parallel])
 
 
 _builtin()

@@ -26,6 +26,7 @@ from qcheck.matrix.schema import (
     KV_CACHE_KEYS,
     KV_RULE_KEYS,
     MODIFIER_KEYS,
+    PARALLEL_KEYS,
     PLACEHOLDERS,
     RULE_KEYS,
     SOURCE_KEYS,
@@ -39,6 +40,7 @@ from qcheck.matrix.schema import (
     Engine,
     KvCache,
     MatrixDataError,
+    ParallelSpec,
     Rule,
     SourceSpec,
     SuggestionRule,
@@ -254,7 +256,27 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
+    engine.parallel = _load_parallel(raw.get("parallel"), engine)
     return engine
+
+
+def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:
+    """``[parallel]``: layouts from tp/pp/ep, checks from qcheck.matrix.parallel.CHECKS."""
+    from qcheck.matrix.parallel import CHECKS, LAYOUTS
+
+    if table is None:
+        return None
+    ctx = Where(engine.file, "[parallel]")
+    if not isinstance(table, dict):
+        ctx.fail("bad-type", "[parallel] must be a table")
+    check_keys(table, PARALLEL_KEYS, {"layouts", "sources"}, ctx)
+    layouts = _str_list(table, "layouts", ctx)
+    checks = _str_list(table, "checks", ctx, allow_empty=True) if "checks" in table else []
+    for value, known, key in [*((v, LAYOUTS, "layouts") for v in layouts), *((v, CHECKS, "checks") for v in checks)]:
+        if value not in known:
+            ctx.fail("bad-match-value", f"{key}: {value!r} is not one of {', '.join(known)}")
+    return ParallelSpec(tuple(layouts), tuple(checks), _resolve_sources(_str_list(table, "sources", ctx),
+                                                                         engine.sources, ctx))
 
 
 def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable

@@ -31,8 +31,9 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
-ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule"}
+ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel"}
 KV_CACHE_KEYS = {"flag", "accepts", "sources", "note"}
+PARALLEL_KEYS = {"layouts", "checks", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
                "backends", "note"}
@@ -206,6 +207,15 @@ class KvCache:
     sources: tuple[SourceSpec, ...]
 
 
+@dataclass(frozen=True)
+class ParallelSpec:
+    """``[parallel]``: the layouts an engine has (tp, pp, ep) and the load-time checks it enforces."""
+
+    layouts: tuple[str, ...]
+    checks: tuple[str, ...]
+    sources: tuple[SourceSpec, ...]
+
+
 @dataclass
 class SuggestionRule:
     id: str
@@ -249,6 +259,8 @@ class Engine:
     #: ``[kv_cache]`` and ``[[kv_rule]]`` (each rule with the KV dtypes it is about)
     kv_cache: KvCache | None = None
     kv_rules: list[tuple[frozenset[str], Rule]] = field(default_factory=list)
+    #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
+    parallel: ParallelSpec | None = None
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
