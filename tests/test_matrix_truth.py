@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builders as b
 import pytest
-from gguf_helpers import Q, write_gguf
+from gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 from qcheck.check import CheckResult, check_path
 from qcheck.model import Verdict
@@ -23,10 +23,16 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     made = {"gptq": b.gptq_fixture(desc_act=False), "awq": b.awq_fixture(), "gpt-oss": b.gpt_oss_fixture(),
             "fp8-block": b.fp8_block_deepseek(), "w4a16": b.w4a16_ct()}
     out = {name: str(fx.write(root / name)) for name, fx in made.items()}
-    for name, qtype in (("nvfp4", Q.NVFP4), ("q1_0", Q.Q1_0), ("q2_0", Q.Q2_0), ("q8_0", Q.Q8_0)):
+    for name, qtype in (("nvfp4", Q.NVFP4), ("q1_0", Q.Q1_0), ("q8_0", Q.Q8_0)):
         out[f"{name}-gguf"] = str(write_gguf(root / f"model-{name}.gguf", [
             ("blk.0.attn_q.weight", (H, H), qtype), ("blk.0.ffn_down.weight", (H, H), Q.Q8_0),
             ("output_norm.weight", (H,), Q.F32)])[0])
+    # Q2_0 (ggml type 42: 64-element blocks of 18 bytes) is newer than some gguf-py releases: written raw
+    q2 = valid_raw(1)
+    q2.tensors.append(tensor_info("blk.0.attn_q.weight", [256, 4], 42, 128))
+    q2.data = b"\x01" * (128 + 16 * 18)
+    (root / "model-q2_0.gguf").write_bytes(q2.build())
+    out["q2_0-gguf"] = str(root / "model-q2_0.gguf")
     return out
 
 
