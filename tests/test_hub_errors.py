@@ -149,9 +149,9 @@ def test_connection_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("QCHECK_HUB_BACKOFF", "0.01")
     monkeypatch.setenv("QCHECK_HUB_RETRIES", "1")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with pytest.raises(NetworkError, match=r"cannot connect to http://127.0.0.1:\d+: connection refused \(2 "
-                                           r"attempts\).*HF_HUB_OFFLINE=1"):
-        load_checkpoint("org/any")
+    with pytest.raises(NetworkError, match=r"cannot connect to http://127.0.0.1:\d+: connection refused \(1 "
+                                           r"attempt\).*HF_HUB_OFFLINE=1"):
+        load_checkpoint("org/any")  # nothing listens: retrying cannot help, so no retry
 
 
 def test_not_model_info_is_a_remote_error(hub):
@@ -180,7 +180,9 @@ def test_cli_prints_one_line_exit_2_and_never_the_token(hub, repo, kwargs, expec
     proc = _run_cli("inspect", repo, env=_env(hub, HF_TOKEN=TOKEN))
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("qcheck: error:") and expect in lines[0], proc.stderr
+    retries = [ln for ln in lines[:-1] if " retrying in " in ln]  # the waits announced before giving up
+    assert len(retries) == len(lines) - 1 == (2 if repo == "org/down" else 0), proc.stderr
+    assert lines[-1].startswith("qcheck: error:") and expect in lines[-1], proc.stderr
     assert TOKEN not in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
 
@@ -228,3 +230,44 @@ def test_cli_check_of_a_hub_repo_with_memory_fit(hub):
     assert mem["kv_cache_bytes"] == 6 * 1 * 16 * 2 * 2 * 4096
     assert mem["fits"] is True and mem["gpu_memory_bytes"] == 80 * 1024**3
     assert len(hub.requests(r"^/api/models/nvidia/tiny")) == 1  # the checkpoint is read once
+
+
+def test_a_retry_says_so_on_stderr(hub, capsys):
+    hub.add_repo("org/flaky", sharded_repo(1))
+    hub.inject(r"\.safetensors$", 503, times=1)
+    assert len(load_checkpoint("org/flaky").tensors) == 18
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"qcheck: HTTP 503 from {hub.endpoint} (")
+    assert err[0].endswith("(model-00001-of-00001.safetensors); retrying in 0.0 s (attempt 2 of 3)"), err
+
+
+def test_an_unresolvable_host_fails_at_once_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
+    env.update({"HF_ENDPOINT": "http://qcheck-test-host.invalid", "QCHECK_HUB_RETRIES": "5",
+                "QCHECK_HUB_BACKOFF": "2"})
+    proc = _run_cli("inspect", "org/name", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]  # one line, no "retrying"
+    assert "cannot resolve the host of http://qcheck-test-host.invalid" in proc.stderr
+
+
+def test_the_offline_hint_is_header_only(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(RemoteError) as info:
+        load_checkpoint("org/not-cached")
+    assert "hf download" not in str(info.value) and "reads only the headers" in str(info.value)
+
+
+def test_an_unresolvable_host_is_never_retried(monkeypatch):
+    import qcheck.hub.http as http
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"waited {seconds} s to retry a host that does not resolve")
+
+    monkeypatch.setattr(http.time, "sleep", no_sleep)
+    monkeypatch.setenv("HF_ENDPOINT", "http://qcheck-test-host.invalid")
+    monkeypatch.setenv("QCHECK_HUB_RETRIES", "5")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(NetworkError, match="cannot resolve the host of http://qcheck-test-host.invalid"):
+        load_checkpoint("org/name")

@@ -106,7 +106,9 @@ def report_meta() -> dict[str, Any]:
 @click.option("--seed", type=int, default=None, help="Bootstrap seed (default fixed: results are reproducible).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write a self-contained HTML report to this file.")
-@click.option("--progress/--no-progress", default=None, help="Progress bars on stderr (default: when a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress on stderr (default: with text output): a bar on a terminal, else a line every "
+                   "QCHECK_PROGRESS_INTERVAL seconds (30) with an ETA.")
 @output_options
 @limit_options
 def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...], reference_dtype: str, device: str,
@@ -145,7 +147,7 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
                         progress=show_progress)
     on_event = None
-    if show_progress and sys.stderr.isatty():
+    if show_progress:
         def on_event(message: str) -> None:
             from qcheck.report.sanitize import safe_line
 

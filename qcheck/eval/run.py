@@ -258,14 +258,21 @@ def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 class _Progress:
-    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+    """A rich progress bar on stderr when it is a terminal; periodic lines otherwise (``eval/progress.py``)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
         self._p = None
         self._task = None
+        self._lines = None
+        if enabled and not self.enabled:
+            from qcheck.eval.progress import LineProgress
+
+            self._lines = LineProgress()
 
     def start(self, label: str, total: int) -> None:
+        if self._lines is not None:
+            self._lines.start(label, total)
         if not self.enabled:
             return
         from rich.console import Console
@@ -278,10 +285,14 @@ class _Progress:
         self._task = self._p.add_task(label, total=total)
 
     def advance(self, n: int = 1) -> None:
+        if self._lines is not None:
+            self._lines.advance(n)
         if self._p is not None:
             self._p.advance(self._task, n)
 
     def stop(self) -> None:
+        if self._lines is not None:
+            self._lines.stop()
         if self._p is not None:
             self._p.stop()
             self._p = None

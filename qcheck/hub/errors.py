@@ -86,8 +86,8 @@ def network_error(exc: BaseException, *, repo_id: str, what: str, endpoint: str,
         msg = (f"timed out after {timeout:g} s reading {what} from {endpoint} ({repo_id}), {attempts} attempts; "
                "raise it with QCHECK_HUB_TIMEOUT=SECONDS") if timeout else f"timed out reading {what} from {endpoint}"
     elif "refused" in text:
-        msg = (f"cannot connect to {endpoint}: connection refused ({attempts} attempts); check HF_ENDPOINT, or set "
-               "HF_HUB_OFFLINE=1 to use the local Hugging Face cache")
+        msg = (f"cannot connect to {endpoint}: connection refused ({attempts} attempt{'' if attempts == 1 else 's'}); "
+               "check HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the local Hugging Face cache")
     elif "name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text \
             or "name resolution" in text:
         msg = (f"cannot resolve the host of {endpoint} (no network?); set HF_HUB_OFFLINE=1 to use the local "

@@ -245,7 +245,8 @@ def cached_snapshot(repo_id: str, revision: str | None, cache_dir: str | None = 
             commit = None
     if commit is None or not COMMIT_RE.match(commit) or not (repo_dir / "snapshots" / commit).is_dir():
         raise RemoteError(f"HF_HUB_OFFLINE is set and {repo_id}@{ref} is not in the local Hugging Face cache "
-                          f"({cache}); unset HF_HUB_OFFLINE or download it first with `hf download {repo_id}`")
+                          f"({cache}); unset HF_HUB_OFFLINE: qcheck reads only the headers, by range requests (no weights "
+                          "downloaded)")
     return CachedFileSet(str(repo_dir / "snapshots" / commit), repo_id, commit, revision)
 
 

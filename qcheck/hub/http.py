@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class HubClient:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._announced: set[tuple[str, int]] = set()
         from huggingface_hub.utils import build_hf_headers
 
         _bounded_agent_registry()
@@ -185,7 +187,8 @@ class HubClient:
             except (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
                 failed = self._failed(what)
                 wait = min(self.max_wait, self.backoff * 2 ** (attempt - 1))
-                if attempt <= self.retries and wait < budget.remaining():
+                if attempt <= self.retries and wait < budget.remaining() and not unfixable(exc):
+                    self._announce_retry(what, type(exc).__name__, wait, attempt)
                     time.sleep(wait)
                     continue
                 raise network_error(exc, repo_id=repo_id, what=what, endpoint=self.endpoint,
@@ -198,6 +201,7 @@ class HubClient:
                 if attempt <= self.retries:
                     wait = self._wait(attempt, hdrs)
                     if wait is not None and wait < budget.remaining():
+                        self._announce_retry(what, f"HTTP {status}", wait, attempt)
                         time.sleep(wait)
                         continue
                     # waiting cannot help within this run: stop every other request of the run too
@@ -258,6 +262,18 @@ class HubClient:
                         break
             return status, hdrs, bytes(body), str(r.url)
 
+    def _announce_retry(self, what: str, reason: str, wait: float, attempt: int) -> None:
+        """One stderr line per (reason, attempt) in a run, so a wait is never silent and parallel shards
+        failing alike do not print one line each."""
+        key = (reason, attempt)
+        with _ANNOUNCE_LOCK:
+            if key in self._announced:
+                return
+            self._announced.add(key)
+        sys.stderr.write(f"qcheck: {reason} from {self.endpoint} ({what}); retrying in {wait:.1f} s "
+                         f"(attempt {attempt + 1} of {self.retries + 1})\n")
+        sys.stderr.flush()
+
     def _wait(self, attempt: int, hdrs: dict[str, str]) -> float | None:
         retry_after = _retry_after(hdrs)
         if retry_after is not None:
@@ -274,6 +290,17 @@ class HubClient:
 
     def redact(self, text: str) -> str:
         return redact(text, self.token)
+
+
+_ANNOUNCE_LOCK = threading.Lock()
+
+
+def unfixable(exc: BaseException) -> bool:
+    """A transport error that retrying cannot fix within a run: the host name does not resolve (offline,
+    a typo in HF_ENDPOINT) or nothing listens on the port (connection refused)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(s in text for s in ("name or service not known", "nodename nor servname", "name resolution",
+                                   "getaddrinfo", "no address associated", "connection refused", "errno 111"))
 
 
 def _retry_after(hdrs: dict[str, str]) -> float | None:
