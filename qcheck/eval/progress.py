@@ -26,10 +26,10 @@ def _interval() -> float:
 
 def duration(seconds: float) -> str:
     """'42 s', '3 min 05 s', '1 h 02 min'."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, secs = divmod(seconds, 60)
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
     if minutes < 60:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
