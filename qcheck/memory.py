@@ -1,26 +1,25 @@
-"""Memory fit: will weights + KV cache + runtime overhead fit on a GPU, and if not, on how many?
+"""Memory fit: will weights + KV cache + the engine's own buffers fit on a device, and if not, how then?
 
-The estimate, per GPU, for a tensor-parallel degree ``tp`` (docs/memory.md has the derivation and a
-comparison with gguf-parser-go and hf-mem):
+Per device, for ``n`` devices (tensor parallelism or a layer split, as the engine places models):
 
-    weights/tp + KV(tp) + activations + fixed  <=  usable_fraction x GPU memory
+    weights on the device + KV on the device + engine overhead(context, batch)  <=  usable(device)
 
-* weights: the packed bytes of the checkpoint's weight files, or ``parameters x 2`` when the verdict is a
-  fallback that dequantises the whole model to BF16/FP16.
-* KV = batch x sum over attention layers of (tokens cached x bytes per token per layer), where a full-attention
-  layer caches ``context`` tokens and a sliding-window layer ``min(context, window)``; bytes per token per layer
-  are ``(k_dim + v_dim) x kv_heads x bytes(kv dtype)`` (GQA/MQA through ``kv_heads``), or for MLA (DeepSeek V2/V3,
-  Kimi K2) the compressed latent ``(kv_lora_rank + qk_rope_head_dim) x bytes``. Under tensor parallelism each GPU
-  holds ``ceil(kv_heads / tp)`` heads; an MLA latent is replicated on every GPU (vLLM stores it whole per rank).
-* activations: ``tokens x hidden x 24 bytes + logits_rows x vocab x 4 bytes`` for one forward step of the engine's
-  largest batch (vLLM: 2048 tokens and up to 256 sequences, 8192 and 1024 on GPUs of 70 GiB or more; llama.cpp:
-  n_ubatch 512, whose output buffer gguf-parser-go counts as n_outputs x (n_embd + n_vocab) x 4).
-* fixed: CUDA context, cuBLAS/NCCL workspaces and CUDA graphs, a stated constant per engine family.
-* usable_fraction: vLLM pre-allocates ``gpu_memory_utilization`` (default 0.92) of the GPU and must fit
-  everything inside it; llama.cpp uses what it allocates (1.0).
+* weights: the packed bytes of the checkpoint's tensors (GGUF file, safetensors shards), or ``parameters x 2`` when
+  the verdict is a fallback that dequantises the whole model. llama.cpp keeps the token embeddings in host memory.
+* KV = batch x sum over attention layers of (tokens cached x bytes per token per layer): a full-attention layer
+  caches ``context`` tokens, a sliding-window layer ``min(context, window)``; bytes per token per layer are
+  ``(k_dim + v_dim) x kv_heads x bytes(kv dtype)`` (GQA/MQA through ``kv_heads``), or for MLA the compressed latent
+  ``(kv_lora_rank + qk_rope_head_dim) x bytes``. Under tensor parallelism each GPU holds ``ceil(kv_heads / tp)``
+  heads; an MLA latent is replicated on every GPU.
+* engine overhead and usable share: per engine, from its ``[memory]`` table (``qcheck/memory_engines.py``:
+  llama.cpp compute/output buffers and ``--fit`` margin, vLLM's profiled activations and
+  ``gpu_memory_utilization``, SGLang's reserved memory, TensorRT-LLM's KV fraction of free memory, MLX's wired
+  limit on unified memory). An engine without memory data gets "overhead unknown", not another engine's numbers.
 
-Ignored, and said so in the result: the KV cache's paging granularity, recurrent/linear-attention state (Mamba,
-Qwen3-Next linear layers: constant in context), vision towers' activations, fragmentation, speculative decoding.
+From the same terms: the largest context that fits at the batch, the largest batch at the context, the device
+count, and for llama.cpp-family engines the offload plan (``-ngl``, ``--n-cpu-moe``) when one GPU is not enough.
+Ignored, and said so in the result: the KV cache's paging granularity, recurrent/linear-attention state,
+vision towers' activations, fragmentation, speculative decoding.
 """
 
 from __future__ import annotations
@@ -36,6 +35,9 @@ from qcheck.model import Inspection, Verdict
 from qcheck.readers.gguf_meta import model_keys
 
 GIB = 1024**3
+MAX_GPUS = 64
+#: layer-split engines spread a model over at most this many devices
+MAX_LAYER_SPLIT = 16
 
 #: bytes per cached element, by every spelling engines accept for --kv-cache-dtype
 KV_DTYPE_BYTES: dict[str, float] = {
@@ -48,63 +50,6 @@ KV_DTYPE_BYTES: dict[str, float] = {
     # FP4 KV (TensorRT-LLM NVFP4 KV cache): 4-bit elements + one FP8 scale per 16
     "nvfp4": 0.5 + 1 / 16, "fp4": 0.5 + 1 / 16, "fp4_e2m1": 0.5 + 1 / 16, "nvfp4_4over6": 0.5 + 1 / 16,
 }
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """What an engine needs beyond weights and KV cache, with where each number comes from."""
-
-    fixed_bytes: int
-    usable_fraction: float
-    activation_tokens: int
-    logits_rows: int
-    source: str
-    #: (tokens, logits rows) used instead on GPUs with at least 70 GiB (vLLM raises its batch defaults there)
-    large_gpu: tuple[int, int] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def batch_for(self, gpu_memory_gib: float | None) -> tuple[int, int]:
-        """(activation tokens, logits rows) of one forward step on a GPU of this size."""
-        if self.large_gpu and gpu_memory_gib is not None and gpu_memory_gib >= 70:
-            return self.large_gpu
-        return self.activation_tokens, self.logits_rows
-
-
-_SERVER = Overhead(
-    fixed_bytes=int(1.5 * GIB), usable_fraction=0.92, activation_tokens=2048, logits_rows=256,
-    large_gpu=(8192, 1024),
-    source="vLLM vllm/config/cache.py gpu_memory_utilization default 0.92 (0.9 in earlier releases; @002f10e0): "
-           "weights, activations and KV cache must fit in that fraction of the GPU; "
-           "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: API server max_num_batched_tokens 2048 and "
-           "max_num_seqs 256, or 8192 and 1024 on GPUs with >= 70 GiB (not A100); fixed 1.5 GiB for the CUDA "
-           "context, NCCL/cuBLAS workspaces and CUDA graphs is qcheck's estimate, not a vLLM constant")
-ENGINE_OVERHEAD: dict[str, Overhead] = {
-    "vllm": _SERVER,
-    "sglang": Overhead(fixed_bytes=int(1.5 * GIB), usable_fraction=0.88, activation_tokens=8192, logits_rows=256,
-                       source="SGLang server_args: mem_fraction_static is chosen per GPU size (about 0.88 on "
-                              "80 GB GPUs) and chunked_prefill_size 8192; fixed 1.5 GiB as for vLLM (qcheck's "
-                              "estimate)"),
-    "tensorrt-llm": Overhead(fixed_bytes=int(1.5 * GIB), usable_fraction=0.90, activation_tokens=8192,
-                             logits_rows=256,
-                             source="TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction 0.9 and max_num_tokens "
-                                    "8192 (LLM API defaults); fixed 1.5 GiB (qcheck's estimate)"),
-    "llama.cpp": Overhead(fixed_bytes=int(0.5 * GIB), usable_fraction=1.0, activation_tokens=512, logits_rows=512,
-                          source="llama.cpp n_ubatch=512 (common/common.h); output buffer n_outputs x (n_embd + "
-                                 "n_vocab) x 4 bytes as gguf-parser-go counts it (file_estimate__llamacpp.go "
-                                 "@c3936a04); sliding-window cache n_swa + n_ubatch (llama-kv-cache-iswa.cpp); "
-                                 "fixed 0.5 GiB for the CUDA context and compute-graph metadata (qcheck's "
-                                 "estimate)"),
-}
-for _alias, _target in (("ollama", "llama.cpp"), ("lm-studio", "llama.cpp"), ("lmstudio", "llama.cpp"),
-                        ("trtllm", "tensorrt-llm"), ("tensorrt_llm", "tensorrt-llm")):
-    ENGINE_OVERHEAD[_alias] = ENGINE_OVERHEAD[_target]
-DEFAULT_OVERHEAD = _SERVER
-#: engines that split a model across GPUs by layers (pipeline style) rather than by heads
-LAYER_SPLIT_ENGINES = {"llama.cpp", "ollama", "lm-studio", "lmstudio", "mlx", "mlx-lm", "transformers",
-                       "exllamav2", "exllamav3", "audio.cpp"}
-MAX_GPUS = 64
 
 
 @dataclass
@@ -130,63 +75,6 @@ class KVLayout:
         if self.kv_heads and self.k_dim and self.v_dim:
             return float(self.kv_heads * (self.k_dim + self.v_dim))
         return None
-
-
-@dataclass
-class MemoryEstimate:
-    """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
-
-    weights_bytes: int
-    weights_basis: str  # "packed" | "dequantized-bf16" | "file size"
-    kv_cache_bytes: int | None
-    kv_cache_dtype: str
-    kv_bytes_per_token: float | None
-    context: int
-    batch: int
-    activation_bytes: int
-    fixed_bytes: int
-    total_bytes: int  # on one GPU (tp = 1)
-    gpu_memory_bytes: int | None
-    usable_bytes: int | None
-    fits: bool | None
-    gpus_needed: int | None
-    parallelism: str  # "tensor" | "layer-split"
-    per_gpu_bytes: int | None  # at gpus_needed
-    max_gpus: int
-    formula: str
-    overhead_source: str
-    assumptions: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
-                    "per_gpu_bytes"):
-            value = data[key]
-            data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
-        return data
-
-    def summary(self, cpu: bool = False) -> str:
-        """One line for people: 'needs 21.3 GiB (weights 4.9 + KV 16.0 + overhead 0.4); fits 24 GiB x 1'.
-
-        ``cpu``: the target is a CPU, so the memory is RAM, not one GPU's."""
-        def g(b: int | None) -> str:
-            return "?" if b is None else f"{b / GIB:.1f}"
-
-        parts = f"weights {g(self.weights_bytes)} + KV {g(self.kv_cache_bytes)} + overhead " \
-                f"{g(self.activation_bytes + self.fixed_bytes)}"
-        text = f"needs {g(self.total_bytes)} GiB {'of RAM' if cpu else 'on one GPU'} ({parts} GiB)"
-        if cpu:
-            return text
-        if self.gpu_memory_bytes is None:
-            return text
-        if self.fits:
-            return text + f"; fits in {g(self.usable_bytes)} of {g(self.gpu_memory_bytes)} GiB"
-        if self.gpus_needed:
-            how = "tensor parallelism" if self.parallelism == "tensor" else "a layer split"
-            return text + f"; does not fit one GPU, needs {self.gpus_needed} with {how} " \
-                          f"({g(self.per_gpu_bytes)} GiB each)"
-        return text + f"; does not fit even on {self.max_gpus} GPUs"
 
 
 # ------------------------------------------------------------------------------------------ KV layout
@@ -311,7 +199,98 @@ def layout_from_inspection(ins: Inspection) -> KVLayout:
     return lay
 
 
-# ------------------------------------------------------------------------------------------ estimate
+
+
+@dataclass
+class MemoryEstimate:
+    """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
+
+    weights_bytes: int
+    weights_basis: str  # "packed" | "dequantized-bf16" | "file size"
+    kv_cache_bytes: int | None
+    kv_cache_dtype: str
+    kv_bytes_per_token: float | None
+    context: int
+    batch: int
+    activation_bytes: int  # compute / activation buffers
+    fixed_bytes: int  # output buffer, runtime, CUDA graphs, reserved
+    total_bytes: int  # on one device (tp = 1), host-resident weights excluded
+    gpu_memory_bytes: int | None
+    usable_bytes: int | None
+    fits: bool | None
+    gpus_needed: int | None
+    parallelism: str  # "tensor" | "layer-split"
+    per_gpu_bytes: int | None  # at gpus_needed
+    max_gpus: int
+    formula: str
+    overhead_source: str
+    assumptions: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    #: where each number comes from: [{name, bytes, basis (header|formula|source|estimate|measured), how}]
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    overhead_known: bool = True
+    engine: str | None = None
+    device: str = "GPU"  # GPU | RAM | unified
+    host_bytes: int = 0  # weights the engine keeps in host memory (llama.cpp token embeddings)
+    reserve: str = ""  # how usable_bytes was derived
+    max_context: int | None = None  # largest context that fits one device at this batch
+    max_batch: int | None = None  # largest batch that fits one device at this context
+    model_context: int | None = None
+    offload: dict[str, Any] | None = None
+    #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
+    active_weight_bytes: int | None = None
+    active_parameters: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
+                    "per_gpu_bytes"):
+            value = data[key]
+            data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
+        return data
+
+    def summary(self) -> str:
+        """One line for people, e.g. 'needs 6.2 GiB on one GPU (weights 4.4 + KV 1.0 + compute 0.3 GiB);
+        fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin); max context 131072'."""
+        def g(b: int | None) -> str:
+            return "?" if b is None else f"{b / GIB:.1f}"
+
+        where = {"RAM": "in RAM", "unified": "in unified memory"}.get(self.device, "on one GPU")
+        terms = [f"weights {g(self.weights_bytes)}", f"KV {g(self.kv_cache_bytes)}"]
+        if self.overhead_known:
+            terms += [f"{p['name']} {g(p['bytes'])}" for p in self.parts
+                      if p["name"] not in ("weights", "KV cache", "weights in host memory") and p["bytes"] >= 0.05 * GIB]
+            if not any(p["name"] not in ("weights", "KV cache", "weights in host memory") and p["bytes"] >= 0.05 * GIB
+                       for p in self.parts):
+                terms.append(f"buffers {g(self.activation_bytes + self.fixed_bytes)}")
+        text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
+        if not self.overhead_known:
+            text += f" + overhead unknown ({self.engine or 'this engine'} has no memory data)"
+        if self.host_bytes and self.device != "RAM":
+            text += f", {g(self.host_bytes)} GiB more in RAM"
+        if self.gpu_memory_bytes is None:
+            return text
+        usable = f"{g(self.usable_bytes)} GiB usable ({self.reserve})" if self.reserve else \
+            f"{g(self.usable_bytes)} of {g(self.gpu_memory_bytes)} GiB"
+        if self.fits:
+            text += f"; fits in {usable}"
+        elif self.fits is None:
+            text += f"; {usable}: fit unknown"
+        elif self.offload:
+            text += f"; does not fit {usable}: {self.offload['summary']}"
+        elif self.gpus_needed:
+            how = "tensor parallelism" if self.parallelism == "tensor" else "a layer split"
+            text += f"; does not fit {usable}, needs {self.gpus_needed} with {how} ({g(self.per_gpu_bytes)} GiB each)"
+        else:
+            text += f"; does not fit {usable}, not even on {self.max_gpus}"
+        if self.max_context is not None and self.fits:
+            full = self.model_context and self.max_context >= self.model_context
+            text += f"; max context {self.max_context}" + (" (the model's own)" if full else "") + \
+                f" at batch {self.batch}"
+        return text
+
+
+# ------------------------------------------------------------------------------------------ KV dtype and weights
 def kv_dtype_bytes(name: str) -> float:
     """Bytes per cached element for a --kv-cache-dtype value; an unknown name is a UsageError listing them."""
     key = name.strip().lower().replace("-", "_")
@@ -320,14 +299,14 @@ def kv_dtype_bytes(name: str) -> float:
     return KV_DTYPE_BYTES[key]
 
 
-def _resolve_kv_dtype(ins: Inspection, requested: str | None, engine: str | None) -> tuple[str, str]:
+def _resolve_kv_dtype(ins: Inspection, requested: str | None, llamacpp: bool) -> tuple[str, str]:
     if requested and requested.lower() != "auto":
         kv_dtype_bytes(requested)
         return requested.lower(), "given with --kv-cache-dtype"
     declared = ins.quantization.kv_cache_dtype
     if declared and declared.lower().replace("-", "_") in KV_DTYPE_BYTES:
         return declared.lower(), "declared by the checkpoint"
-    if ins.container == "gguf" or (engine or "").lower() in LAYER_SPLIT_ENGINES:
+    if ins.container == "gguf" or llamacpp:
         return "f16", "llama.cpp's default --cache-type-k/-v f16"
     if ins.dtype and ins.dtype.lower() in KV_DTYPE_BYTES:
         return ins.dtype.lower(), "the model's dtype (engines' kv-cache-dtype 'auto')"
@@ -350,6 +329,7 @@ def _weights(ins: Inspection, dequantized: bool) -> tuple[int, str, list[str]]:
     return size, "file size", notes
 
 
+
 def _power_of_two_candidates(limit: int) -> list[int]:
     out, n = [], 1
     while n <= limit:
@@ -357,120 +337,6 @@ def _power_of_two_candidates(limit: int) -> list[int]:
         n *= 2
     return out
 
-
-def estimate_memory(inspection: Inspection, *, context: int | None = None, batch: int = 1,
-                    kv_cache_dtype: str | None = None, dequantized: bool = False,
-                    gpu_memory_gib: float | None = None, overhead: Overhead | None = None,
-                    engine: str | None = None, config: dict[str, Any] | None = None,
-                    gguf_metadata: dict[str, Any] | None = None) -> MemoryEstimate:
-    """Weights + KV cache + overhead against one GPU's memory, and the GPU count if one is not enough.
-
-    ``context`` defaults to the model's own context length (4096 if unknown); ``config``/``gguf_metadata`` give
-    the attention layout (GQA, MLA, sliding windows) when at hand, else the Inspection's fields are used.
-    """
-    if batch < 1:
-        raise UsageError(f"--batch must be at least 1, not {batch}")
-    if context is not None and context < 1:
-        raise UsageError(f"--context must be at least 1, not {context}")
-    if gpu_memory_gib is not None and gpu_memory_gib <= 0:
-        raise UsageError(f"GPU memory must be positive, not {gpu_memory_gib}")
-    eng = (engine or "").lower()
-    oh = overhead or ENGINE_OVERHEAD.get(eng, DEFAULT_OVERHEAD)
-    assumptions: list[str] = []
-    ignored = ["KV cache paging granularity and allocator fragmentation",
-               "recurrent / linear-attention state (constant in context)",
-               "vision encoders' activations and speculative-decoding drafts"]
-
-    ctx = context or inspection.context_length or 4096
-    if context is None:
-        assumptions.append(f"context {ctx} = the model's own maximum" if inspection.context_length
-                           else "context 4096 assumed (the model's maximum is unknown)")
-
-    if config:
-        lay = layout_from_config(config)
-    elif gguf_metadata:
-        lay = layout_from_gguf(gguf_metadata)
-    else:
-        lay = layout_from_inspection(inspection)
-    if lay.full_layers == 0 and lay.window_layers == 0 and inspection.num_layers:
-        lay.full_layers = inspection.num_layers
-    assumptions.extend(lay.notes)
-
-    weights, basis, wnotes = _weights(inspection, dequantized)
-    assumptions.extend(wnotes)
-
-    dtype, why = _resolve_kv_dtype(inspection, kv_cache_dtype, eng)
-    elem_bytes = kv_dtype_bytes(dtype)
-    assumptions.append(f"KV cache dtype {dtype} ({why})")
-    per_layer = lay.elements_per_token_layer()
-    kv_bytes: int | None
-    per_token: float | None
-    if per_layer is None or (lay.full_layers + lay.window_layers) == 0:
-        kv_bytes, per_token = None, None
-        assumptions.append("KV cache not estimated: the layer count or head layout is unknown")
-    else:
-        window = lay.window or ctx
-        if eng in LAYER_SPLIT_ENGINES and lay.window_layers:
-            # llama.cpp sizes a sliding-window cache n_swa + n_ubatch (llama-kv-cache-iswa.cpp size_swa)
-            window += oh.activation_tokens
-            assumptions.append(f"llama.cpp sliding-window cache: window + n_ubatch = {window} tokens")
-        cached_tokens = lay.full_layers * ctx + lay.window_layers * min(ctx, window)
-        kv_bytes = math.ceil(batch * cached_tokens * per_layer * elem_bytes)
-        per_token = (lay.full_layers + lay.window_layers) * per_layer * elem_bytes
-
-    hidden = _pos_int(inspection.hidden_size) or _pos_int((config or {}).get("hidden_size")) or 0
-    vocab = _pos_int(inspection.vocab_size) or _pos_int((config or {}).get("vocab_size")) or 0
-    step_tokens, step_rows = oh.batch_for(gpu_memory_gib)
-    if eng in LAYER_SPLIT_ENGINES:  # llama.cpp: one ubatch of at most n_ctx tokens, all of them output rows
-        tokens = rows = min(step_tokens, ctx)
-    else:  # vLLM profiles its peak with the full token budget and max_num_seqs, whatever the traffic
-        tokens, rows = step_tokens, step_rows
-    activation = int(tokens * int(hidden) * 24 + rows * int(vocab) * 4)
-    if not hidden or not vocab:
-        assumptions.append("activation buffers partly unknown (hidden size or vocabulary missing)")
-    fixed = oh.fixed_bytes
-    total = weights + (kv_bytes or 0) + activation + fixed
-
-    parallel = "layer-split" if eng in LAYER_SPLIT_ENGINES else "tensor"
-    gpu_bytes = int(gpu_memory_gib * GIB) if gpu_memory_gib else None
-    usable = int(gpu_bytes * oh.usable_fraction) if gpu_bytes else None
-    fits: bool | None = None
-    needed: int | None = None
-    per_gpu: int | None = None
-    if usable is not None:
-        fits = total <= usable
-        if parallel == "tensor":
-            limit = MAX_GPUS
-            if not lay.mla_dim and lay.kv_heads:
-                limit = min(limit, lay.kv_heads)
-            elif inspection.num_attention_heads:
-                limit = min(limit, inspection.num_attention_heads)
-            candidates = _power_of_two_candidates(max(1, limit))
-        else:
-            candidates = list(range(1, 17))
-        for n in candidates:
-            need = _per_gpu(weights, kv_bytes or 0, lay, n, parallel) + activation + fixed
-            if need <= usable:
-                needed, per_gpu = n, need
-                break
-        max_gpus = candidates[-1]
-        if needed is None:
-            how = ("power-of-two tensor parallelism, at most one GPU per KV head" if parallel == "tensor"
-                   else "layer split")
-            assumptions.append(f"does not fit on {max_gpus} GPUs ({how}); pipeline parallelism across nodes or a "
-                               "smaller quantisation is needed")
-    else:
-        max_gpus = MAX_GPUS
-    formula = ("per GPU: weights/tp + KV x ceil(kv_heads/tp)/kv_heads (MLA: whole KV) + activations + fixed "
-               "<= usable_fraction x GPU memory; KV = batch x (full_layers x context + window_layers x "
-               "min(context, window)) x per-layer bytes per token; activations = tokens x hidden x 24 + "
-               "logits_rows x vocab x 4")
-    return MemoryEstimate(
-        weights_bytes=weights, weights_basis=basis, kv_cache_bytes=kv_bytes, kv_cache_dtype=dtype,
-        kv_bytes_per_token=per_token, context=ctx, batch=batch, activation_bytes=activation, fixed_bytes=fixed,
-        total_bytes=total, gpu_memory_bytes=gpu_bytes, usable_bytes=usable, fits=fits, gpus_needed=needed,
-        parallelism=parallel, per_gpu_bytes=per_gpu, max_gpus=max_gpus, formula=formula,
-        overhead_source=oh.source, assumptions=assumptions, ignored=ignored)
 
 
 def _per_gpu(weights: int, kv: int, lay: KVLayout, n: int, parallel: str) -> int:
@@ -487,6 +353,273 @@ def _per_gpu(weights: int, kv: int, lay: KVLayout, n: int, parallel: str) -> int
     return math.ceil(weights / n) + kv_share
 
 
+
+
+# ------------------------------------------------------------------------------------------ estimate
+def engine_memory_params(engine: str | None) -> Any:
+    """The engine's ``[memory]`` table from the matrix (None: unknown engine or no memory data)."""
+    if not engine:
+        return None
+    from qcheck.matrix import load_matrix
+
+    matrix = load_matrix()
+    try:
+        return matrix.engine(engine).memory
+    except UsageError:
+        return None
+
+
+_LOOKUP: Any = object()
+
+
+def _default_context(ins: Inspection, mem: Any, gpu_gib: float | None) -> tuple[int, str]:
+    if mem is not None:
+        by_vram = mem.bucket("default_context_by_vram", gpu_gib)
+        if by_vram:
+            ctx = int(by_vram[0])
+            return ctx, f"context {ctx}: {mem.engine}'s default for a GPU of {gpu_gib:g} GiB"
+        if mem.get("default_context"):
+            ctx = int(mem.get("default_context"))
+            return ctx, f"context {ctx}: {mem.engine}'s default"
+    if ins.context_length:
+        return ins.context_length, f"context {ins.context_length} = the model's own maximum"
+    return 4096, "context 4096 assumed (the model's maximum is unknown)"
+
+
+def estimate_memory(inspection: Inspection, *, context: int | None = None, batch: int = 1,
+                    kv_cache_dtype: str | None = None, dequantized: bool = False,
+                    gpu_memory_gib: float | None = None, engine: str | None = None, engine_memory: Any = _LOOKUP,
+                    config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None,
+                    tensors: dict[str, Any] | None = None, device: str = "GPU") -> MemoryEstimate:
+    """Weights + KV cache + the engine's overhead against one device, the device count if one is not enough,
+    the largest context and batch that fit, and the llama.cpp offload plan.
+
+    ``engine_memory`` is the engine's ``[memory]`` parameters (default: looked up in the matrix by ``engine``);
+    ``config``/``gguf_metadata`` give the attention layout, ``tensors`` the per-layer bytes; ``device`` is
+    ``GPU``, ``RAM`` (``--gpu cpu``) or ``unified`` (Apple, GB10, Strix Halo).
+    """
+    from qcheck.memory_engines import EnginePlan, Part, pad, search_max
+    from qcheck.model_shape import shape_from
+
+    if batch < 1:
+        raise UsageError(f"--batch must be at least 1, not {batch}")
+    if context is not None and context < 1:
+        raise UsageError(f"--context must be at least 1, not {context}")
+    if gpu_memory_gib is not None and gpu_memory_gib <= 0:
+        raise UsageError(f"GPU memory must be positive, not {gpu_memory_gib}")
+    eng = (engine or "").lower()
+    mem = engine_memory_params(eng) if engine_memory is _LOOKUP else engine_memory
+    llamacpp = mem is not None and mem.formula == "llama.cpp"
+    assumptions: list[str] = []
+    ignored = ["KV cache paging granularity and allocator fragmentation",
+               "recurrent / linear-attention state (constant in context)",
+               "vision encoders' activations and speculative-decoding drafts"]
+
+    ctx, why_ctx = (context, "") if context else _default_context(inspection, mem, gpu_memory_gib)
+    if not context and inspection.context_length and ctx > inspection.context_length:
+        ctx = inspection.context_length  # engines cap their default at the model's trained context
+        why_ctx += f", capped at the model's own {ctx}"
+    if context and inspection.context_length and context > inspection.context_length:
+        assumptions.append(f"context {context} is beyond the model's own maximum {inspection.context_length}")
+    if why_ctx:
+        assumptions.append(why_ctx)
+    if config:
+        lay = layout_from_config(config)
+    elif gguf_metadata:
+        lay = layout_from_gguf(gguf_metadata)
+    else:
+        lay = layout_from_inspection(inspection)
+    if lay.full_layers == 0 and lay.window_layers == 0 and inspection.num_layers:
+        lay.full_layers = inspection.num_layers
+    assumptions.extend(lay.notes)
+    shape = shape_from(inspection, config=config, gguf_metadata=gguf_metadata, tensors=tensors)
+
+    weights, basis, wnotes = _weights(inspection, dequantized)
+    if shape.from_tensors and basis == "packed":
+        weights = shape.total_bytes  # tensor data only: the file also holds the header and vocabulary
+    assumptions.extend(wnotes)
+    scale = weights / shape.total_bytes if shape.total_bytes else 1.0
+
+    dtype, why = _resolve_kv_dtype(inspection, kv_cache_dtype, llamacpp)
+    elem_bytes = kv_dtype_bytes(dtype)
+    assumptions.append(f"KV cache dtype {dtype} ({why})")
+    per_layer = lay.elements_per_token_layer()
+    n_ubatch = int(mem.get("n_ubatch", 512)) if llamacpp else 0
+    kv_pad = int(mem.get("kv_pad", 1)) if llamacpp else 1
+
+    def kv_at(c: int, b: int) -> int:
+        if per_layer is None:
+            return 0
+        if llamacpp:
+            # llama.cpp: n_ctx = pad(c x b, 256); one stream per sequence of pad(n_ctx / b, 256) cells
+            # (llama-context.cpp); a sliding-window layer keeps pad(min(cells, n_swa + n_ubatch), 256) per
+            # stream (llama-kv-cache-iswa.cpp size_swa)
+            seq = pad(pad(c * b, kv_pad) // b, kv_pad)
+            full = seq * b
+            swa = pad(min(seq, (lay.window or seq) + n_ubatch), kv_pad) * b if lay.window_layers else 0
+        else:
+            full = c * b
+            swa = min(c, lay.window or c) * b if lay.window_layers else 0
+        return math.ceil((lay.full_layers * full + lay.window_layers * swa) * per_layer * elem_bytes)
+
+    kv_bytes: int | None
+    per_token: float | None
+    if per_layer is None or (lay.full_layers + lay.window_layers) == 0:
+        kv_bytes, per_token = None, None
+        assumptions.append("KV cache not estimated: the layer count or head layout is unknown")
+    else:
+        kv_bytes = kv_at(ctx, batch)
+        per_token = (lay.full_layers + lay.window_layers) * per_layer * elem_bytes
+        if llamacpp and pad(ctx, kv_pad) != ctx:
+            assumptions.append(f"llama.cpp pads each sequence's KV cache to a multiple of {kv_pad} cells")
+
+    on_host = device != "RAM" and llamacpp
+    host = int((shape.embed_bytes if not shape.tied_output else 0) * scale) if on_host else 0
+    if host:
+        assumptions.append("llama.cpp keeps the token embeddings (token_embd) in host memory: "
+                           f"{host / GIB:.2f} GiB not on the GPU")
+    dev_weights = weights - host
+    gpu_bytes = int(gpu_memory_gib * GIB) if gpu_memory_gib else None
+
+    plan = EnginePlan(mem, shape, gpu_memory_gib, device, lay.kv_heads, lay.k_dim,
+                      lay.window if lay.window_layers else None) if mem is not None else None
+    if plan is None:
+        assumptions.append(f"{engine or 'no engine'}: no memory parameters in the matrix, so the engine's own "
+                           "buffers and reservations are unknown (weights + KV only)")
+    if not shape.hidden or not shape.vocab:
+        assumptions.append("activation buffers partly unknown (hidden size or vocabulary missing)")
+
+    def overhead(c: int, b: int, n: int = 1) -> list[Part]:
+        return plan.overhead(c, b, n) if plan is not None else []
+
+    reserve = plan.reserve(gpu_bytes) if plan is not None else None
+    usable = reserve.usable_bytes if reserve is not None else gpu_bytes
+    kv_scale = reserve.kv_scale if reserve is not None else 1.0
+    placement = mem.placement if mem is not None else "tensor"
+
+    def need(c: int, b: int, n: int = 1) -> int:
+        kv = kv_at(c, b)
+        extra = sum(p.bytes for p in overhead(c, b, n))
+        return _per_gpu(dev_weights, math.ceil(kv * kv_scale), lay, n, placement) + extra
+
+    parts = [Part("weights", dev_weights, "header", f"{basis} tensor bytes from the headers"
+                  + (" (token embeddings in host memory excluded)" if host else ""))]
+    if host:
+        parts.append(Part("weights in host memory", host, "header", "token_embd stays in RAM (llama.cpp input layer)"))
+    parts.append(Part("KV cache", kv_bytes or 0, "formula",
+                      f"batch {batch} x cached tokens x {per_token or 0:g} B per token ({dtype})"))
+    over = overhead(ctx, batch)
+    parts.extend(over)
+    activation = sum(p.bytes for p in over if p.name in ("compute buffer", "activations"))
+    fixed = sum(p.bytes for p in over) - activation
+    total = dev_weights + math.ceil((kv_bytes or 0) * kv_scale) + activation + fixed
+
+    fits: bool | None = None
+    needed: int | None = None
+    per_gpu: int | None = None
+    max_gpus = MAX_GPUS
+    max_ctx = max_batch = None
+    offload = None
+    model_ctx = inspection.context_length
+    if usable is not None:
+        fits = (False if total > usable else None) if plan is None else total <= usable
+        if placement == "tensor":
+            limit = MAX_GPUS
+            if not lay.mla_dim and lay.kv_heads:
+                limit = min(limit, lay.kv_heads)
+            elif inspection.num_attention_heads:
+                limit = min(limit, inspection.num_attention_heads)
+            candidates = _power_of_two_candidates(max(1, limit))
+        else:
+            candidates = list(range(1, MAX_LAYER_SPLIT + 1))
+        max_gpus = candidates[-1]
+        if device == "GPU" and plan is not None:
+            for n in candidates:
+                per = need(ctx, batch, n)
+                if per <= usable:
+                    needed, per_gpu = n, per
+                    break
+            if needed is None:
+                how = ("power-of-two tensor parallelism, at most one GPU per KV head" if placement == "tensor"
+                       else "layer split")
+                assumptions.append(f"does not fit on {max_gpus} GPUs ({how}); pipeline parallelism across nodes or "
+                                   "a smaller quantisation is needed")
+        if plan is not None and kv_bytes is not None:
+            top = model_ctx or (1 << 20)
+            max_ctx = search_max(lambda c: need(c, batch) <= usable, 1, max(top, 1))
+            max_batch = search_max(lambda b: need(ctx, b) <= usable, 1, 4096)
+        if llamacpp and fits is False and device == "GPU" and plan is not None:
+            offload = _offload(shape, scale, kv_at(ctx, batch), overhead(ctx, batch), usable, lay)
+    if shape.from_tensors:
+        active_bytes = int(shape.active_bytes_per_token() * scale)
+    else:
+        active_bytes = weights
+        if shape.moe or inspection.moe:
+            assumptions.append("MoE without a tensor table: the speed estimate reads all experts (a lower bound)")
+    active_params = None
+    if inspection.parameters:
+        share = shape.active_bytes_per_token() / shape.total_bytes if shape.from_tensors and shape.total_bytes else 1.0
+        active_params = int(inspection.parameters * min(1.0, share))
+    formula = ("per device: weights (/tp) + KV (x ceil(kv_heads/tp)/kv_heads; MLA whole) + the engine's "
+               "overhead(context, batch) <= usable; KV = batch x (full_layers x context + window_layers x "
+               "min(context, window)) x per-layer bytes per token; overhead and usable from the engine's [memory] "
+               "data (docs/memory.md)")
+    source = mem.source_text() if mem is not None else "none: the engine has no [memory] data"
+    return MemoryEstimate(
+        weights_bytes=weights, weights_basis=basis, kv_cache_bytes=kv_bytes, kv_cache_dtype=dtype,
+        kv_bytes_per_token=per_token, context=ctx, batch=batch, activation_bytes=activation, fixed_bytes=fixed,
+        total_bytes=total, gpu_memory_bytes=gpu_bytes, usable_bytes=usable, fits=fits, gpus_needed=needed,
+        parallelism=placement, per_gpu_bytes=per_gpu, max_gpus=max_gpus, formula=formula,
+        overhead_source=source, assumptions=assumptions, ignored=ignored, parts=[p.to_json() for p in parts],
+        overhead_known=plan is not None, engine=engine, device=device, host_bytes=host,
+        reserve=reserve.text if reserve is not None else "", max_context=max_ctx, max_batch=max_batch,
+        model_context=model_ctx, offload=offload, active_weight_bytes=active_bytes, active_parameters=active_params)
+
+
+def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, lay: KVLayout) -> dict[str, Any] | None:
+    """llama.cpp's partial offload when the whole model does not fit one GPU: how many repeating layers
+    (``-ngl``), or for MoE how many layers' experts stay in RAM (``--n-cpu-moe``), and the GPU/RAM split.
+
+    ``-ngl N`` puts the last N repeating layers (their weights and KV cache) on the GPU, and the output layer
+    when N exceeds the layer count (llama-model.cpp ``i_gpu_start``); ``--n-cpu-moe N`` keeps the expert tensors
+    of the first N layers in RAM (common/arg.cpp, ``blk.N.ffn_(up|down|gate)_exps`` overrides).
+    """
+    n = len(shape.layer_bytes)
+    if not n:
+        return None
+    layers = [int(b * scale) for b in shape.layer_bytes]
+    experts = [int(b * scale) for b in shape.expert_bytes] or [0] * n
+    kv_layer = kv / n
+    buffers = sum(p.bytes for p in over)
+    output = int((shape.output_bytes + shape.other_bytes + (shape.embed_bytes if shape.tied_output else 0)) * scale)
+    total_weights = sum(layers) + output + int(shape.embed_bytes * scale * (0 if shape.tied_output else 1))
+    best = 0
+    for k in range(n, -1, -1):
+        gpu = sum(layers[n - k:]) + kv_layer * k + buffers
+        if gpu <= usable:
+            best = k
+            break
+    gpu_dense = int(sum(layers[n - best:]) + kv_layer * best + buffers)
+    plan: dict[str, Any] = {"n_layers": n, "ngl": best, "gpu_bytes": gpu_dense,
+                            "ram_bytes": total_weights - sum(layers[n - best:]) + int(kv_layer * (n - best))}
+    plan["summary"] = (f"offload {best} of {n} layers: -ngl {best} ({gpu_dense / GIB:.1f} GiB on the GPU, "
+                       f"{plan['ram_bytes'] / GIB:.1f} GiB in RAM)") if best else \
+        "not even one layer fits the GPU beside the buffers"
+    if shape.moe and any(experts):
+        dense_part = sum(layers) - sum(experts) + output + kv + buffers
+        for cpu_layers in range(0, n + 1):
+            gpu = dense_part + sum(experts[cpu_layers:])
+            if gpu <= usable:
+                ram = total_weights - (sum(layers) - sum(experts)) - output - sum(experts[cpu_layers:])
+                plan.update(n_cpu_moe=cpu_layers, moe_gpu_bytes=int(gpu), moe_ram_bytes=int(ram))
+                plan["summary"] = (f"MoE: -ngl {n + 1} --n-cpu-moe {cpu_layers} keeps the experts of {cpu_layers} "
+                                   f"of {n} layers in RAM ({gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in "
+                                   "RAM)")
+                break
+    return plan
+
+
+# ------------------------------------------------------------------------------------------ verdicts
 # ------------------------------------------------------------------------------------------ verdicts
 _DEQUANT_RE = re.compile(r"(?i)dequanti[sz]\w*\s+(?:the\s+)?(?:whole|full|entire)\s+model|dequanti[sz]\w*\s+"
                          r"(?:\w+\s+)?to\s+(?:bf16|fp16|float16|bfloat16|f16)")
@@ -500,35 +633,72 @@ def is_dequantizing(verdict: Verdict) -> bool:
     return bool(_DEQUANT_RE.search(text))
 
 
-#: architectures whose "GPU" is the host CPU (matrices/gpus.toml, vendor "cpu"): memory there is RAM
-CPU_ARCHS = frozenset({"x86", "arm"})
+
+def _device_of(matrix: Any, gpu_id: str | None, arch_id: str | None) -> str:
+    """GPU, RAM (a CPU target) or unified (a GPU sharing the host's memory: Apple, GB10, Strix Halo, MI300A)."""
+    arch = matrix.gpus.archs.get(arch_id) if arch_id else None
+    if arch is not None and arch.vendor == "cpu":
+        return "RAM"
+    unified = getattr(matrix.gpus, "unified", frozenset())
+    if (gpu_id and gpu_id in unified) or (arch is not None and (arch.vendor == "apple" or arch.id in unified)):
+        return "unified"
+    return "GPU"
 
 
-def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_memory_gib: Callable[[str], float | None],
+def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *,
+                 gpu_memory_gib: Callable[[str], float | None] | None = None, matrix: Any = None,
                  context: int | None = None, batch: int = 1, kv_cache_dtype: str | None = None,
-                 config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None,
+                 tensors: dict[str, Any] | None = None) -> None:
     """Fill ``Verdict.memory`` for every verdict on hardware (hosted providers have none).
 
-    ``gpu_memory_gib(gpu_id)`` gives a product's memory (``matrices/gpus.toml``); for an architecture or a
-    compute capability there is no product, so the need is reported without a fit.
+    A product's memory comes from ``matrices/gpus.toml`` (or ``gpu_memory_gib(gpu_id)``); for an architecture
+    or a compute capability there is no product, so the need is reported without a fit.
     """
+    if matrix is None:
+        from qcheck.matrix import load_matrix
+
+        matrix = load_matrix()
     for v in verdicts:
         if v.gpu is None and v.arch is None:
             continue
-        mem = gpu_memory_gib(v.gpu) if v.gpu else None
+        if gpu_memory_gib is not None:
+            mem_gib = gpu_memory_gib(v.gpu) if v.gpu else None
+        else:
+            gpu = matrix.gpus.gpus.get(v.gpu) if v.gpu else None
+            mem_gib = gpu.memory_gib if gpu is not None else None
+        try:
+            params = matrix.engine(v.engine).memory
+        except UsageError:
+            params = None
+        device = _device_of(matrix, v.gpu, v.arch)
         est = estimate_memory(inspection, context=context, batch=batch, kv_cache_dtype=kv_cache_dtype,
-                              dequantized=is_dequantizing(v), gpu_memory_gib=mem, engine=v.engine,
-                              config=config, gguf_metadata=gguf_metadata)
+                              dequantized=is_dequantizing(v), gpu_memory_gib=mem_gib, engine=v.engine,
+                              engine_memory=params, config=config, gguf_metadata=gguf_metadata, tensors=tensors,
+                              device=device)
         data = est.to_json()
-        data["summary"] = est.summary(cpu=v.arch in CPU_ARCHS)
-        if mem is None:
+        data["summary"] = est.summary()
+        if mem_gib is None and device != "RAM":
             data["note"] = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                             "with its memory")
+        perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
+        arch = matrix.gpus.archs.get(v.arch) if v.arch else None
+        if perf is not None and arch is not None and v.status != "unsupported":
+            from qcheck.speed import estimate_speed
+
+            speed = estimate_speed(v, inspection, data, perf, arch.native_formats, est.active_weight_bytes,
+                                   est.active_parameters)
+            data["speed"] = speed
+            data["speed_summary"] = speed["summary"]
         v.memory = data
         if est.fits is False:
             usable = (est.usable_bytes or 0) / GIB
-            more = (f"; {est.gpus_needed} GPUs would ({est.parallelism})" if est.gpus_needed
-                    else f"; not even {est.max_gpus}")
+            if est.offload:
+                more = f"; {est.offload['summary']}"
+            elif est.gpus_needed:
+                more = f"; {est.gpus_needed} GPUs would ({est.parallelism})"
+            else:
+                more = f"; not even {est.max_gpus}"
             v.warnings.append(f"memory: needs {est.total_bytes / GIB:.1f} GiB, more than one {v.gpu} "
                               f"({usable:.1f} GiB usable){more}")
 
@@ -536,12 +706,17 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *, gpu_mem
 def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[str], *, limits: Any = None,
                            require_native: bool = False, allow_unknown: bool = False, context: int | None = None,
                            batch: int = 1, kv_cache_dtype: str | None = None, all_models: bool = False,
+                           gpu_memory: dict[str, float] | None = None, notes: Iterable[str] = (),
                            options: dict[str, Any] | None = None) -> Any:
     """``qcheck check`` with ``Verdict.memory`` filled (``--context``/``--batch``/``--kv-cache-dtype``).
 
+    ``gpu_memory`` overrides the catalogue's memory per GPU id (``--gpu auto``: the detected free memory);
+    ``notes`` are added to every result's warnings.
+
     ``qcheck.check.check_paths`` (usage errors first, a saved inspection or the headers, a pickle refused, every
     model with ``all_models``), with each model's Checkpoint kept for its attention layout (config.json, or the
-    GGUF keys: GQA, MLA, sliding windows), which the Inspection alone does not carry; nothing is read twice.
+    GGUF keys: GQA, MLA, sliding windows) and its tensor table (per-layer bytes for offload planning), which the
+    Inspection alone does not carry; nothing is read twice.
     """
     from qcheck.check import check_paths
     from qcheck.limits import DEFAULT_LIMITS
@@ -557,26 +732,33 @@ def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[s
         kv_dtype_bytes(kv_cache_dtype)  # a usage error before anything is read
     matrix = load_matrix()
 
-    def gpu_memory(gpu_id: str) -> float | None:
-        gpu = matrix.gpus.gpus.get(gpu_id)
-        return gpu.memory_gib if gpu is not None else None
-
     def annotator(_inspection: Inspection, checkpoint: Any) -> Callable[[Inspection, Verdict], None]:
         config: dict[str, Any] | None = None
         gguf_metadata: dict[str, Any] | None = None
+        tensors: dict[str, Any] | None = None
         if checkpoint is not None:
+            tensors = checkpoint.tensors
             if checkpoint.container == "gguf":
                 gguf_metadata = checkpoint.metadata
             elif isinstance(checkpoint.configs.get("config.json"), dict):
                 config = checkpoint.configs["config.json"]
 
         def annotate(ins: Inspection, verdict: Verdict) -> None:
-            apply_memory([verdict], ins, gpu_memory_gib=gpu_memory, context=context, batch=batch,
-                         kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata)
+            apply_memory([verdict], ins, matrix=matrix, gpu_memory_gib=memory_of, context=context, batch=batch,
+                         kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata, tensors=tensors)
 
         return annotate
 
+    def memory_of(gpu_id: str) -> float | None:
+        if gpu_memory and gpu_id in gpu_memory:
+            return gpu_memory[gpu_id]
+        gpu = matrix.gpus.gpus.get(gpu_id)
+        return gpu.memory_gib if gpu is not None else None
+
     options = {**(options or {}), **({"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype else {})} or None
-    return check_paths(target, engines, gpus, limits=limits, require_native=require_native,
-                       allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator,
-                       options=options)
+    result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
+                         allow_unknown=allow_unknown, all_models=all_models, matrix=matrix, annotator=annotator,
+                         options=options)
+    for one in getattr(result, "results", [result]):
+        one.warnings.extend(notes)
+    return result

@@ -46,12 +46,21 @@ def three_models(hub, tmp_path: Path) -> str:
 
 
 def test_repo_with_several_models_without_all_is_a_usage_error_listing_them(three_models, capsys):
-    code, out, err = run(capsys, "check", "org/three-GGUF", "--engine", "vllm", "--gpu", "h100")
+    code, out, err = run(capsys, "check", "org/three-GGUF", "--engine", "together")
     assert code == 2 and out == ""
     assert "org/three-GGUF holds 3 GGUF models" in err
     assert "Q8_0" in err and "TQ1_0" in err and "Q4_K_M" in err and "--all" in err
     code, _, err = run(capsys, "inspect", "org/three-GGUF")
     assert code == 2 and "holds 3 GGUF models" in err
+
+
+def test_repo_with_several_models_and_a_gpu_answers_which_quant_fits(three_models, capsys):
+    code, out, err = run(capsys, "check", "org/three-GGUF", "--engine", "vllm", "--gpu", "h100")
+    assert err == "" and code == 1  # TQ1_0 cannot run on vLLM: the worst model's exit code
+    assert out.startswith("org/three-GGUF: 3 models")
+    rows = [line.split() for line in out.splitlines() if "vllm x h100" in line]
+    assert {r[0] for r in rows} == {"Q8_0", "TQ1_0", "Q4_K_M"}
+    assert "--all shows each model's detail" in out
 
 
 def test_check_all_judges_every_model_and_exits_with_the_worst(three_models, hub, capsys):
@@ -137,8 +146,13 @@ def test_local_directory_with_two_gguf_files(tmp_path, capsys):
     write_gguf(d / "m-Q8_0.gguf", [("blk.0.attn_q.weight", (256, 256), Q.Q8_0),
                                    ("token_embd.weight", (64, 256), Q.F32)])
     _tq1_gguf(d / "m-TQ1_0.gguf")
-    code, _, err = run(capsys, "check", str(d), "-e", "vllm", "-g", "h100")
+    code, _, err = run(capsys, "check", str(d), "-e", "together")
     assert code == 2 and "2 GGUF checkpoints here: m-Q8_0.gguf; m-TQ1_0.gguf" in err and "--all" in err
+    code, out, err = run(capsys, "check", str(d), "-e", "vllm", "-g", "h100", "--json")
+    data = json.loads(out)
+    status = {q["path"]: (q["quant"], q["status"]) for q in data["quants"]}  # smallest model first
+    assert code == 1 and status == {str(d / "m-Q8_0.gguf"): ("Q8_0", "native"),
+                                    str(d / "m-TQ1_0.gguf"): ("TQ1_0", "unsupported")}
     code, out, _ = run(capsys, "check", str(d), "--all", "-e", "vllm", "-g", "h100", "--json")
     data = json.loads(out)
     assert data["schema"] == "qcheck.check-set/1" and data["target"] == str(d)

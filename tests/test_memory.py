@@ -7,8 +7,8 @@ import json
 import pytest
 
 from qcheck.errors import UsageError
+from qcheck.matrix import load_matrix
 from qcheck.memory import (
-    ENGINE_OVERHEAD,
     GIB,
     KVLayout,
     estimate_memory,
@@ -118,7 +118,7 @@ def test_gguf_metadata_layout_with_per_layer_heads_and_split_k_v_dims():
     ins = Inspection(path="m.gguf", container="gguf", size_bytes=10**9, num_layers=4)
     est = estimate_memory(ins, context=1000, gguf_metadata=md, engine="llama.cpp")
     assert est.kv_cache_dtype == "f16"  # llama.cpp's default cache type
-    assert est.kv_cache_bytes == 4 * 6 * 320 * 2 * 1000
+    assert est.kv_cache_bytes == 4 * 6 * 320 * 2 * 1024  # llama.cpp pads the cache to 256 cells
     mla = layout_from_gguf({"general.architecture": "deepseek2", "deepseek2.block_count": 61,
                             "deepseek2.attention.kv_lora_rank": 512, "deepseek2.rope.dimension_count": 64,
                             "deepseek2.attention.head_count": 128, "deepseek2.embedding_length": 7168})
@@ -165,20 +165,21 @@ def test_dequantising_fallback_counts_bf16_weights():
 def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
     est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=80)
-    oh = ENGINE_OVERHEAD["vllm"]
-    assert est.usable_bytes == int(80 * GIB * 0.92)  # vLLM gpu_memory_utilization
+    vllm = load_matrix().engine("vllm").memory
+    assert est.usable_bytes == int(80 * GIB * vllm.get("gpu_memory_utilization"))  # 0.92
     kv = 2 * 80 * 8 * 128 * 2 * 8192  # 2.5 GiB
     assert est.kv_cache_bytes == kv
-    assert est.activation_bytes == 8192 * 8192 * 24 + 1024 * 128256 * 4  # 8192 tokens, 1024 seqs on >= 70 GiB
-    assert est.fixed_bytes == oh.fixed_bytes
+    per = vllm.get("activation_bytes_per_token_hidden")
+    assert est.activation_bytes == int(8192 * 8192 * per + 1024 * 128256 * 4)  # 8192 tokens, 1024 seqs >= 70 GiB
+    assert est.fixed_bytes == (vllm.get("runtime_mib") + vllm.get("cuda_graph_mib")) * 2**20
     assert est.fits is False and est.gpus_needed == 2 and est.parallelism == "tensor"
     assert est.per_gpu_bytes == 141_100_000_000 // 2 + kv // 2 + est.activation_bytes + est.fixed_bytes
     # 4 KV heads only: tensor parallelism stops at 4 GPUs, which is not enough on a 24 GiB card
     few_heads = dict(LLAMA_70B, num_key_value_heads=4)
     est = estimate_memory(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
-    assert est.activation_bytes == 2048 * 8192 * 24 + 256 * 128256 * 4  # smaller batch defaults below 70 GiB
+    assert est.activation_bytes == int(2048 * 8192 * per + 256 * 128256 * 4)  # smaller batch defaults < 70 GiB
     assert est.fits is False and est.gpus_needed is None and est.max_gpus == 4
-    assert "does not fit even on 4 GPUs" in est.summary()
+    assert "not even on 4" in est.summary()
 
 
 def test_llama_cpp_splits_by_layers_with_any_gpu_count():
@@ -186,9 +187,9 @@ def test_llama_cpp_splits_by_layers_with_any_gpu_count():
     est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="llama.cpp", gpu_memory_gib=16)
     assert est.parallelism == "layer-split"
     total = est.weights_bytes + est.kv_cache_bytes
-    assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + 0.5 GiB fixed + buffers < 16 GiB; 2 would not do
+    assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + buffers < 15 GiB; 2 would not do
     assert est.per_gpu_bytes == -(-total // 3) + est.activation_bytes + est.fixed_bytes
-    assert est.usable_bytes == 16 * GIB  # llama.cpp reserves nothing up front
+    assert est.usable_bytes == 15 * GIB  # llama.cpp's --fit keeps 1 GiB free per device
 
 
 def test_without_a_gpu_memory_the_need_is_still_reported_as_json():
@@ -229,8 +230,8 @@ def test_apply_memory_fills_each_verdict_on_hardware():
     h100, ampere, hosted = verdicts
     assert h100.memory["gpus_needed"] == 2 and h100.memory["fits"] is False
     assert h100.memory["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 2 * 8192
-    assert "memory: needs 137.4 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
-    assert h100.memory["summary"].startswith("needs 137.4 GiB on one GPU")
+    assert "memory: needs 138.1 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
+    assert h100.memory["summary"].startswith("needs 138.1 GiB on one GPU")
     assert ampere.memory["fits"] is None and "GPU product" in ampere.memory["note"]
     assert ampere.memory["weights_basis"] == "dequantized-bf16" and ampere.memory["parallelism"] == "layer-split"
     assert hosted.memory is None
@@ -262,7 +263,8 @@ def test_check_fills_verdict_memory_from_the_cli(tmp_path):
     assert code == 0, err
     (verdict,) = json.loads(out)["verdicts"]
     mem = verdict["memory"]
-    assert mem["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 2 * 1000 * 2  # K+V x layers x kv heads x dim x f16 x ctx x batch
+    # K+V x layers x kv heads x dim x f16 x (ctx x batch = 2000 cells, padded to 2048 as llama.cpp does)
+    assert mem["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 2 * 2048
     assert mem["kv_cache_dtype"] == "f16" and mem["fits"] is True and mem["gpus_needed"] == 1
     assert mem["gpu_memory_bytes"] == 24 * GIB and mem["parallelism"] == "layer-split"
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype",

@@ -16,7 +16,8 @@ from qcheck.limits import Limits
                    "for the GPU's vendor).")
 @click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU",
               help="GPU to judge on, repeatable: a product (h100, rtx-4090, mi300x, m3-max, cpu), an architecture "
-                   "(ampere, hopper, cdna3, ...) or a compute capability (sm90, 8.9).")
+                   "(ampere, hopper, cdna3, ...), a compute capability (sm90, 8.9), or auto: the GPUs of this "
+                   "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
 @click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
 @click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
 @click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
@@ -82,13 +83,35 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
                    "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
         return code
     layout = {name: n for name, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n is not None}
-    if context is not None or batch is not None or kv_cache_dtype is not None:
-        from qcheck.memory import check_path_with_memory
+    detected: dict[str, float] | None = None
+    notes: list[str] = []
+    if any(g.strip().lower() == "auto" for g in gpus):
+        from qcheck.gpu_detect import auto_gpus
+        from qcheck.matrix import load_matrix
 
-        result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
-                                        allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                        kv_cache_dtype=kv_cache_dtype, all_models=all_models, options=layout)
-    else:
-        result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
-                             allow_unknown=allow_unknown, all_models=all_models, options=layout or None)
+        ids, detected, notes = auto_gpus(load_matrix().gpus)
+        gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
+    from qcheck.hub.select import AmbiguousTargetError
+    from qcheck.memory import check_path_with_memory
+    from qcheck.readers.directory import SeveralModelsError
+
+    try:
+        if context is not None or batch is not None or kv_cache_dtype is not None or detected is not None:
+            result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
+                                            allow_unknown=allow_unknown, context=context, batch=batch or 1,
+                                            kv_cache_dtype=kv_cache_dtype, all_models=all_models,
+                                            gpu_memory=detected, notes=notes, options=layout)
+        else:
+            result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
+                                 allow_unknown=allow_unknown, all_models=all_models, options=layout or None)
+    except (AmbiguousTargetError, SeveralModelsError):
+        if not gpus or all_models:
+            raise
+        # several models and a GPU: which quant fits, one table (--all keeps the per-model detail)
+        from qcheck.quant_table import QuantTable
+
+        result = QuantTable.from_set(check_path_with_memory(
+            target, engines, gpus, limits=limits, require_native=require_native, allow_unknown=allow_unknown,
+            context=context, batch=batch or 1, kv_cache_dtype=kv_cache_dtype, all_models=True,
+            gpu_memory=detected, notes=notes, options=layout))
     return finish(result, output_spec)

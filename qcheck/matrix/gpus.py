@@ -62,6 +62,9 @@ class GpuTable:
         self._cc: dict[str, str] = {}  # "8.6" -> arch id
         self._arch_ids = frozenset(self.archs)
         self._gpu_ids = frozenset(self.gpus)
+        #: [[perf]] by gpu id and the [unified_memory] ids (qcheck.matrix.gpu_perf), filled by build_gpu_table
+        self.perf: dict[str, Any] = {}
+        self.unified: frozenset[str] = frozenset()
         for gpu in gpus:
             for name in (gpu.id, *gpu.names):
                 self._names.setdefault(normalise(name), ("gpu", gpu.id))
@@ -134,8 +137,8 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     """Validate the parsed ``gpus.toml`` and build the lookup table."""
     fail = Where(file).fail
     for key in raw:
-        if key not in ("arch", "gpu"):
-            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]])")
+        if key not in ("arch", "gpu", "perf", "unified_memory"):
+            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], [unified_memory])")
     raw_archs = raw.get("arch", [])
     raw_gpus = raw.get("gpu", [])
     if not isinstance(raw_archs, list) or not raw_archs:
@@ -205,7 +208,11 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
             ctx.fail("bad-type", f"memory_gib must be a positive number, not {memory!r}")
         gpus.append(Gpu(id=ident, names=names, arch=arch_id, cc=cc, memory_gib=memory,
                         source=require_str(entry, "source", ctx)))
-    return GpuTable(archs, gpus)
+    table = GpuTable(archs, gpus)
+    from qcheck.matrix.gpu_perf import parse_perf
+
+    table.perf, table.unified = parse_perf(raw, file, {g.id for g in gpus}, {a.id for a in archs})
+    return table
 
 
 def _entry(kind: str, index: int, entry: Any, allowed: set[str], required: set[str], file: str,

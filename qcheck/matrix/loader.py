@@ -178,7 +178,8 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     for key in raw:
         if key not in ENGINE_FILE_KEYS:
             ctx.fail("unknown-key", f"unknown top-level key {key!r} "
-                     "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]])")
+                     "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]], [[build]], [kv_cache], "
+                     "[[kv_rule]], [parallel], [memory])")
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
@@ -257,6 +258,10 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
     engine.parallel = _load_parallel(raw.get("parallel"), engine)
+    if "memory" in raw:
+        from qcheck.matrix.memory_params import parse_memory
+
+        engine.memory = parse_memory(raw["memory"], engine.id, display)
     return engine
 
 

@@ -172,14 +172,18 @@ def read_side_files(fileset: FileSet, checkpoint: Checkpoint, limits: Limits, *,
         checkpoint.files.append(SourceFile(name=name, size_bytes=size, kind="config"))
 
 
+class SeveralModelsError(InputError):
+    """A directory holds several GGUF models and the target did not say which (``check --gpu`` then tables them)."""
+
+
 def load_gguf_choice(fileset: FileSet, ggufs: list[str], limits: Limits, *, path: str) -> Checkpoint:
     """One GGUF file or one split set: load it. Several: refuse and list them."""
     groups = gguf_groups(ggufs)
     if len(groups) != 1:
         listing = "; ".join(", ".join(members) if len(members) <= 3 else f"{members[0]} (+{len(members) - 1} "
                             "split parts)" for members in groups.values())
-        raise InputError(f"{len(groups)} GGUF checkpoints here: {listing}; pass one file (or --all to "
-                         "inspect or check every one)", path=path)
+        raise SeveralModelsError(f"{len(groups)} GGUF checkpoints here: {listing}; pass one file (or --all to "
+                                 "inspect or check every one)", path=path)
     (members,) = groups.values()
     source = fileset.open(members[0])
     if is_lfs_pointer(source.read_at(0, 64)):

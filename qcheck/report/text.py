@@ -11,6 +11,10 @@ if TYPE_CHECKING:
 
 
 def render(result: Result) -> str:
+    if getattr(result, "quants", None) is not None:  # which-quant-fits table (qcheck.quant_table)
+        from qcheck.quant_table import render_text
+
+        return render_text(result)  # type: ignore[arg-type]
     results = getattr(result, "results", None)
     if result.kind.endswith("-set") and isinstance(results, list):
         return render_set(result.kind.removesuffix("-set"), results)

@@ -52,6 +52,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     if v.memory:
         field("memory", [v.memory["summary"]] if "summary" in v.memory
               else [", ".join(f"{k}={val}" for k, val in v.memory.items())])
+        if v.memory.get("speed_summary"):
+            field("speed", [v.memory["speed_summary"]])
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
 

@@ -1,0 +1,74 @@
+"""The ``[unified_memory]`` table and ``[[perf]]`` entries of ``matrices/gpus.toml``, validated.
+
+Which products share the host's memory (no GPU/RAM offload, a default wired limit), and each product's memory
+bandwidth and dense tensor throughput per number format, with the datasheet it was read from: the inputs of
+the speed estimate (qcheck/speed.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from qcheck.matrix.schema import Where, check_keys, require_str, type_name
+
+PERF_FORMATS = ("fp16", "bf16", "fp8", "fp4", "int8")
+
+
+@dataclass(frozen=True)
+class GpuPerf:
+    """Bandwidth (GB/s, 10^9 bytes) and dense tensor TFLOPS per format of one product."""
+
+    gpu: str
+    bandwidth_gbs: float
+    tflops: dict[str, float]
+    source: str
+
+
+def parse_perf(raw: dict[str, Any], file: str, gpu_ids: set[str], arch_ids: set[str]
+               ) -> tuple[dict[str, GpuPerf], frozenset[str]]:
+    """(perf by gpu id, ids of unified-memory products and architectures) from the parsed gpus.toml."""
+    perf: dict[str, GpuPerf] = {}
+    entries = raw.get("perf", [])
+    if not isinstance(entries, list):
+        Where(file).fail("bad-type", "[[perf]] must be an array of tables")
+    for i, entry in enumerate(entries):
+        ctx = Where(file, f"perf #{i + 1}")
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", "[[perf]] entries must be tables")
+        check_keys(entry, {"gpu", "bandwidth_gbs", "tflops", "source", "note"}, {"gpu", "bandwidth_gbs", "source"}, ctx)
+        gid = require_str(entry, "gpu", ctx)
+        if gid not in gpu_ids:
+            ctx.fail("unknown-gpu", f"gpu {gid!r} is not a [[gpu]] id")
+        if gid in perf:
+            ctx.fail("duplicate-id", f"perf for {gid!r} is given twice")
+        bw = entry["bandwidth_gbs"]
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not math.isfinite(bw) or bw <= 0:
+            ctx.fail("bad-type", f"bandwidth_gbs must be a positive number, not {type_name(bw)}")
+        flops = entry.get("tflops", {})
+        if not isinstance(flops, dict):
+            ctx.fail("bad-type", "tflops must be a table { bf16 = ..., fp8 = ... }")
+        for fmt, value in flops.items():
+            if fmt not in PERF_FORMATS:
+                ctx.fail("unknown-format", f"tflops format {fmt!r} is not one of {', '.join(PERF_FORMATS)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                ctx.fail("bad-type", f"tflops.{fmt} must be a positive number")
+        perf[gid] = GpuPerf(gid, float(bw), {k: float(v) for k, v in flops.items()}, require_str(entry, "source", ctx))
+    unified: set[str] = set()
+    table = raw.get("unified_memory")
+    if table is not None:
+        ctx = Where(file, "[unified_memory]")
+        if not isinstance(table, dict):
+            ctx.fail("bad-type", "[unified_memory] must be a table")
+        check_keys(table, {"gpus", "archs", "source", "note"}, {"source"}, ctx)
+        require_str(table, "source", ctx)
+        for key, known in (("gpus", gpu_ids), ("archs", arch_ids)):
+            values = table.get(key, [])
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                ctx.fail("bad-type", f"{key} must be a list of ids")
+            for v in values:
+                if v not in known:
+                    ctx.fail("unknown-gpu" if key == "gpus" else "unknown-arch", f"{key}: {v!r} is not known")
+            unified.update(values)
+    return perf, frozenset(unified)

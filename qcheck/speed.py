@@ -1,0 +1,82 @@
+"""Speed estimate, labelled as one: upper bounds on decode and prefill tokens per second on a GPU.
+
+Decode is memory-bound: every generated token (per step, for the whole batch) reads the weights it touches
+(all dense weights, the active share of MoE experts) and each sequence's KV cache at the context, so
+
+    decode tokens/s  <=  batch x bandwidth / (weights read per step + batch x KV bytes at the context)
+
+Prefill is compute-bound: about 2 x active parameters FLOPs per prompt token, on the tensor cores of the format
+the chosen kernel computes in. That is where a fallback costs: a W4A16/W8A16 Marlin fallback multiplies in
+BF16/FP16 although the GPU has FP8/FP4 tensor cores, so
+
+    prefill tokens/s  <=  TFLOPS(compute format) x 10^12 / (2 x active parameters)
+
+Bandwidth and TFLOPS are the datasheet figures in ``matrices/gpus.toml`` ``[[perf]]``; real engines reach
+roughly 60-90% of them, so these are ceilings, not predictions (docs/memory.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qcheck.model import Inspection, Verdict
+
+_WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
+
+
+def compute_format(verdict: Verdict, inspection: Inspection, native: frozenset[str]) -> tuple[str, str]:
+    """The number format the matmuls run in for this verdict, and why."""
+    kernel = " ".join([verdict.kernel or "", *verdict.reasons]).lower()
+    method = inspection.quantization.method
+    half = "bf16" if "bf16" in native else "fp16"
+    if any(w in kernel for w in _WEIGHT_ONLY):
+        return half, "weight-only kernel: weights are expanded and multiplied in 16-bit"
+    if method == "gguf":
+        return ("int8" if "int8" in native else half), "llama.cpp quantised matmul (MMQ: int8 dot products)"
+    if method in ("nvfp4", "mxfp4") and "fp4" in native and verdict.status == "native":
+        return "fp4", "native FP4 tensor cores"
+    if method in ("fp8", "mxfp8") and "fp8" in native and verdict.status == "native":
+        return "fp8", "native FP8 tensor cores"
+    if method == "int8" and "int8" in native and verdict.status == "native":
+        return "int8", "native INT8 tensor cores"
+    return half, "16-bit tensor cores"
+
+
+def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, Any], perf: Any,
+                   native: frozenset[str], active_bytes: int | None, active_params: int | None) -> dict[str, Any]:
+    """The ``speed`` record for one verdict; ``perf`` is the GPU's ``[[perf]]`` entry (GpuPerf)."""
+    fmt, why = compute_format(verdict, inspection, native)
+    batch = int(memory.get("batch") or 1)
+    per_token_kv = float(memory.get("kv_bytes_per_token") or 0) * int(memory.get("context") or 0)
+    weights_read = active_bytes if active_bytes is not None else int(memory.get("weights_bytes") or 0)
+    step_bytes = weights_read + batch * per_token_kv
+    bw = perf.bandwidth_gbs * 1e9
+    decode = batch * bw / step_bytes if step_bytes else None
+    tflops = perf.tflops.get(fmt) or (perf.tflops.get("fp16") if fmt == "bf16" else None) \
+        or (perf.tflops.get("bf16") if fmt == "fp16" else None)
+    prefill = tflops * 1e12 / (2 * active_params) if tflops and active_params else None
+    best = max(perf.tflops.items(), key=lambda kv: kv[1], default=None)
+    out: dict[str, Any] = {
+        "label": "estimate (upper bound from datasheet figures)",
+        "decode_tokens_per_s": None if decode is None else round(decode, 1),
+        "prefill_tokens_per_s": None if prefill is None else round(prefill),
+        "bytes_per_step": int(step_bytes), "batch": batch, "bandwidth_gbs": perf.bandwidth_gbs,
+        "compute_format": fmt, "compute_why": why, "tflops": tflops, "active_parameters": active_params,
+        "formula": "decode <= batch x bandwidth / (weights read + batch x KV bytes at context); "
+                   "prefill <= TFLOPS(format) / (2 x active parameters)",
+        "source": perf.source,
+    }
+    parts = []
+    if decode is not None:
+        parts.append(f"decode <= {decode:,.0f} tok/s ({perf.bandwidth_gbs:g} GB/s / {step_bytes / 1e9:.2f} GB per "
+                     f"step{f' x batch {batch}' if batch > 1 else ''})")
+    if prefill is not None:
+        parts.append(f"prefill <= {prefill:,.0f} tok/s ({fmt.upper()} {tflops:g} TFLOPS / 2 x "
+                     f"{active_params / 1e9:.2f} G active params)")
+        if verdict.status == "fallback" and best and best[1] > (tflops or 0) and best[0] in ("fp8", "fp4", "int8"):
+            parts.append(f"the fallback computes in {fmt.upper()}: {best[0].upper()} kernels would allow "
+                         f"{best[1] / tflops:.1f}x")
+    elif tflops is None:
+        parts.append(f"prefill: no {fmt.upper()} throughput in the GPU data")
+    out["summary"] = "estimate: " + "; ".join(parts) if parts else "estimate: not enough data"
+    return out

@@ -1,0 +1,202 @@
+"""Tiny GGUF models llama.cpp loads, of several architectures, and llama.cpp's own buffer log parsed.
+
+Used by tests/test_memory_llamacpp.py and bench/bench_memory.py to check qcheck's llama.cpp memory formula
+against what llama.cpp allocates: llama-cpp-python loads each file on the CPU at a context and ubatch, and
+llama.cpp logs its model, KV cache, compute and output buffer sizes (``... buffer size = N MiB``). The weights
+are zeros: memory does not depend on their values.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One tiny model: an architecture and its dimensions."""
+
+    arch: str = "llama"
+    n_embd: int = 128
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 256
+    n_vocab: int = 1000
+    head_dim: int | None = None
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 64
+    swa: int = 0  # sliding window (gemma3: 5 of every 6 layers slide)
+    tied: bool = False
+    n_ctx_train: int = 8192
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.n_embd // self.n_head
+
+    def label(self) -> str:
+        moe = f"-moe{self.n_expert}x{self.n_expert_used}" if self.n_expert else ""
+        return (f"{self.arch}-e{self.n_embd}-l{self.n_layer}-h{self.n_head}/{self.n_head_kv}-ff{self.n_ff}"
+                f"-v{self.n_vocab}{moe}{'-swa' + str(self.swa) if self.swa else ''}")
+
+
+def _vocab(writer: Any, n_vocab: int) -> None:
+    tokens = [f"<t{i}>" for i in range(n_vocab)]
+    tokens[0], tokens[1], tokens[2] = "<unk>", "<s>", "</s>"
+    for i, b in enumerate(("a", "b", "c", "ab", "\u0120", "\u0120a")):
+        if 3 + i < n_vocab:
+            tokens[3 + i] = b
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3, 3, 3] + [1] * (n_vocab - 3))
+    writer.add_token_merges(["a b", "\u0120 a"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+
+def write_model(path: Path, a: Arch) -> Path:
+    """Write ``path``: a GGUF of architecture ``a.arch`` (llama, qwen2, qwen3, qwen3moe, gemma3), F16 matrices."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), a.arch)
+    w.add_type(gguf.GGUFType.MODEL)
+    w.add_name(a.label())
+    w.add_context_length(a.n_ctx_train)
+    w.add_embedding_length(a.n_embd)
+    w.add_block_count(a.n_layer)
+    w.add_feed_forward_length(a.n_ff)
+    w.add_head_count(a.n_head)
+    w.add_head_count_kv(a.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if a.head_dim:
+        w.add_key_length(a.hd)
+        w.add_value_length(a.hd)
+    if a.n_expert:
+        w.add_expert_count(a.n_expert)
+        w.add_expert_used_count(a.n_expert_used)
+        w.add_expert_feed_forward_length(a.n_ff_exp)
+    if a.swa:
+        w.add_sliding_window(a.swa)
+    _vocab(w, a.n_vocab)
+
+    def t(name: str, *shape: int) -> None:
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor(name, np.zeros(shape, dtype=dtype))
+
+    e, hd = a.n_embd, a.hd
+    t("token_embd.weight", a.n_vocab, e)
+    t("output_norm.weight", e)
+    if not a.tied and a.arch != "gemma3":
+        t("output.weight", a.n_vocab, e)
+    for i in range(a.n_layer):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", e)
+        t(p + "attn_q.weight", a.n_head * hd, e)
+        t(p + "attn_k.weight", a.n_head_kv * hd, e)
+        t(p + "attn_v.weight", a.n_head_kv * hd, e)
+        t(p + "attn_output.weight", e, a.n_head * hd)
+        if a.arch == "qwen2":
+            t(p + "attn_q.bias", a.n_head * hd)
+            t(p + "attn_k.bias", a.n_head_kv * hd)
+            t(p + "attn_v.bias", a.n_head_kv * hd)
+        if a.arch in ("qwen3", "qwen3moe", "gemma3"):
+            t(p + "attn_q_norm.weight", hd)
+            t(p + "attn_k_norm.weight", hd)
+        if a.arch == "gemma3":
+            t(p + "post_attention_norm.weight", e)
+            t(p + "post_ffw_norm.weight", e)
+        t(p + "ffn_norm.weight", e)
+        if a.n_expert:
+            t(p + "ffn_gate_inp.weight", a.n_expert, e)
+            t(p + "ffn_gate_exps.weight", a.n_expert, a.n_ff_exp, e)
+            t(p + "ffn_up_exps.weight", a.n_expert, a.n_ff_exp, e)
+            t(p + "ffn_down_exps.weight", a.n_expert, e, a.n_ff_exp)
+        else:
+            t(p + "ffn_gate.weight", a.n_ff, e)
+            t(p + "ffn_up.weight", a.n_ff, e)
+            t(p + "ffn_down.weight", e, a.n_ff)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+_BUFFER = re.compile(r"(\w+)\s+(model|KV|compute|output)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
+
+
+@dataclass
+class Buffers:
+    """llama.cpp's logged buffer sizes, in MiB, summed over backends (one CPU backend here)."""
+
+    model: float = 0.0  # the mapped/loaded weights (CPU_Mapped, CPU)
+    repack: float = 0.0  # extra CPU copies in repacked layouts (AMX, CPU_REPACK): a CPU-only cost
+    kv: float = 0.0
+    compute: float = 0.0
+    output: float = 0.0
+    log: str = ""
+
+
+_KEEP: list[Any] = []
+
+
+def load_buffers(path: Path, n_ctx: int, n_ubatch: int = 512, n_batch: int | None = None,
+                 flash_attn: bool | None = None, n_seq: int = 1) -> Buffers:
+    """Load ``path`` with llama-cpp-python on the CPU and return the buffer sizes llama.cpp logged."""
+    import llama_cpp
+
+    lines: list[str] = []
+
+    @llama_cpp.llama_log_callback
+    def on_log(level: int, text: bytes, user: Any) -> None:
+        lines.append(text.decode("utf-8", "replace"))
+
+    _KEEP.append(on_log)  # the C side holds the pointer for the process lifetime
+    llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+    # swa_full False as llama-server/llama-cli set it (the C API's default is a full-size SWA cache)
+    kwargs: dict[str, Any] = {"n_ctx": n_ctx, "n_ubatch": n_ubatch, "n_batch": n_batch or max(n_ubatch, 512),
+                              "n_gpu_layers": 0, "verbose": True, "n_threads": 1, "swa_full": False}
+    if n_seq > 1:
+        kwargs["n_seq_max"] = n_seq
+    if flash_attn is not None:
+        kwargs["flash_attn"] = flash_attn
+    # no repacked CPU copies of the weights (AMX / CPU_REPACK): a GPU holds the tensors as stored
+    module = llama_cpp.llama_cpp
+    default = module.llama_model_default_params
+
+    def no_repack() -> Any:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    module.llama_model_default_params = no_repack
+    try:
+        llm = llama_cpp.Llama(model_path=str(path), **kwargs)
+    finally:
+        module.llama_model_default_params = default
+    try:
+        text = "".join(lines)
+    finally:
+        llm.close()
+    out = Buffers(log=text)
+    for line in text.splitlines():
+        m = _BUFFER.search(line)
+        if not m:
+            continue
+        backend, kind, mib = m.group(1), m.group(2), float(m.group(3))
+        if kind == "model" and backend not in ("CPU_Mapped", "CPU"):
+            out.repack += mib
+            continue
+        attr = {"KV": "kv"}.get(kind, kind)
+        setattr(out, attr, getattr(out, attr) + mib)
+    return out

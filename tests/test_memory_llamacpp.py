@@ -1,0 +1,98 @@
+"""qcheck's llama.cpp memory formula against llama.cpp's own buffer log.
+
+Tiny GGUFs of several architectures (llama GQA/MHA, qwen2 with biases, qwen3 with head_dim != n_embd/n_head,
+qwen3moe, gemma3 with sliding-window layers and tied output), vocabularies and sizes are loaded on the CPU by
+llama-cpp-python at several contexts and ubatch sizes; llama.cpp logs its model, KV cache, compute and output
+buffers. The stated tolerance (docs/memory.md):
+
+* KV cache and output buffer: exact (arithmetic on the header, padding as llama.cpp pads);
+* weights (model buffer, CPU repacking off as on a GPU): within 0.5% + 1 MiB (tensor alignment);
+* compute buffer: within COMPUTE_REL of the measured size + COMPUTE_ABS MiB, with and without flash
+  attention (the largest error is qwen3-style attention with flash attention at a short context: -28%).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from memory_gguf import MIB, Arch, load_buffers, write_model
+
+from qcheck.matrix import load_matrix
+from qcheck.memory import estimate_memory
+from qcheck.memory_engines import llamacpp_compute_bytes
+from qcheck.model_shape import shape_from
+
+llama_cpp = pytest.importorskip("llama_cpp")
+pytestmark = [pytest.mark.llamacpp]
+
+COMPUTE_REL, COMPUTE_ABS = 0.30, 0.5
+
+ARCHS = [
+    Arch("llama", n_embd=128, n_layer=2, n_head=4, n_head_kv=2, n_ff=344, n_vocab=1000),
+    Arch("llama", n_embd=256, n_layer=3, n_head=8, n_head_kv=8, n_ff=512, n_vocab=8000),
+    Arch("qwen2", n_embd=192, n_layer=2, n_head=6, n_head_kv=2, n_ff=512, n_vocab=4000),
+    Arch("qwen3", n_embd=128, n_layer=2, n_head=4, n_head_kv=2, n_ff=384, n_vocab=3000, head_dim=64),
+    Arch("qwen3moe", n_embd=128, n_layer=2, n_head=4, n_head_kv=2, n_ff=256, n_vocab=2000, n_expert=8,
+         n_expert_used=2, n_ff_exp=64),
+    Arch("gemma3", n_embd=128, n_layer=6, n_head=4, n_head_kv=1, n_ff=256, n_vocab=2000, head_dim=64, swa=512,
+         tied=True),
+]
+LOADS = [(1024, 512, True), (4096, 512, False), (4096, 128, True), (2000, 256, False), (2048, 2048, True)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mem")
+    return {a.label(): write_model(d / f"{a.label().replace('/', '_')}.gguf", a) for a in ARCHS}
+
+
+def _predict(path, n_ctx: int, n_ubatch: int, flash_attn: bool = True):
+    from qcheck.classify import classify
+    from qcheck.readers import load_checkpoint
+
+    ck = load_checkpoint(str(path))
+    ins = classify(ck)
+    mem = load_matrix().engine("llama.cpp").memory
+    mem = dataclasses.replace(mem, params={**mem.params, "n_ubatch": n_ubatch, "flash_attn": int(flash_attn)})
+    est = estimate_memory(ins, context=n_ctx, engine="llama.cpp", engine_memory=mem, gguf_metadata=ck.metadata,
+                          tensors=ck.tensors, device="RAM")
+    parts = {p["name"]: p["bytes"] for p in est.parts}
+    return est, parts, ins, ck
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.label())
+@pytest.mark.parametrize(("n_ctx", "n_ubatch", "flash_attn"), LOADS)
+def test_formula_matches_llamacpp_buffers(models, arch, n_ctx, n_ubatch, flash_attn):
+    path = models[arch.label()]
+    measured = load_buffers(path, n_ctx=n_ctx, n_ubatch=n_ubatch, n_batch=max(n_ubatch, 512), flash_attn=flash_attn)
+    assert measured.kv > 0 and measured.compute > 0, measured.log[-2000:]
+    est, parts, _, _ = _predict(path, n_ctx, n_ubatch, flash_attn)
+    assert est.kv_cache_bytes / MIB == pytest.approx(measured.kv, abs=0.01)
+    assert parts["output buffer"] / MIB == pytest.approx(measured.output, abs=0.01)
+    assert est.weights_bytes / MIB == pytest.approx(measured.model, rel=0.005, abs=1.0)
+    got = parts["compute buffer"] / MIB
+    assert abs(got - measured.compute) <= COMPUTE_REL * measured.compute + COMPUTE_ABS, \
+        f"compute buffer: formula {got:.2f} MiB, llama.cpp {measured.compute:.2f} MiB"
+
+
+def test_compute_buffer_grows_with_ubatch_and_the_formula_follows(models):
+    path = models[ARCHS[1].label()]
+    small = load_buffers(path, n_ctx=2048, n_ubatch=64, flash_attn=True).compute
+    large = load_buffers(path, n_ctx=2048, n_ubatch=512, flash_attn=True).compute
+    assert large > small * 2
+    _, ins, ck = _predict(path, 2048, 64)[1:]
+    shape = shape_from(ins, gguf_metadata=ck.metadata, tensors=ck.tensors)
+    assert llamacpp_compute_bytes(shape, 2048, 512) > 2 * llamacpp_compute_bytes(shape, 2048, 64)
+
+
+def test_shape_reads_per_layer_and_expert_bytes(models):
+    path = models[ARCHS[4].label()]
+    _, _, ins, ck = _predict(path, 1024, 512)
+    shape = shape_from(ins, gguf_metadata=ck.metadata, tensors=ck.tensors)
+    assert shape.from_tensors and shape.n_layers == 2 and shape.moe
+    expert = 3 * 8 * 64 * 128 * 2  # gate, up, down exps x 8 experts x 64 x 128 x F16
+    assert shape.expert_bytes == [expert, expert]
+    # one token reads 2 of the 8 experts: 6/8 of the expert bytes are not read
+    assert shape.total_bytes - shape.active_bytes_per_token() == pytest.approx(
+        shape.embed_bytes + 2 * expert * 6 / 8, abs=2)

@@ -1,0 +1,169 @@
+"""Deployment planning: per-engine memory data, fit in both directions, offload, unified memory, speed."""
+
+from __future__ import annotations
+
+import pytest
+
+from qcheck.matrix import load_matrix
+from qcheck.matrix.gpu_perf import parse_perf
+from qcheck.matrix.memory_params import parse_memory
+from qcheck.matrix.schema import MatrixDataError
+from qcheck.memory import GIB, apply_memory, estimate_memory
+from qcheck.model import Inspection, Quantization, TensorInfo, Verdict
+
+LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+            "intermediate_size": 14336, "torch_dtype": "bfloat16"}
+
+
+def _ins(size: int = 4_920_000_000, **kw) -> Inspection:
+    base = dict(path="m.gguf", container="gguf", size_bytes=size, num_layers=32, hidden_size=4096,
+                num_attention_heads=32, num_kv_heads=8, vocab_size=128256, context_length=131072,
+                parameters=8_030_000_000)
+    base.update(kw)
+    return Inspection(**base)
+
+
+def _tensors(layers: int, layer_bytes: int, embd: int, out: int, experts: int = 0) -> dict[str, TensorInfo]:
+    t = {"token_embd.weight": TensorInfo("token_embd.weight", "Q4_K", (1, 1), nbytes=embd),
+         "output.weight": TensorInfo("output.weight", "Q6_K", (1, 1), nbytes=out)}
+    for i in range(layers):
+        t[f"blk.{i}.attn_q.weight"] = TensorInfo(f"blk.{i}.attn_q.weight", "Q4_K", (1, 1),
+                                                 nbytes=layer_bytes - experts)
+        if experts:
+            t[f"blk.{i}.ffn_up_exps.weight"] = TensorInfo(f"blk.{i}.ffn_up_exps.weight", "Q4_K", (1, 1),
+                                                          nbytes=experts)
+    return t
+
+
+def test_every_gpu_engine_with_memory_data_names_its_sources():
+    m = load_matrix()
+    with_data = {e.id for e in m.engines.values() if e.memory is not None}
+    assert {"llama.cpp", "ollama", "lm-studio", "vllm", "sglang", "tensorrt-llm", "transformers", "mlx"} <= with_data
+    for eid in with_data:
+        assert m.engines[eid].memory.sources and all(s.ref and s.version for s in m.engines[eid].memory.sources)
+
+
+@pytest.mark.parametrize(("raw", "check"), [
+    ({"formula": "vllm", "placement": "tensor"}, "missing-source"),
+    ({"formula": "vllm", "placement": "tensor", "gpu_memory_utilisation": 0.9, "sources": {"a": {"ref": "r", "version": "1"}}}, "unknown-key"),
+    ({"formula": "vllm", "placement": "tensor", "gpu_memory_utilization": 1.5, "sources": {"a": {"ref": "r", "version": "1"}}}, "bad-value"),
+    ({"formula": "tgi", "placement": "tensor", "sources": {"a": {"ref": "r", "version": "1"}}}, "bad-type"),
+    ({"formula": "llama.cpp", "placement": "tensor", "n_ubatch": 51.2, "sources": {"a": {"ref": "r", "version": "1"}}}, "bad-type"),
+    ({"formula": "ollama", "placement": "tensor", "default_context_by_vram": [[48, 1], [24, 2]], "sources": {"a": {"ref": "r", "version": "1"}}}, "bad-type"),
+    ({"formula": "llama.cpp", "placement": "split", "sources": {"a": {"ref": "r", "version": "1"}}}, "bad-type"),
+])
+def test_memory_tables_are_validated(raw, check):
+    with pytest.raises(MatrixDataError, match=rf"\[{check}\]"):
+        parse_memory(raw, "x", "engines/x.toml")
+
+
+def test_gpu_perf_entries_are_validated():
+    ok = {"perf": [{"gpu": "h100", "bandwidth_gbs": 3350, "tflops": {"bf16": 989}, "source": "s"}]}
+    perf, unified = parse_perf(ok, "gpus.toml", {"h100"}, {"hopper"})
+    assert perf["h100"].bandwidth_gbs == 3350 and unified == frozenset()
+    for bad in ({"perf": [{"gpu": "h999", "bandwidth_gbs": 1, "source": "s"}]},
+                {"perf": [{"gpu": "h100", "bandwidth_gbs": -1, "source": "s"}]},
+                {"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "tflops": {"fp3": 1}, "source": "s"}]},
+                {"unified_memory": {"gpus": ["nope"], "source": "s"}}):
+        with pytest.raises(MatrixDataError):
+            parse_perf(bad, "gpus.toml", {"h100"}, {"hopper"})
+
+
+def test_an_engine_without_memory_data_gets_unknown_overhead_not_vllms():
+    est = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
+    assert est.overhead_known is False and est.activation_bytes == 0 and est.fixed_bytes == 0
+    assert est.fits is None and "overhead unknown (exllamav2 has no memory data)" in est.summary()
+    # weights + KV alone beyond the GPU: certainly does not fit
+    big = estimate_memory(_ins(size=40 * GIB), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
+    assert big.fits is False
+
+
+def test_llamacpp_fit_margin_and_vllm_reservation_are_in_the_memory_line():
+    cpp = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24)
+    assert cpp.usable_bytes == 23 * GIB
+    assert "fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin)" in cpp.summary()
+    # the Llama-3-8B compute buffer llama.cpp logs at 8k with flash attention: 266.5 MiB (output stage)
+    compute = next(p for p in cpp.parts if p["name"] == "compute buffer")
+    assert compute["bytes"] == 512 * (128256 + 2 * 4096) * 4 and compute["basis"] == "formula"
+    vllm = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=24)
+    assert vllm.usable_bytes == int(24 * GIB * 0.92) and "gpu_memory_utilization 0.92 x 24.0 GiB" in vllm.summary()
+    olla = estimate_memory(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=16)
+    assert olla.context == 4096 and "ollama's default for a GPU of 16 GiB" in " ".join(olla.assumptions)
+    assert estimate_memory(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=40).context == 32768
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang", "tensorrt-llm", "transformers"])
+def test_max_context_and_max_batch_are_the_edges_of_fitting(engine):
+    ins = _ins(size=14 * GIB)
+    est = estimate_memory(ins, context=8192, config=LLAMA_8B, engine=engine, gpu_memory_gib=24)
+    assert est.fits and est.max_context and est.max_batch
+    if est.max_context < 131072:
+        assert estimate_memory(ins, context=est.max_context, config=LLAMA_8B, engine=engine, gpu_memory_gib=24).fits
+        assert not estimate_memory(ins, context=est.max_context + 1, config=LLAMA_8B, engine=engine,
+                                   gpu_memory_gib=24).fits
+    assert estimate_memory(ins, context=8192, batch=est.max_batch, config=LLAMA_8B, engine=engine,
+                           gpu_memory_gib=24).fits
+    assert not estimate_memory(ins, context=8192, batch=est.max_batch + 1, config=LLAMA_8B, engine=engine,
+                               gpu_memory_gib=24).fits
+
+
+def test_llamacpp_offload_counts_layers_that_fit_beside_the_buffers():
+    layers, per = 32, 1 * GIB
+    tensors = _tensors(layers, per, embd=500 * 2**20, out=800 * 2**20)
+    ins = _ins(size=layers * per + 1300 * 2**20)
+    est = estimate_memory(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=16,
+                          tensors=tensors)
+    assert est.fits is False and est.host_bytes == 500 * 2**20  # token_embd stays in RAM
+    off = est.offload
+    kv_layer = 2 * 8 * 128 * 2 * 8192  # per layer at 8k, f16
+    buffers = est.activation_bytes + est.fixed_bytes
+    n = off["ngl"]
+    assert n * (per + kv_layer) + buffers <= 15 * GIB < (n + 1) * (per + kv_layer) + buffers
+    assert off["summary"].startswith(f"offload {n} of 32 layers: -ngl {n}")
+    assert "does not fit 15.0 GiB usable" in est.summary()
+
+
+def test_moe_offload_keeps_experts_of_the_first_layers_in_ram():
+    layers, per, experts = 48, 2 * GIB, int(1.8 * GIB)
+    tensors = _tensors(layers, per, embd=300 * 2**20, out=300 * 2**20, experts=experts)
+    ins = _ins(size=layers * per + 600 * 2**20, moe=True, num_experts=128, num_experts_used=8, num_layers=48)
+    cfg = dict(LLAMA_8B, num_hidden_layers=48)
+    est = estimate_memory(ins, context=4096, config=cfg, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
+    off = est.offload
+    assert off["n_cpu_moe"] is not None and 0 < off["n_cpu_moe"] <= 48
+    assert off["moe_gpu_bytes"] <= est.usable_bytes
+    assert f"--n-cpu-moe {off['n_cpu_moe']}" in off["summary"]
+    # one fewer layer's experts in RAM would not fit
+    assert off["moe_gpu_bytes"] + experts > est.usable_bytes
+
+
+def _verdict(engine: str, gpu: str | None, arch: str, status: str = "native", kernel: str | None = None) -> Verdict:
+    return Verdict(engine=engine, engine_version=None, gpu=gpu, arch=arch, compute_capability=None, status=status,
+                   kernel=kernel)
+
+
+def test_cpu_targets_say_in_ram_and_unified_memory_uses_the_wired_limit():
+    ins = _ins()
+    cpu, mac = _verdict("llama.cpp", "cpu", "x86"), _verdict("mlx", "m3-max", "apple")
+    apply_memory([cpu, mac], ins, context=8192, config=LLAMA_8B)
+    assert "GiB in RAM" in cpu.memory["summary"] and cpu.memory["device"] == "RAM"
+    assert cpu.memory["host_bytes"] == 0 and cpu.memory["fits"] is None
+    assert mac.memory["device"] == "unified" and mac.memory["usable_bytes"] == int(128 * GIB * 0.75)
+    assert "75% of 128.0 GiB unified memory" in mac.memory["summary"]
+
+
+def test_speed_estimate_turns_a_fallback_into_a_number():
+    fp8 = Inspection(path="m", container="safetensors", size_bytes=8 * 10**9, parameters=8 * 10**9, num_layers=32,
+                     hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
+                     quantization=Quantization(method="fp8"))
+    native = _verdict("vllm", "l40s", "ada", kernel="CUTLASS FP8 scaled_mm (W8A8)")
+    marlin = _verdict("vllm", "l40s", "ada", status="fallback", kernel="Marlin FP8 weight-only (W8A16)")
+    apply_memory([native, marlin], fp8, context=4096, config=LLAMA_8B)
+    n, f = native.memory["speed"], marlin.memory["speed"]
+    assert (n["compute_format"], f["compute_format"]) == ("fp8", "bf16")
+    assert n["prefill_tokens_per_s"] == round(733e12 / (2 * 8e9)) and f["prefill_tokens_per_s"] == round(362e12 / 16e9)
+    kv = 2 * 32 * 8 * 128 * 2 * 4096  # bf16 KV at 4k
+    assert n["decode_tokens_per_s"] == round(864e9 / (8e9 + kv), 1)
+    assert "FP8 kernels would allow 2.0x" in f["summary"] and "estimate" in f["label"]
+    assert marlin.memory["speed_summary"].startswith("estimate: decode <= ")
