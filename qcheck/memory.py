@@ -266,12 +266,14 @@ class MemoryEstimate:
         text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
         if not self.overhead_known:
             text += f" + overhead unknown ({self.engine or 'this engine'} has no memory data)"
-        if self.host_bytes and self.device != "RAM":
+        if self.host_bytes >= 0.05 * GIB and self.device != "RAM":
             text += f", {g(self.host_bytes)} GiB more in RAM"
         if self.gpu_memory_bytes is None:
             return text
-        usable = f"{g(self.usable_bytes)} GiB usable ({self.reserve})" if self.reserve else \
-            f"{g(self.usable_bytes)} of {g(self.gpu_memory_bytes)} GiB"
+        if self.reserve:
+            usable = f"{g(self.usable_bytes)} GiB usable ({self.reserve})"
+        else:
+            usable = f"{g(self.gpu_memory_bytes)} GiB"
         if self.fits:
             text += f"; fits in {usable}"
         elif self.fits is None:

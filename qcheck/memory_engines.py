@@ -208,7 +208,7 @@ class EnginePlan:
                 if m.get("host_reserve_mib"):
                     what.append(f"{m.get('host_reserve_mib'):g} MiB minimum free")
                 return Reserve(device_bytes - margin, f"{gib:.1f} GiB - {m.engine}'s " + " + ".join(what))
-            return Reserve(device_bytes, f"{gib:.1f} GiB (no reservation known)")
+            return Reserve(device_bytes, "")
         if f == "vllm":
             u = m.get("gpu_memory_utilization", 0.9)
             return Reserve(int(device_bytes * u), f"gpu_memory_utilization {u:g} x {gib:.1f} GiB")
@@ -216,7 +216,7 @@ class EnginePlan:
             frac = m.get("kv_fraction_of_free", 0.9)
             return Reserve(device_bytes, f"{gib:.1f} GiB; the KV cache gets free_gpu_memory_fraction {frac:g} of "
                                          "what weights and activations leave", kv_scale=1 / frac)
-        return Reserve(device_bytes, f"{gib:.1f} GiB")
+        return Reserve(device_bytes, "")
 
 
 def search_max(fits: Callable[[int], bool], low: int, high: int) -> int | None:

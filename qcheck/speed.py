@@ -68,11 +68,13 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
     }
     parts = []
     if decode is not None:
-        parts.append(f"decode <= {decode:,.0f} tok/s ({perf.bandwidth_gbs:g} GB/s / {step_bytes / 1e9:.2f} GB per "
+        step = f"{step_bytes / 1e9:.2f} GB" if step_bytes >= 1e8 else f"{step_bytes / 1e6:.2f} MB"
+        parts.append(f"decode <= {decode:,.0f} tok/s ({perf.bandwidth_gbs:g} GB/s / {step} per "
                      f"step{f' x batch {batch}' if batch > 1 else ''})")
     if prefill is not None:
-        parts.append(f"prefill <= {prefill:,.0f} tok/s ({fmt.upper()} {tflops:g} TFLOPS / 2 x "
-                     f"{active_params / 1e9:.2f} G active params)")
+        count = f"{active_params / 1e9:.2f} G" if active_params >= 1e8 else f"{active_params / 1e6:.2f} M"
+        parts.append(f"prefill <= {prefill:,.0f} tok/s ({fmt.upper()} {tflops:g} TFLOPS / 2 x {count} active "
+                     "params)")
         if verdict.status == "fallback" and best and best[1] > (tflops or 0) and best[0] in ("fp8", "fp4", "int8"):
             parts.append(f"the fallback computes in {fmt.upper()}: {best[0].upper()} kernels would allow "
                          f"{best[1] / tflops:.1f}x")
