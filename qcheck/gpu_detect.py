@@ -174,6 +174,7 @@ def resolve(gpus: Any, detected: list[DetectedGpu]) -> list[tuple[str, DetectedG
 def auto_gpus(gpus: Any) -> tuple[list[str], dict[str, float], list[str]]:
     """For ``--gpu auto``: the catalogue ids, the memory to judge against per id (free memory when the tool
     reports it, else the total), and one note per device. No GPU found is a UsageError (exit 2)."""
+    detected: list[DetectedGpu]
     if os.environ.get("QCHECK_NO_GPU_DETECT"):
         detected, tried = [], ["none (QCHECK_NO_GPU_DETECT is set)"]
     else:

@@ -95,7 +95,8 @@ def _pos_int(v: Any) -> int | None:
 
 def layout_from_config(config: dict[str, Any]) -> KVLayout:
     """KV layout from a transformers ``config.json`` (the ``text_config`` of a multimodal model if present)."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config.get("text_config")
+    cfg: dict[str, Any] = text if isinstance(text, dict) else config
     lay = KVLayout()
     layers = _pos_int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     heads = _pos_int(_first(cfg, "num_attention_heads", "n_head"))
@@ -641,7 +642,7 @@ def _device_of(matrix: Any, gpu_id: str | None, arch_id: str | None) -> str:
     arch = matrix.gpus.archs.get(arch_id) if arch_id else None
     if arch is not None and arch.vendor == "cpu":
         return "RAM"
-    unified = getattr(matrix.gpus, "unified", frozenset())
+    unified: frozenset[str] = getattr(matrix.gpus, "unified", frozenset())
     if (gpu_id and gpu_id in unified) or (arch is not None and (arch.vendor == "apple" or arch.id in unified)):
         return "unified"
     return "GPU"

@@ -78,7 +78,8 @@ def shape_from(inspection: Inspection, *, config: dict[str, Any] | None = None,
                    n_expert=inspection.num_experts or 0, n_expert_used=inspection.num_experts_used or 0,
                    total_bytes=int(inspection.size_bytes or 0))
     if config:
-        cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        text = config.get("text_config")
+        cfg: dict[str, Any] = text if isinstance(text, dict) else config
         s.hidden = s.hidden or _pos(cfg.get("hidden_size"))
         s.vocab = s.vocab or _pos(cfg.get("vocab_size"))
         s.n_head = s.n_head or _pos(cfg.get("num_attention_heads"))

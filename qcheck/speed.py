@@ -71,7 +71,7 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
         step = f"{step_bytes / 1e9:.2f} GB" if step_bytes >= 1e8 else f"{step_bytes / 1e6:.2f} MB"
         parts.append(f"decode <= {decode:,.0f} tok/s ({perf.bandwidth_gbs:g} GB/s / {step} per "
                      f"step{f' x batch {batch}' if batch > 1 else ''})")
-    if prefill is not None:
+    if prefill is not None and active_params and tflops:
         count = f"{active_params / 1e9:.2f} G" if active_params >= 1e8 else f"{active_params / 1e6:.2f} M"
         parts.append(f"prefill <= {prefill:,.0f} tok/s ({fmt.upper()} {tflops:g} TFLOPS / 2 x {count} active "
                      "params)")
