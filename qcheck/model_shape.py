@@ -91,22 +91,20 @@ def shape_from(inspection: Inspection, *, config: dict[str, Any] | None = None,
         s.n_ff_exp = _pos(cfg.get("moe_intermediate_size"))
         s.tied_output = cfg.get("tie_word_embeddings") is True
     if gguf_metadata:
+        from qcheck.readers.gguf_meta import model_keys
         from qcheck.typed import pos_ints
 
-        arch = gguf_metadata.get("general.architecture")
-        if isinstance(arch, str):
-            def key(name: str) -> Any:
-                return gguf_metadata.get(f"{arch}.{name}")
-            s.hidden = s.hidden or _pos(key("embedding_length"))
-            s.n_layers = s.n_layers or _pos(key("block_count"))
-            ff = key("feed_forward_length")
+        keys = model_keys(gguf_metadata)  # the one GGUF view; the feed-forward widths it does not carry
+        s.hidden = s.hidden or _pos(keys.embedding_length)
+        s.n_layers = s.n_layers or _pos(keys.block_count)
+        s.n_head = s.n_head or _pos(keys.head_count)
+        s.vocab = s.vocab or _pos(keys.vocab_size)
+        s.n_expert = s.n_expert or _pos(keys.expert_count)
+        s.n_expert_used = s.n_expert_used or _pos(keys.expert_used_count)
+        if keys.architecture:
+            ff = gguf_metadata.get(f"{keys.architecture}.feed_forward_length")
             s.n_ff = _pos(ff) or max(pos_ints(ff, 1 << 40) or [0])
-            s.n_expert = s.n_expert or _pos(key("expert_count"))
-            s.n_expert_used = s.n_expert_used or _pos(key("expert_used_count"))
-            s.n_ff_exp = _pos(key("expert_feed_forward_length"))
-            heads = key("attention.head_count")
-            s.n_head = s.n_head or _pos(heads) or max(pos_ints(heads, 1 << 40) or [0])
-            s.vocab = s.vocab or _pos(key("vocab_size"))
+            s.n_ff_exp = _pos(gguf_metadata.get(f"{keys.architecture}.expert_feed_forward_length"))
     s.n_layers = min(s.n_layers, MAX_LAYERS)
     if tensors:
         _bytes_from_tensors(s, tensors)
