@@ -21,10 +21,11 @@ class Limits:
     max_header_bytes: int = 256 * 1024 * 1024
     #: safetensors JSON header length (the reference reader allows 100 MB)
     max_safetensors_header: int = 100_000_000
-    #: tensors in one file / in one model
-    max_tensors: int = 1_000_000
-    #: metadata keys in one GGUF file
-    max_kv: int = 1_000_000
+    #: tensors in one file / in one model (the largest real model, a per-expert NVFP4 MoE, has ~280k; at this
+    #: bound one header costs ~250 MB (GGUF) to ~450 MB (safetensors) of memory: docs/limits.md)
+    max_tensors: int = 400_000
+    #: metadata keys in one GGUF file; entries of a safetensors ``__metadata__`` map
+    max_kv: int = 65_536
     #: bytes of one string (key or value)
     max_string_bytes: int = 16 * 1024 * 1024
     #: elements in one metadata array (a 256k vocab has 256k tokens; merges up to ~1M)
@@ -33,8 +34,8 @@ class Limits:
     max_dims: int = 8
     #: nesting depth of arrays-of-arrays (GGUF) and JSON (side files)
     max_nesting: int = 8
-    #: size of one JSON side file (config.json, index, quant configs)
-    max_json_bytes: int = 64 * 1024 * 1024
+    #: size of one JSON side file (config.json, index, quant configs); a 400k-entry index is ~35 MB
+    max_json_bytes: int = 40 * 1024 * 1024
     #: shards in one model
     max_shards: int = 10_000
     #: elements of one tensor (2**50 elements is ~1 PB in 8 bits)

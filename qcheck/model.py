@@ -20,7 +20,7 @@ INSPECTION_SCHEMA = "qcheck.inspection/1"
 CHECK_SCHEMA = "qcheck.check/1"
 
 
-@dataclass
+@dataclass(slots=True)  # one per tensor, up to max_tensors of them: no per-instance __dict__
 class TensorInfo:
     """One tensor as the header describes it.
 

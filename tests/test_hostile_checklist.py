@@ -33,7 +33,7 @@ import builders as b
 import pytest
 from gguf.constants import GGUFValueType as V
 
-from tests.gguf_helpers import Q, RawGGUF, kv_array, kv_scalar, tensor_info, valid_raw
+from tests.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
 from tests.test_gguf_hostile import CASES as GGUF_TABLE
 from tests.test_pickle_lfs import (
     POINTER,
@@ -383,8 +383,8 @@ CASES += [
 def test_every_checklist_case_is_covered() -> None:
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
-    assert sorted({c.number for c in CASES} | {13, 20, 22, 25}) == list(range(1, 28))
-    assert {c.number for c in FINDINGS} >= {13, 20, 22, 25}
+    assert sorted({c.number for c in CASES} | {13, 20, 22, 25, 28}) == list(range(1, 29))
+    assert {c.number for c in FINDINGS} >= {13, 20, 22, 25, 28}
 
 
 # ------------------------------------------------------------------------------------------ the runner
@@ -543,7 +543,23 @@ def _expect_100k(record: dict) -> None:
     assert record["quantization"]["tensor_types"] == {"U8": 100_000}
 
 
+def _many_small_arrays(directory: Path) -> Path:
+    """8,000 metadata arrays of 1,024 UINT32 (33 MB): as lists they took ~300 MB, over the 200 MB cap; past
+    the per-file total of kept elements they are summaries (issue #17)."""
+    path = directory / "arrays.gguf"
+    one = struct.pack("<1024I", *range(1024))
+    kvs = [kv_scalar("general.architecture", V.STRING, "llama")]
+    kvs += [gguf_string(f"x.a{i}") + struct.pack("<IIQ", V.ARRAY, V.UINT32, 1024) + one for i in range(8000)]
+    path.write_bytes(RawGGUF(kvs=kvs).build())
+    return path
+
+
+def _expect_arrays_read(record: dict) -> None:
+    assert record["container"] == "gguf"
+
+
 FINDINGS = [
+    Finding(28, "gguf-8000-arrays-of-1024-in-bounded-memory", _many_small_arrays, _expect_arrays_read, check=False),
     Finding(13, "gguf-unknown-and-removed-type-ids", _gguf_unknown_type, _expect_unknown_type),
     Finding(20, "safetensors-unknown-dtype", _st_unknown_dtype, _expect_unknown_dtype),
     Finding(22, "safetensors-100k-entries-accepted", _bloat_entries(100_000), _expect_100k, check=False),

@@ -32,6 +32,9 @@ from qcheck.source import ByteSource, FileSet, LocalFileSource
 
 #: arrays with at most this many elements are kept as lists; longer ones become ArraySummary
 SMALL_ARRAY_MAX = 1024
+#: elements kept as lists over a whole file (a Python int in a list costs ~36 bytes): past this, small arrays
+#: become ArraySummary too, so 100k arrays of 1,024 elements cannot take gigabytes (real files keep < 10k)
+KEPT_ELEMENTS_MAX = 262_144
 #: the largest ``general.alignment`` accepted (ggml only asks for a power of two; 2**31 is a known
 #: overflow PoC, real files use 32)
 MAX_ALIGNMENT = 1 << 20
@@ -140,6 +143,7 @@ class _Parser:
         self.warnings: list[str] = []
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
+        self.kept_elements = 0  # elements of "auto" arrays kept as lists so far (KEPT_ELEMENTS_MAX)
 
     def fail(self, message: str, where: str) -> InputError:
         return InputError(message, path=self.path, where=where)
@@ -263,7 +267,10 @@ class _Parser:
         min_size = size if size is not None else (8 if etype == tables.VT_STRING else 12)
         cur.ensure_available(count * min_size, f"array {key!r} of {count} {ename} elements")
         type_name = f"ARRAY[{ename}]"
-        keep = mode == "all" or (mode == "auto" and count <= SMALL_ARRAY_MAX and etype != tables.VT_ARRAY)
+        keep = mode == "all" or (mode == "auto" and count <= SMALL_ARRAY_MAX and etype != tables.VT_ARRAY
+                                 and self.kept_elements + count <= KEPT_ELEMENTS_MAX)
+        if keep and mode == "auto":
+            self.kept_elements += count
         what = f"array {key!r}"
         if fmt is not None:
             if not keep:

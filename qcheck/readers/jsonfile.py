@@ -142,11 +142,12 @@ def parse_json(
     path: str | None = None,
     allow_constants: bool = True,
     max_objects: int | None = None,
+    max_pairs: int | None = None,
 ) -> tuple[Any, int]:
     """Parse one JSON value at the start of ``data``; return it and the offset just past it.
 
-    Rejects: invalid UTF-8, nesting deeper than ``max_depth``, more than ``max_objects`` objects,
-    duplicate keys anywhere, lone surrogates in keys, NaN/Infinity when ``allow_constants`` is false.
+    Rejects: invalid UTF-8, nesting deeper than ``max_depth``, more than ``max_objects`` objects or
+    ``max_pairs`` key/value pairs (both counted before anything is built), duplicate keys anywhere, lone surrogates in keys, NaN/Infinity when ``allow_constants`` is false.
     Trailing bytes are the caller's business (the offset says where the value ended).
 
     Duplicates are found cheaply: the C parser builds the dicts and a counting ``object_hook`` sums
@@ -165,6 +166,9 @@ def parse_json(
                          path=path, where=where)
     if max_objects is not None and objects > max_objects:
         raise InputError(f"{objects} JSON objects, over the limit of {max_objects}", path=path, where=where)
+    if max_pairs is not None and pairs > max_pairs:
+        raise InputError(f"{pairs} JSON key/value pairs, over the limit of {max_pairs} (limits max_tensors, max_kv)",
+                         path=path, where=where)
     start = len(text) - len(text.lstrip(" \t\r\n"))
     constant = None if allow_constants else _reject_constant
     counted = [0]

@@ -116,7 +116,9 @@ def parse_header_bytes(
         raise InputError(f"header does not start with '{{' (first byte {raw[:1]!r})", path=name,
                          where=f"offset {N_LEN}")
     value, end = parse_json(raw, where="header", path=name, max_depth=min(limits.max_json_nesting, 3),
-                            allow_constants=False, max_objects=limits.max_tensors + 2)
+                            allow_constants=False, max_objects=limits.max_tensors + 2,
+                            # 4 pairs per tensor entry (name, dtype, shape, data_offsets), 1 per metadata entry
+                            max_pairs=4 * (limits.max_tensors + 2) + limits.max_kv)
     warnings: list[str] = []
     padding = raw[end:]
     if padding.strip(b" "):
