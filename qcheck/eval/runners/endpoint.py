@@ -205,6 +205,9 @@ class EndpointRunner:
         self.unresolved_top1 = 0
         self.lossy_generations = 0
         self.string_mismatches = 0
+        #: llama-cpp-python echo of a model without BOS: rows re-aligned, and rows whose token was not returned
+        self.shifted_echo = False
+        self.shifted_missing = 0
         self.flavour, self.model = self._discover()
         self.tokenize_path, self.server_adds_bos = self._find_tokenizer()
         self.mode, self.prompt_format, self.fallback_reason = self._probe()
@@ -493,6 +496,8 @@ class EndpointRunner:
         n_echo = len(token_lps) - n_gen
         offset = len(ids) - n_echo
         bos = self.reference.bos_token_id
+        if offset == 1 and ids and ids[0] != bos and self._echo_is_shifted(ids, tokens, token_lps):
+            return self._parse_shifted_echo(req, tops)
         if not (offset == 0 or (offset == 1 and ids and ids[0] == bos)):
             # the server saw a different token sequence: show where, from the echoed token strings
             strings = self.strings()
@@ -537,6 +542,49 @@ class EndpointRunner:
             if pairs:
                 # the top resolved token is the argmax unless an unresolved one could outweigh it: impossible when
                 # nothing was unresolved, or when its probability exceeds all the mass the resolved ones leave
+                rest = 1.0 - sum(math.exp(v) for _, v in pairs)
+                if not ambiguous or math.exp(pairs[0][1]) >= rest:
+                    greedy = pairs[0][0]
+            rows.append(_Row(target, pairs[: self.opts.top_k + 1], greedy))
+        return rows
+
+    def _echo_is_shifted(self, ids: tuple[int, ...], tokens: list[Any], token_lps: list[Any]) -> bool:
+        """llama-cpp-python's echo when the model adds no BOS (Qwen-style tokenizers): one entry per prompt token
+        and none for the generated one, and entry j holds the logits *after* token j (its echo code drops a
+        leading BOS and assumes there was one). Recognised by the entries' strings being exactly the prompt's."""
+        if len(token_lps) != len(ids) or len(tokens) != len(ids):
+            return False
+        strings = self.strings().strings
+        return all(isinstance(t, str) and t == strings[i] for t, i in zip(tokens, ids, strict=True)
+                   if strings[i])  # special tokens render as "" here: their strings prove nothing
+
+    def _parse_shifted_echo(self, req: ScoreRequest, tops: list[Any]) -> list[_Row]:
+        """Rows from a shifted echo: position p (predicting ``ids[p]``) is entry p-1's top-k, keyed by strings;
+        the token's log-prob is known only when the server listed it there (entry j also lists token j's
+        string with its value in that same row, which is a valid entry of the distribution, so it is kept).
+        The entries' own ``token_logprobs`` belong to no position and are never used."""
+        self.shifted_echo = True
+        strings = self.strings()
+        ids = req.input_ids
+        rows = []
+        for p in range(req.start, len(ids)):
+            where = f"candidate {self.name}, request {req.key}, position {p}"
+            top = tops[p - 1] if 0 <= p - 1 < len(tops) else None
+            resolved: dict[int, float] = {}
+            ambiguous = not isinstance(top, dict) or not top
+            if isinstance(top, dict):
+                for key, val in list(top.items())[: 4 * MAX_TOP_K + 1]:
+                    if val is None:
+                        continue
+                    tid = strings.resolve(str(key))
+                    if tid is None or not 0 <= tid < self.reference.vocab_size:
+                        ambiguous = True
+                        continue
+                    resolved[tid] = _logprob(val, where)
+            target = resolved.get(int(ids[p]), math.nan)
+            pairs = sorted(resolved.items(), key=lambda t: -t[1])
+            greedy = -1
+            if pairs:
                 rest = 1.0 - sum(math.exp(v) for _, v in pairs)
                 if not ambiguous or math.exp(pairs[0][1]) >= rest:
                     greedy = pairs[0][0]
@@ -650,7 +698,14 @@ class EndpointRunner:
             rows = [_Row(math.nan if t is None else float(t), [(int(a), float(b)) for a, b in k], int(g))
                     for t, k, g in zip(rec["t"], rec["k"], rec["g"], strict=True)]
             missing = [i for i, r in enumerate(rows) if math.isnan(r.target)]
-            if missing:
+            if missing and self.shifted_echo and req.key in self._text_keys:
+                self.shifted_missing += len(missing)  # not in the returned top-k: left out, said in a note
+            elif missing and self.shifted_echo:
+                raise InputError(f"the endpoint's echo (llama-cpp-python, a model without BOS) did not list the "
+                                 f"answer's token {req.start + missing[0]} among its top-{self.opts.top_k}, so this "
+                                 "choice cannot be scored; raise --endpoint-top-k, or use the in-process "
+                                 "llamacpp:FILE.gguf candidate", where=f"candidate {self.name}, request {req.key}")
+            elif missing:
                 if req.key not in self._text_keys or missing != [0] or req.start != 1:
                     raise InputError(f"the endpoint returned no log-prob for {len(missing)} scored position(s) "
                                      f"(first: token {req.start + missing[0]}); this item cannot be scored",
@@ -678,6 +733,13 @@ class EndpointRunner:
             out.append(f"{self.missing_rows} position(s), the first token after BOS of text items, are not "
                               "returned by this server's echo (llama-cpp-python nulls the first echoed token) and "
                               "are left out of this candidate's token metrics")
+        if self.shifted_echo:
+            out.append("the model adds no BOS, and llama-cpp-python's echo then pairs each prompt token with the "
+                       "logits after it (its echo assumes a leading BOS): qcheck re-aligned the rows, position p "
+                       "from entry p-1's top-k"
+                       + (f"; {self.shifted_missing} position(s) whose token was not in the returned top-"
+                          f"{self.opts.top_k} are left out of this candidate's token metrics (raise "
+                          "--endpoint-top-k to keep more)" if self.shifted_missing else ""))
         if self.unresolved_top1:
             out.append("the server names some top-1 tokens only by an ambiguous string (e.g. a partial UTF-8 "
                        "byte); top-1 agreement covers the other positions (metrics.top1_positions)")
