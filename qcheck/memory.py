@@ -241,6 +241,7 @@ class MemoryEstimate:
     #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
     active_weight_bytes: int | None = None
     active_parameters: int | None = None
+    tp: int | None = None  # the GPU count the user chose (--tp); fit and max context are per GPU at it
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -275,10 +276,15 @@ class MemoryEstimate:
             usable = f"{g(self.usable_bytes)} GiB usable ({self.reserve})"
         else:
             usable = f"{g(self.gpu_memory_bytes)} GiB"
+        if self.tp and self.per_gpu_bytes is not None:
+            text += f"; with --tp {self.tp}: {g(self.per_gpu_bytes)} GiB per GPU"
         if self.fits:
             text += f"; fits in {usable}"
         elif self.fits is None:
             text += f"; {usable}: fit unknown"
+        elif self.tp:
+            text += f"; does not fit {usable} at --tp {self.tp}" + \
+                (f"; {self.gpus_needed} GPUs would" if self.gpus_needed else "")
         elif self.offload:
             text += f"; does not fit {usable}: {self.offload['summary']}"
         elif self.gpus_needed:
@@ -393,13 +399,15 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
                     kv_cache_dtype: str | None = None, dequantized: bool = False,
                     gpu_memory_gib: float | None = None, engine: str | None = None, engine_memory: Any = _LOOKUP,
                     config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None,
-                    tensors: dict[str, Any] | None = None, device: str = "GPU") -> MemoryEstimate:
+                    tensors: dict[str, Any] | None = None, device: str = "GPU",
+                    tp: int | None = None) -> MemoryEstimate:
     """Weights + KV cache + the engine's overhead against one device, the device count if one is not enough,
     the largest context and batch that fit, and the llama.cpp offload plan.
 
     ``engine_memory`` is the engine's ``[memory]`` parameters (default: looked up in the matrix by ``engine``);
     ``config``/``gguf_metadata`` give the attention layout, ``tensors`` the per-layer bytes; ``device`` is
-    ``GPU``, ``RAM`` (``--gpu cpu``) or ``unified`` (Apple, GB10, Strix Halo).
+    ``GPU``, ``RAM`` (``--gpu cpu``) or ``unified`` (Apple, GB10, Strix Halo); ``tp`` is a GPU count the user
+    chose (``--tp``): the fit, max context and max batch are then per GPU at that count.
     """
     from qcheck.memory_engines import EnginePlan, Part, pad, search_max
     from qcheck.model_shape import shape_from
@@ -524,8 +532,13 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
     max_ctx = max_batch = None
     offload = None
     model_ctx = inspection.context_length
+    n_dev = tp if tp and tp > 1 and device == "GPU" else 1
     if usable is not None:
         fits = (False if total > usable else None) if plan is None else total <= usable
+        if n_dev > 1 and plan is not None:
+            per_gpu = need(ctx, batch, n_dev)
+            fits = per_gpu <= usable
+            assumptions.append(f"--tp {n_dev}: {per_gpu / GIB:.1f} GiB per GPU ({placement})")
         if placement == "tensor":
             limit = MAX_GPUS
             if not lay.mla_dim and lay.kv_heads:
@@ -540,7 +553,8 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
             for n in candidates:
                 per = need(ctx, batch, n)
                 if per <= usable:
-                    needed, per_gpu = n, per
+                    needed = n
+                    per_gpu = per if n_dev == 1 else per_gpu
                     break
             if needed is None:
                 how = ("power-of-two tensor parallelism, at most one GPU per KV head" if placement == "tensor"
@@ -549,9 +563,9 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
                                    "a smaller quantisation is needed")
         if plan is not None and kv_bytes is not None:
             top = model_ctx or (1 << 20)
-            max_ctx = search_max(lambda c: need(c, batch) <= usable, 1, max(top, 1))
-            max_batch = search_max(lambda b: need(ctx, b) <= usable, 1, 4096)
-        if llamacpp and fits is False and device == "GPU" and plan is not None:
+            max_ctx = search_max(lambda c: need(c, batch, n_dev) <= usable, 1, max(top, 1))
+            max_batch = search_max(lambda b: need(ctx, b, n_dev) <= usable, 1, 4096)
+        if llamacpp and fits is False and device == "GPU" and plan is not None and n_dev == 1:
             offload = _offload(shape, scale, kv_at(ctx, batch), overhead(ctx, batch), usable, lay)
     if shape.from_tensors:
         active_bytes = int(shape.active_bytes_per_token() * scale)
@@ -576,7 +590,7 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
         overhead_source=source, assumptions=assumptions, ignored=ignored, parts=[p.to_json() for p in parts],
         overhead_known=plan is not None, engine=engine, device=device, host_bytes=host,
         reserve=reserve.text if reserve is not None else "", max_context=max_ctx, max_batch=max_batch,
-        model_context=model_ctx, offload=offload, active_weight_bytes=active_bytes, active_parameters=active_params)
+        model_context=model_ctx, offload=offload, tp=n_dev if n_dev > 1 else None, active_weight_bytes=active_bytes, active_parameters=active_params)
 
 
 def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, lay: KVLayout) -> dict[str, Any] | None:
@@ -652,7 +666,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *,
                  gpu_memory_gib: Callable[[str], float | None] | None = None, matrix: Any = None,
                  context: int | None = None, batch: int = 1, kv_cache_dtype: str | None = None,
                  config: dict[str, Any] | None = None, gguf_metadata: dict[str, Any] | None = None,
-                 tensors: dict[str, Any] | None = None) -> None:
+                 tensors: dict[str, Any] | None = None, tp: int | None = None) -> None:
     """Fill ``Verdict.memory`` for every verdict on hardware (hosted providers have none).
 
     A product's memory comes from ``matrices/gpus.toml`` (or ``gpu_memory_gib(gpu_id)``); for an architecture
@@ -678,7 +692,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *,
         est = estimate_memory(inspection, context=context, batch=batch, kv_cache_dtype=kv_cache_dtype,
                               dequantized=is_dequantizing(v), gpu_memory_gib=mem_gib, engine=v.engine,
                               engine_memory=params, config=config, gguf_metadata=gguf_metadata, tensors=tensors,
-                              device=device)
+                              device=device, tp=tp)
         data = est.to_json()
         data["summary"] = est.summary()
         if mem_gib is None and device != "RAM":
@@ -748,7 +762,8 @@ def check_path_with_memory(target: str, engines: Iterable[str], gpus: Iterable[s
 
         def annotate(ins: Inspection, verdict: Verdict) -> None:
             apply_memory([verdict], ins, matrix=matrix, gpu_memory_gib=memory_of, context=context, batch=batch,
-                         kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata, tensors=tensors)
+                         kv_cache_dtype=kv_cache_dtype, config=config, gguf_metadata=gguf_metadata, tensors=tensors,
+                         tp=(options or {}).get("tp"))
 
         return annotate
 

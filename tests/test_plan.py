@@ -167,3 +167,18 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     assert n["decode_tokens_per_s"] == round(864e9 / (8e9 + kv), 1)
     assert "FP8 kernels would allow 2.0x" in f["summary"] and "estimate" in f["label"]
     assert marlin.memory["speed_summary"].startswith("estimate: decode <= ")
+
+
+def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
+    l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64)
+    ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
+               num_attention_heads=64)
+    one = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
+    two = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80, tp=2)
+    assert one.fits is False and one.gpus_needed == 2
+    assert two.fits is True and two.tp == 2 and two.per_gpu_bytes == one.per_gpu_bytes
+    assert f"with --tp 2: {two.per_gpu_bytes / GIB:.1f} GiB per GPU; fits in 73.6 GiB usable" in two.summary()
+    assert two.max_context and two.max_context > 8192  # at 2 GPUs there is room for more context
+    four_small = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=24, tp=4)
+    assert four_small.fits is False and "does not fit 22.1 GiB usable (gpu_memory_utilization 0.92 x 24.0 GiB) at " \
+        "--tp 4" in four_small.summary()
