@@ -628,7 +628,10 @@ def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, la
             gpu = dense_part + sum(experts[cpu_layers:])
             if gpu <= usable:
                 ram = total_weights - (sum(layers) - sum(experts)) - output - sum(experts[cpu_layers:])
-                plan.update(n_cpu_moe=cpu_layers, moe_gpu_bytes=int(gpu), moe_ram_bytes=int(ram))
+                layers_re = "|".join(str(i) for i in range(cpu_layers))
+                plan.update(n_cpu_moe=cpu_layers, moe_gpu_bytes=int(gpu), moe_ram_bytes=int(ram),
+                            override_tensor=f"blk\\.({layers_re})\\.ffn_(up|down|gate)_exps\\.=CPU" if cpu_layers
+                            else None)
                 plan["summary"] = (f"MoE: -ngl {n + 1} --n-cpu-moe {cpu_layers} keeps the experts of {cpu_layers} "
                                    f"of {n} layers in RAM ({gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in "
                                    "RAM)")

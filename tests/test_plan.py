@@ -182,3 +182,17 @@ def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
     four_small = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=24, tp=4)
     assert four_small.fits is False and "does not fit 22.1 GiB usable (gpu_memory_utilization 0.92 x 24.0 GiB) at " \
         "--tp 4" in four_small.summary()
+
+
+def test_moe_offload_names_the_equivalent_override_tensor_pattern():
+    import re
+
+    tensors = _tensors(48, 2 * GIB, embd=300 * 2**20, out=300 * 2**20, experts=int(1.8 * GIB))
+    ins = _ins(size=48 * 2 * GIB, moe=True, num_experts=128, num_experts_used=8, num_layers=48)
+    off = estimate_memory(ins, context=4096, config=dict(LLAMA_8B, num_hidden_layers=48), engine="llama.cpp",
+                          gpu_memory_gib=24, tensors=tensors).offload
+    pattern, target = off["override_tensor"].rsplit("=", 1)
+    assert target == "CPU"
+    on_cpu = {i for i in range(48) if re.search(pattern, f"blk.{i}.ffn_up_exps.weight")}
+    assert on_cpu == set(range(off["n_cpu_moe"]))  # -ot keeps exactly the --n-cpu-moe layers' experts in RAM
+    assert not re.search(pattern, "blk.0.attn_q.weight")
