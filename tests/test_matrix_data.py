@@ -348,10 +348,11 @@ def test_other_engines_cells_from_the_research(m) -> None:
     assert status(m, gpt_oss, "transformers", "t4") == "native"
     assert status(m, insp("gptq", weight_bits=4, group_size=128), "sglang", "t4") == "unsupported"
     assert status(m, insp("awq", weight_bits=4, group_size=128), "sglang", "t4") == "native"
-    assert status(m, insp("exl3"), "exllamav3", "t4") == "unsupported"
+    assert status(m, insp("exl3"), "exllamav3", "t4", "1.4.1") == "unsupported"
+    assert status(m, insp("exl3"), "exllamav3", "t4") == "native"  # 1.6.5: sm75 paths
     assert status(m, insp("exl3"), "exllamav3", "a100") == "native"
     assert status(m, insp("exl2"), "exllamav2", "t4") == "native"
-    assert status(m, insp("exl3"), "exllamav3", "mi300x") == "unsupported"  # no ROCm
+    assert status(m, insp("exl3"), "exllamav3", "mi300x") == "unsupported"  # wave64 CDNA rejected
     assert status(m, insp("mlx", format="affine", weight_bits=4), "lm-studio", "m2-max") == "native"
     assert status(m, insp("mlx", format="affine", weight_bits=4), "lm-studio", "rtx-4090") == "unsupported"
     assert status(m, insp("fp8", scale_granularity="block"), "mlx", "m3-max") == "fallback"

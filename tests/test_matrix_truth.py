@@ -359,3 +359,34 @@ def test_pipeline_and_expert_parallel() -> None:
 def test_tp_through_check(files) -> None:
     v = check_path(files["fp8-block"], ["vllm"], ["h100"], options={"tp": 3}).verdicts[0]
     assert v.status == "unsupported" and "must be divisible by tensor parallel size (3)" in v.reasons[0]
+
+
+def test_sycl_q2_0_aborts_on_prompt_batches(files) -> None:
+    """ggml-sycl b11312: supports_op accepts Q2_0, convert.cpp has no Q2_0 dequantiser (GGML_ABORT)."""
+    v, result = check(files["q2_0-gguf"], "llama.cpp", "arc-a770")
+    assert (v.status, v.backend) == ("unsupported", "sycl") and result.exit_code == 1
+    assert "unsupport data type=q2_0" in text(v)
+    assert check(files["q2_0-gguf"], "llama.cpp:vulkan", "arc-a770")[0].status == "native"
+    assert check(files["q1_0-gguf"], "llama.cpp", "arc-a770")[0].status == "native"
+
+
+def test_exllamav3_refresh_turing_and_rdna() -> None:
+    """1.4.1 needed sm80 and had no ROCm; the 1.6.5 wheel has sm75 paths and wave32-only ROCm kernels."""
+    from qcheck.model import Inspection, Quantization
+
+    exl3 = Inspection(path="m", container="safetensors", dtype="float16",
+                      quantization=Quantization(method="exl3", producer="exllamav3"))
+    assert layout(exl3, "exllamav3", "rtx-2080-ti").status == "native"
+    from qcheck.matrix.loader import load_matrix
+    from qcheck.matrix.resolve import EngineRequest, resolve_one
+
+    m = load_matrix()
+
+    def status(version: str, gpu: str) -> str:
+        return resolve_one(m, exl3, EngineRequest(m.engine("exllamav3"), version), m.gpus.lookup(gpu)).status
+
+    assert [status(v, "t4") for v in ("1.4.1", "1.5.0", "1.6.5")] == ["unsupported", "unknown", "native"]
+    assert [status(v, "rx-7900-xtx") for v in ("1.4.1", "1.5.0", "1.6.5")] == ["unsupported", "unknown", "native"]
+    assert status("1.6.5", "mi300x") == "unsupported"
+    assert status("1.6.5", "v100") == "unknown"
+    assert status("1.6.5", "h100") == "native"

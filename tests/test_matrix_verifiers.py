@@ -100,3 +100,115 @@ def test_shipped_vllm_build_entries_cover_the_versions_read(cuda) -> None:
 def test_not_an_elf_or_truncated_is_an_error(cuda, blob: bytes) -> None:
     with pytest.raises((ValueError, struct.error)):
         cuda.elf_section(blob, ".nv_fatbin")
+
+
+# ------------------------------------------------------------------------------------ claims verifier
+
+@pytest.fixture(scope="module")
+def claims() -> ModuleType:
+    return load_tool("verify_claims")
+
+
+def fake_packages(tmp_path: Path) -> dict[tuple[str, str], Path]:
+    """A wheel and an sdist holding the files the claims below read."""
+    import io
+    import tarfile
+
+    wheel = tmp_path / "eng-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("eng/quant/fp8.py", "class C:\n    @classmethod\n    def get_min_capability(cls) -> int:\n"
+                                        "        return 75\n")
+        zf.writestr("eng/config/cache.py", 'CacheDType = Literal[\n    "auto",\n    "fp8",\n]\n')
+    sdist = tmp_path / "eng-cpp-2.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        data = b"enum ggml_type {\n    GGML_TYPE_Q2_0    = 42,\n};\n"
+        info = tarfile.TarInfo("eng-cpp-2.0/vendor/ggml/include/ggml.h")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return {("eng", "1.0"): wheel, ("eng-cpp", "2.0"): sdist}
+
+
+CLAIMS_TOML = """
+[[claim]]
+engine = "eng"
+rules = ["fp8-volta"]
+package = "eng"
+version = "1.0"
+dist = "wheel"
+path = "quant/fp8.py"
+pattern = 'def get_min_capability\\(cls\\) -> int:\\s*\\n\\s*return (\\d+)'
+expect = "75"
+
+[[claim]]
+engine = "eng"
+package = "eng"
+version = "1.0"
+dist = "wheel"
+path = "config/cache.py"
+pattern = 'CacheDType = Literal\\[([^\\]]*)\\]'
+item = '"([^"]+)"'
+expect_items = ["auto", "fp8", "fp8_e5m2"]
+
+[[claim]]
+engine = "eng-cpp"
+package = "eng-cpp"
+version = "2.0"
+dist = "sdist"
+path = "ggml/include/ggml.h"
+pattern = 'GGML_TYPE_Q2_0\\s*=\\s*(\\d+)'
+expect = "42"
+
+[[claim]]
+engine = "eng-cpp"
+package = "eng-cpp"
+version = "2.0"
+dist = "sdist"
+path = "ggml/include/ggml.h"
+pattern = 'GGML_TYPE_NVFP4'
+present = false
+
+[[claim]]
+engine = "eng-cpp"
+package = "eng-cpp"
+version = "2.0"
+dist = "sdist"
+path = "ggml/src/missing.cpp"
+pattern = 'x'
+present = true
+"""
+
+
+def test_claims_are_checked_in_wheels_and_sdists(claims, tmp_path: Path) -> None:
+    packages = fake_packages(tmp_path)
+    path = tmp_path / "claims.toml"
+    path.write_text(CLAIMS_TOML)
+    fetched: list[tuple[str, str, str]] = []
+
+    def fetch(package: str, version: str, dist: str, into: Path) -> Path:
+        fetched.append((package, version, dist))
+        return packages[(package, version)]
+
+    results = claims.verify(claims.load_claims(path), fetch=fetch)
+    assert [problem for _, problem in results] == [
+        None, "found ['auto', 'fp8']", None, None, "ggml/src/missing.cpp is not in eng-cpp-2.0.tar.gz"]
+    assert fetched == [("eng", "1.0", "wheel"), ("eng-cpp", "2.0", "sdist")]  # each package once
+
+
+def test_the_shipped_claims_are_well_formed_and_name_real_rules(claims) -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    m = load_matrix()
+    shipped = claims.load_claims()
+    assert len(shipped) >= 20
+    for claim in shipped:
+        engine = m.engine(claim["engine"])
+        known = {r.id for r in engine.rules} | {r.id for _, r in engine.kv_rules} | {"kv_cache accepts",
+                                                                                        "parallel attention-heads"}
+        assert set(claim["rules"]) <= known, (claim["engine"], set(claim["rules"]) - known)
+
+
+def test_a_claim_without_an_expectation_is_refused(claims, tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[claim]]\nengine = "e"\npackage = "e"\nversion = "1"\ndist = "wheel"\npath = "x"\npattern = "y"\n')
+    with pytest.raises(ValueError, match="claim #1"):
+        claims.load_claims(path)
