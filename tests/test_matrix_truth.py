@@ -361,12 +361,10 @@ def test_tp_through_check(files) -> None:
     assert v.status == "unsupported" and "must be divisible by tensor parallel size (3)" in v.reasons[0]
 
 
-def test_sycl_q2_0_aborts_on_prompt_batches(files) -> None:
-    """ggml-sycl b11312: supports_op accepts Q2_0, convert.cpp has no Q2_0 dequantiser (GGML_ABORT)."""
+def test_sycl_q2_0_is_settled_by_the_code(files) -> None:
+    """ggml-sycl b11312: supports_op keeps Q2_0 on SYCL, mmvq.cpp and convert.cpp have Q2_0 kernels."""
     v, result = check(files["q2_0-gguf"], "llama.cpp", "arc-a770")
-    assert (v.status, v.backend) == ("unsupported", "sycl") and result.exit_code == 1
-    assert "unsupport data type=q2_0" in text(v)
-    assert check(files["q2_0-gguf"], "llama.cpp:vulkan", "arc-a770")[0].status == "native"
+    assert (v.status, v.backend, v.rule_id) == ("native", "sycl", "gguf-sycl-q2_0") and result.exit_code == 0
     assert check(files["q1_0-gguf"], "llama.cpp", "arc-a770")[0].status == "native"
 
 
