@@ -154,6 +154,19 @@ def test_hook_lines_are_inert(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "a\\n::error::pwned.safetensors: error:" in out
 
 
+def test_hook_does_not_read_a_symlink_out_of_the_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("hf_SECRETSECRETSECRET")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "model.gguf").symlink_to(secret)
+    monkeypatch.chdir(repo)
+    code, out, _ = _run(["hook", "model.gguf"], capsys)
+    assert code == 2 and "model.gguf: error: a symlink out of the repository; not read" in out
+    assert "SECRET" not in out and "68 66" not in out
+
+
 # ------------------------------------------------------------------- 3. decoy safetensors beside a pickle
 def test_decoy_safetensors_beside_the_pickle_transformers_would_load(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:

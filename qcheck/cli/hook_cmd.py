@@ -66,6 +66,11 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
     for path in files:
         if path.endswith(".json") and not path.endswith(".safetensors.index.json"):
             continue
+        if _links_out(path):  # a committed symlink to a file elsewhere on the machine (a token, a key)
+            counts["error"] += 1
+            worst = 2
+            _say(f"{path}: error: a symlink out of the repository; not read")
+            continue
         note = _lfs_note(path) if os.path.isfile(path) else None
         if note is not None:
             counts["skipped"] += 1
@@ -112,6 +117,15 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         _say(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
                    f"{counts['skipped']} skipped (LFS pointers)")
     return worst
+
+
+def _links_out(path: str) -> bool:
+    """Whether ``path`` is (or sits in) a symlink that resolves outside the working directory, the
+    repository pre-commit runs in: its bytes are someone else's file, and error lines would show them."""
+    root = os.path.realpath(os.getcwd())
+    real = os.path.realpath(path)
+    return os.path.realpath(os.path.abspath(path)) != os.path.abspath(path) and not (
+        real == root or real.startswith(root.rstrip(os.sep) + os.sep))
 
 
 def _strip(message: str, path: str) -> str:
