@@ -14,6 +14,7 @@ from typing import Any
 from qcheck.check import ResultSet
 
 GIB = 1024**3
+_DTYPE_BITS = {"bfloat16": 16.0, "float16": 16.0, "float32": 32.0}
 
 
 def human(size: int | None) -> str:
@@ -53,12 +54,13 @@ def quant_rows(results: list[Any]) -> list[dict[str, Any]]:
         q = ins.quantization
         from qcheck.hub.select import quant_label
 
-        label = quant_label(ins.path.rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or q.gguf_file_type or q.method
+        label = (quant_label(ins.path.rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or q.gguf_file_type
+                 or (q.method if q.method != "none" else (ins.dtype or "unquantised")))
         for v in result.verdicts:
             mem = v.memory or {}
             rows.append({
                 "path": ins.path, "quant": str(label or q.method), "size_bytes": ins.size_bytes,
-                "bits_per_weight": q.bits_per_weight, "engine": v.engine, "gpu": v.gpu or v.arch,
+                "bits_per_weight": q.bits_per_weight or _DTYPE_BITS.get((ins.dtype or "").lower()), "engine": v.engine, "gpu": v.gpu or v.arch,
                 "status": v.status, "fit": _fit(mem), "fits": mem.get("fits"),
                 "max_context": mem.get("max_context") if mem.get("fits") else None,
                 "model_context": mem.get("model_context"), "context": mem.get("context"),
@@ -66,6 +68,38 @@ def quant_rows(results: list[Any]) -> list[dict[str, Any]]:
             })
     rows.sort(key=lambda r: (r["size_bytes"] or 0, r["path"], r["engine"], r["gpu"] or ""))
     return rows
+
+
+#: at most this many variant subdirectories are tabled
+MAX_VARIANTS = 64
+
+
+def variant_dirs(target: str) -> list[str]:
+    """Subdirectories of a local directory that hold no weights itself, each with a ``config.json`` and
+    ``*.safetensors`` (a repo of safetensors variants: bf16/, fp8/, awq/ ...); empty when it is not one."""
+    import os
+
+    if not os.path.isdir(target) or os.path.islink(target):
+        return []
+    try:
+        entries = sorted(os.scandir(target), key=lambda e: e.name)
+    except OSError:
+        return []
+    if any(e.is_file() and e.name.endswith((".safetensors", ".gguf", ".bin", ".pt", ".pth")) for e in entries):
+        return []
+    found = []
+    for e in entries:
+        if not e.is_dir(follow_symlinks=False) or e.name.startswith("."):
+            continue
+        try:
+            names = set(os.listdir(e.path))
+        except OSError:
+            continue
+        if "config.json" in names and any(n.endswith(".safetensors") for n in names):
+            found.append(e.path)
+        if len(found) >= MAX_VARIANTS:
+            break
+    return found if len(found) >= 2 else []
 
 
 @dataclass

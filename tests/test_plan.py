@@ -196,3 +196,27 @@ def test_moe_offload_names_the_equivalent_override_tensor_pattern():
     on_cpu = {i for i in range(48) if re.search(pattern, f"blk.{i}.ffn_up_exps.weight")}
     assert on_cpu == set(range(off["n_cpu_moe"]))  # -ot keeps exactly the --n-cpu-moe layers' experts in RAM
     assert not re.search(pattern, "blk.0.attn_q.weight")
+
+
+def test_a_directory_of_safetensors_variants_gets_the_which_quant_fits_table(tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for name in ("tiny-llama-bf16", "tiny-llama-fp8-channel", "tiny-llama-awq"):
+        shutil.copytree(examples / name, tmp_path / name)
+    (tmp_path / "README.md").write_text("variants\n")
+    proc = subprocess.run([sys.executable, "-m", "qcheck", "check", str(tmp_path), "-e", "vllm", "-g", "h100",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["quants"]
+    assert [(r["quant"], r["status"], r["fit"]) for r in rows] == [
+        ("awq", "native", "fits"), ("fp8", "native", "fits"), ("BF16", "native", "fits")]  # smallest first
+    assert rows[-1]["bits_per_weight"] == 16.0 and all(r["max_context"] == 2048 for r in rows)
+    # without a GPU there is nothing to fit: the directory is still not one checkpoint
+    proc = subprocess.run([sys.executable, "-m", "qcheck", "check", str(tmp_path), "-e", "together"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no checkpoint here" in proc.stderr

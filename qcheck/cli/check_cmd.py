@@ -93,7 +93,19 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
     from qcheck.hub.select import AmbiguousTargetError
     from qcheck.memory import check_path_with_memory
+    from qcheck.quant_table import QuantTable, variant_dirs
     from qcheck.readers.directory import SeveralModelsError
+
+    variants = variant_dirs(target) if gpus else []
+    if variants:  # a directory of safetensors variants: one table (or each model's detail with --all)
+        from qcheck.check import CHECK_SET_SCHEMA, ResultSet
+
+        results = [check_path_with_memory(v, engines, gpus, limits=limits, require_native=require_native,
+                                          allow_unknown=allow_unknown, context=context, batch=batch or 1,
+                                          kv_cache_dtype=kv_cache_dtype, gpu_memory=detected, notes=notes,
+                                          options=layout) for v in variants]
+        variant_set = ResultSet(target, list(results), kind="check-set", schema=CHECK_SET_SCHEMA)
+        return finish(variant_set if all_models else QuantTable.from_set(variant_set), output_spec)
 
     try:
         if context is not None or batch is not None or kv_cache_dtype is not None or detected is not None:
@@ -108,8 +120,6 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         if not gpus or all_models:
             raise
         # several models and a GPU: which quant fits, one table (--all keeps the per-model detail)
-        from qcheck.quant_table import QuantTable
-
         result = QuantTable.from_set(check_path_with_memory(
             target, engines, gpus, limits=limits, require_native=require_native, allow_unknown=allow_unknown,
             context=context, batch=batch or 1, kv_cache_dtype=kv_cache_dtype, all_models=True,
