@@ -51,6 +51,18 @@ def _fitted(rows: list[list[str]]) -> list[str]:
     return out
 
 
+def short_cache_path(path: str) -> str:
+    """The cache entry as a reader needs it: ``~`` for the home directory and the key's first 12 hex digits
+    (the full path is in the JSON); the key depends on the reference, tasks and library versions."""
+    import os
+    import re
+
+    home = os.path.expanduser("~")
+    if home and home != "~" and path.startswith(home + os.sep):
+        path = "~" + path[len(home):]
+    return re.sub(r"(ref-[0-9a-f]{12})[0-9a-f]{20,}", r"\1…", path)
+
+
 def render(result: Any) -> str:
     data = result.to_json() if hasattr(result, "to_json") else result
     ref = data["reference"]
@@ -61,7 +73,7 @@ def render(result: Any) -> str:
              f"{tasks['items']} items ({by_kind}) from {len(tasks['files'])} task file(s)"]
     source = "reused from cache" if cache["hit"] else "computed" + (" and cached" if cache.get("persistent") else "")
     lines.append(f"reference log-probs: {source} [{cache['kind']}{'' if not cache.get('topk') else ' k=' + str(cache['topk'])}]"
-                 + (f" {cache['path']}" if cache.get("persistent") and cache.get("path") else ""))
+                 + (f" {short_cache_path(cache['path'])}" if cache.get("persistent") and cache.get("path") else ""))
     thr = data.get("thresholds") or {}
     active = {k: v for k, v in thr.items() if k not in ("tier", "use_intervals")}
     if active:
