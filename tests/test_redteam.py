@@ -145,6 +145,19 @@ def test_non_utf8_file_name_is_reported_not_a_crash(tmp_path: Path, capsys: pyte
     assert "m\\udcff\\udcfe.gguf" in junit.read_text()
 
 
+def test_a_terminal_that_cannot_show_a_name_gets_escapes_not_a_crash(tmp_path: Path) -> None:
+    """Before, JUnit and SARIF were written saying 0 failures, then printing the text crashed (exit 1)."""
+    import subprocess
+
+    model = q4_gguf(tmp_path / "modèle-✓.gguf")
+    junit = tmp_path / "r.xml"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "QCHECK_MATRICES": str(TEST_MATRIX)}
+    run = subprocess.run([sys.executable, "-m", "qcheck", "check", str(model), "--engine", "tinycpp", "--gpu", "cpu",
+                          "--junit", str(junit)], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "mod\\xe8le-\\u2713.gguf" in run.stdout and "modèle-✓.gguf" in junit.read_text(encoding="utf-8")
+
+
 def test_hook_lines_are_inert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "a\n::error::pwned.safetensors"
     bad.write_bytes(b"\x00" * 4)

@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     from qcheck.budget import end_run, start_run
 
+    for stream in (sys.stdout, sys.stderr):  # an ASCII or Latin-1 terminal: escape, never crash after
+        reconfigure = getattr(stream, "reconfigure", None)  # the report files were written
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     start_run()  # one network deadline and byte budget for the whole command
     try:
         _main(argv)
