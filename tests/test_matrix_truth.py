@@ -388,3 +388,15 @@ def test_exllamav3_refresh_turing_and_rdna() -> None:
     assert status("1.6.5", "mi300x") == "unsupported"
     assert status("1.6.5", "v100") == "unknown"
     assert status("1.6.5", "h100") == "native"
+
+
+def test_sglang_fp8_moe_on_ampere_differs_from_the_dense_path() -> None:
+    """Dense FP8 on sm8x runs Marlin W8A16; FP8 experts have no Marlin path (fp8.py Fp8MoEMethod)."""
+    fp8 = {"weight_bits": 8, "weight_dtype": "float8_e4m3", "activation_dtype": "float8_e4m3",
+           "scale_granularity": "per-channel", "producer": "compressed-tensors"}
+    dense = shaped("fp8", heads=32, kv=8, head_dim=128, inter=14336, **fp8)
+    moe = shaped("fp8", heads=32, kv=8, head_dim=128, inter=14336, moe=True, **fp8)
+    assert layout(dense, "sglang", "a100").status == "fallback"
+    v = layout(moe, "sglang", "a100")
+    assert (v.status, v.rule_id) == ("unknown", "fp8-moe-ampere") and "fp8e4nv" in v.reasons[0]
+    assert layout(moe, "sglang", "h100").status == "native"
