@@ -9,13 +9,13 @@ relative to the policy file's directory. docs/ci.md documents every key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qcheck import validate
 from qcheck.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -222,82 +222,48 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
 
 
 class _Checker:
-    """Typed access to policy tables; every failure names the file and the full key."""
+    """Typed access to policy tables through ``qcheck.validate``; every failure names the file and the full key."""
 
     def __init__(self, file: str):
         self.file = file
+        self.root = validate.At(lambda path, problem, allowed: PolicyError(file, path or None, problem, allowed))
 
-    @staticmethod
-    def _key(prefix: str | None, key: str) -> str:
-        return f"{prefix}.{key}" if prefix else key
+    def at(self, prefix: str | None, key: str | None = None) -> validate.At:
+        at = self.root.key(prefix) if prefix else self.root
+        return at.key(key) if key else at
 
     def fail(self, key: str | None, problem: str, allowed: str | None = None) -> PolicyError:
         return PolicyError(self.file, key, problem, allowed)
 
     def keys(self, table: Any, allowed: tuple[str, ...], prefix: str | None) -> None:
-        if not isinstance(table, dict):
-            raise self.fail(prefix, f"must be a table, not {_type(table)}")
-        for key in table:
-            if key not in allowed:
-                alias = str(key).replace("_", "-")
-                hint = ""
-                if alias in allowed:
-                    hint = f"; did you mean {alias!r}?"
-                else:
-                    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise self.fail(self._key(prefix, str(key)), f"unknown key{hint}", ", ".join(allowed))
+        validate.check_keys(validate.table(table, self.at(prefix)), allowed, self.at(prefix))
 
     def boolean(self, table: dict[str, Any], key: str, prefix: str | None, default: bool) -> bool:
-        value = table.get(key, default)
-        if not isinstance(value, bool):
-            raise self.fail(self._key(prefix, key), f"must be true or false, not {value!r}", "true, false")
-        return value
+        return validate.boolean(table.get(key, default), self.at(prefix, key))
 
     def choice(self, table: dict[str, Any], key: str, prefix: str | None, allowed: tuple[str, ...],
                default: str) -> str:
-        value = table.get(key, default)
-        if not isinstance(value, str) or value not in allowed:
-            raise self.fail(self._key(prefix, key), f"{value!r} is not allowed", ", ".join(allowed))
-        return value
+        return validate.choice(table.get(key, default), self.at(prefix, key), allowed)
 
     def string(self, table: dict[str, Any], key: str, prefix: str | None, *, required: bool = False) -> str | None:
         if key not in table:
             if required:
-                raise self.fail(self._key(prefix, key), "missing")
+                self.at(prefix, key).fail("missing")
             return None
-        value = table[key]
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(self._key(prefix, key), f"must be a non-empty string, not {value!r}")
-        return value.strip()
+        return validate.string(table[key], self.at(prefix, key))
 
     def strings(self, table: dict[str, Any], key: str, prefix: str | None) -> list[str]:
         """A string or a list of non-empty strings."""
-        value = table.get(key, [])
-        items = [value] if isinstance(value, str) else value
-        full = self._key(prefix, key)
-        if not isinstance(items, list):
-            raise self.fail(full, f"must be a string or a list of strings, not {_type(value)}")
-        out = []
-        for i, item in enumerate(items):
-            if not isinstance(item, str) or not item.strip():
-                raise self.fail(f"{full}[{i}]", f"must be a non-empty string, not {item!r}")
-            out.append(item.strip())
-        return out
+        return validate.strings(table.get(key, []), self.at(prefix, key))
 
     def integer(self, table: dict[str, Any], key: str, prefix: str | None, *, minimum: int, maximum: int,
                 default: int | None) -> int | None:
         if key not in table:
             return default
-        value = table[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise self.fail(self._key(prefix, key), f"must be an integer from {minimum} to {maximum}, not {value!r}")
-        return value
+        return validate.integer(table[key], self.at(prefix, key), minimum=minimum, maximum=maximum)
 
 
-def _type(value: Any) -> str:
-    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number"}.get(type(value), type(value).__name__)
+_type = validate.type_name
 
 
 _GLOB_CHARS = set("*?[")

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from qcheck import validate
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import CHECK_SCHEMA, INSPECTION_SCHEMA, Inspection, Quantization, SourceFile
@@ -40,23 +41,24 @@ def load_saved_inspection(path: str, limits: Limits = DEFAULT_LIMITS) -> Inspect
 
 def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspection:
     """Rebuild an Inspection from its public JSON (unknown keys ignored, wrong types rejected by name)."""
+    root = validate.At(lambda where, problem, allowed: InputError(
+        problem + (f" (allowed: {allowed})" if allowed else ""), path=path, where=where or None))
+    quant_at = root.key("quantization")
     quant_raw = data.get("quantization") or {}
     if not isinstance(quant_raw, dict):
-        raise InputError("'quantization' must be an object", path=path, where="quantization")
-    quant = Quantization(**_fields(Quantization, quant_raw, path, "quantization."))
-    if not isinstance(quant.method, str):
-        raise InputError("quantization.method must be a string", path=path, where="quantization.method")
+        quant_at.fail(f"must be an object, not {_json_type(quant_raw)}")
+    quant = Quantization(**_fields(Quantization, quant_raw, quant_at))
+    validate.string(quant.method, quant_at.key("method"), empty=True, strip=False)
     types = quant.tensor_types
     if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
-        raise InputError("tensor_types must map type names to counts", path=path, where="quantization.tensor_types")
-    values = _fields(Inspection, data, path, "", skip={"quantization", "files"})
-    if values.get("container") not in _CONTAINERS:
-        raise InputError(f"container must be one of {', '.join(_CONTAINERS)}", path=path, where="container")
+        quant_at.key("tensor_types").fail("must map type names to counts")
+    values = _fields(Inspection, data, root, skip={"quantization", "files"})
+    validate.choice(values.get("container"), root.key("container"), _CONTAINERS)
     files = []
     for i, f in enumerate(data.get("files") or []):
         if not isinstance(f, dict):
-            raise InputError("files entries must be objects", path=path, where=f"files[{i}]")
-        files.append(SourceFile(**_fields(SourceFile, f, path, f"files[{i}].")))
+            root.key("files").index(i).fail(f"must be an object, not {_json_type(f)}")
+        files.append(SourceFile(**_fields(SourceFile, f, root.key("files").index(i))))
     values.setdefault("path", path)
     return Inspection(quantization=quant, files=files, **values)
 
@@ -66,9 +68,16 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list,), "dict": (dict,),
     "Container": (str,),
 }
+_JSON_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+               "list": "an array", "dict": "an object", "Container": "a string"}
 
 
-def _fields(cls: type, raw: dict[str, Any], path: str, prefix: str,
+def _json_type(value: Any) -> str:
+    """A JSON value's type in JSON's words ("an object", "an array")."""
+    return {dict: "an object", list: "an array"}.get(type(value)) or validate.type_name(value)
+
+
+def _fields(cls: type, raw: dict[str, Any], at: validate.At,
             skip: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """The dataclass fields of ``cls`` found in ``raw``, type-checked against their annotations."""
     out: dict[str, Any] = {}
@@ -77,16 +86,14 @@ def _fields(cls: type, raw: dict[str, Any], path: str, prefix: str,
             continue
         value = raw[f.name]
         if value is not None:
-            wanted = _expected(str(f.type))
-            if wanted and not any(isinstance(value, t) for t in wanted):
-                raise InputError(f"{prefix}{f.name} has the wrong type ({type(value).__name__})", path=path,
-                                 where=f"{prefix}{f.name}")
-            if isinstance(value, bool) and bool not in wanted and wanted:
-                raise InputError(f"{prefix}{f.name} must not be a boolean", path=path, where=f"{prefix}{f.name}")
+            kind = _kind(str(f.type))
+            wanted = _JSON_TYPES.get(kind, ())
+            if wanted and (not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted)):
+                at.key(f.name).fail(f"must be {_JSON_WORDS[kind]}, not {_json_type(value)}")
         out[f.name] = value
     return out
 
 
-def _expected(annotation: str) -> tuple[type, ...]:
-    """The JSON types a field accepts, from its annotation text (``int | None`` -> int); () = unchecked."""
-    return _JSON_TYPES.get(annotation.split("|")[0].strip().split("[")[0], ())
+def _kind(annotation: str) -> str:
+    """The JSON kind of a field from its annotation text (``int | None`` -> int); unknown kinds are unchecked."""
+    return annotation.split("|")[0].strip().split("[")[0]

@@ -180,7 +180,7 @@ def test_bad_saved_inspection_is_input_error(tmp_path: Path) -> None:
                                "quantization": {"method": "gguf", "tensor_types": {"Q4_K": "many"}}}))
     proc = run("check", str(bad), "--engine", "fastserve", "--gpu", "h100")
     assert proc.returncode == 2
-    assert "tensor_types must map type names to counts" in proc.stderr and "bad.json" in proc.stderr
+    assert "quantization.tensor_types: must map type names to counts" in proc.stderr and "bad.json" in proc.stderr
 
 
 def test_matrix_data_error_exit_2_names_file(tmp_path: Path, fp8: str) -> None:

@@ -76,7 +76,7 @@ def test_good_engine_loads(mdir: Path) -> None:
     ("body", "check", "fragment"),
     [
         (HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nhardwre = { vendor = "nvidia" }'),
-         "unknown-key", "'hardwre'"),
+         "unknown-key", "hardwre: unknown key; did you mean 'hardware'?"),
         (HEAD + GOOD_RULE.replace('status = "native"', 'status = "works"'), "bad-status", "'works'"),
         (HEAD + GOOD_RULE.replace('["fp8"]', '["fp8", "fp3"]'), "unknown-method", "'fp3'"),
         (HEAD + GOOD_RULE.replace('sources = ["s"]', 'sources = ["nope"]'), "undefined-source", "'nope'"),
@@ -183,7 +183,7 @@ def test_engine_alias_collision_across_files(mdir: Path) -> None:
          "unknown-format", "'fp17'"),
         (lambda s: s.replace('compute_capability = "7.0"\nnative', 'native', 1), "missing-key", "compute_capability"),
         (lambda s: s + '\n[[arch]]\nid = "x"\nvendor = "cpu"\nnative_formats = ["fp32"]\nsource = "t"\nspeed = 3\n',
-         "unknown-key", "'speed'"),
+         "unknown-key", "speed: unknown key"),
     ],
 )
 def test_gpu_file_violations(mdir: Path, edit, check: str, fragment: str) -> None:

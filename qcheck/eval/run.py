@@ -104,65 +104,6 @@ class EvalConfig:
     limits: Limits = DEFAULT_LIMITS
     progress: bool = False
 
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any], base_dir: str | os.PathLike[str] | None = None,
-                     limits: Limits = DEFAULT_LIMITS) -> EvalConfig:
-        """Build from a policy table (e.g. ``[eval]`` in qcheck.toml); unknown keys are a UsageError naming them.
-
-        Keys: ``reference``, ``candidates`` (list of ``[NAME=][BACKEND:]PATH``), ``tasks``, ``reference-dtype``,
-        ``device``, ``cache-dir``, ``no-cache``, ``cache-topk``, ``max-length``, ``max-items``, ``choice-metric``,
-        ``activation-quant``, ``bootstrap``, ``seed``, and thresholds either inline (``max-kld = 0.03``,
-        ``tier = "good"``) or in a ``thresholds`` sub-table. Relative paths are resolved against ``base_dir``.
-        """
-        if not isinstance(data, dict):
-            raise UsageError(f"the eval policy must be a table, not {type(data).__name__}")
-        norm = {str(k).strip().lower().replace("-", "_"): v for k, v in data.items()}
-        simple = {"reference": str, "reference_dtype": str, "device": str, "cache_dir": str, "no_cache": bool,
-                  "cache_topk": int, "max_length": int, "max_items": int, "choice_metric": str,
-                  "activation_quant": bool, "bootstrap": int, "seed": int}
-        threshold_keys = set(Thresholds.names()) | {"tier", "use_intervals"}
-        known = set(simple) | {"candidates", "tasks", "thresholds"} | threshold_keys
-        unknown = sorted(k for k in norm if k not in known)
-        if unknown:
-            raise UsageError(f"unknown eval setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        for key, kind in simple.items():
-            if key in norm and (not isinstance(norm[key], kind) or (kind is int and isinstance(norm[key], bool))):
-                word = {str: "a string", bool: "true or false", int: "an integer"}[kind]
-                raise UsageError(f"eval setting {key.replace('_', '-')} must be {word}")
-        if "reference" not in norm:
-            raise UsageError("the eval policy needs reference = \"PATH\"")
-
-        def resolve(path: str) -> str:
-            if base_dir is None or os.path.isabs(path) or "://" in path:
-                return path
-            return str(Path(base_dir) / path)
-
-        def str_list(key: str) -> list[str]:
-            value = norm.get(key, [])
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise UsageError(f"eval setting {key} must be a list of strings")
-            return value
-
-        candidates: list[CandidateSpec | str] = []
-        for text in str_list("candidates"):
-            spec = CandidateSpec.parse(text)
-            if spec.backend == DEFAULT_BACKEND and spec.path:
-                spec.path = resolve(spec.path)
-            candidates.append(spec)
-        tasks = [resolve(t) if (os.sep in t or t.endswith(".jsonl")) else t for t in str_list("tasks")]
-        table = dict(norm.get("thresholds") or {})
-        table.update({k: v for k, v in norm.items() if k in threshold_keys})
-        config = cls(reference=resolve(norm["reference"]), candidates=candidates, tasks=tasks,
-                     thresholds=Thresholds.from_mapping(table), limits=limits)
-        for key in simple:
-            if key in norm and key not in ("reference", "no_cache"):
-                setattr(config, key, resolve(norm[key]) if key == "cache_dir" else norm[key])
-        if norm.get("no_cache"):
-            config.use_cache = False
-        return config
-
 
 @dataclass
 class CandidateResult:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qcheck import validate
 from qcheck.errors import InputError, UsageError
 
 KINDS = ("text", "choice", "generate")
@@ -194,18 +195,19 @@ def _fail(where: str, fld: str, problem: str) -> InputError:
     return InputError(f"{fld}: {problem}", path=where)
 
 
+def _at(where: str) -> validate.At:
+    """The root of one task line, for ``qcheck.validate``: errors read ``file:line: field: problem``."""
+    return validate.At(lambda fld, problem, allowed: _fail(
+        where, fld, problem + (f" (allowed: {allowed})" if allowed else "")))
+
+
 def _string(obj: dict[str, Any], key: str, where: str, *, required: bool = True, allow_empty: bool = False,
             default: str | None = None) -> str | None:
     if key not in obj:
         if required:
             raise _fail(where, key, "missing")
         return default
-    value = obj[key]
-    if not isinstance(value, str):
-        raise _fail(where, key, f"must be a string, not {type(value).__name__}")
-    if not allow_empty and not value.strip():
-        raise _fail(where, key, "must not be empty")
-    return value
+    return validate.string(obj[key], _at(where).key(key), empty=allow_empty, strip=False)
 
 
 def _validate(obj: Any, where: str, default_task: str) -> TaskItem:
@@ -241,8 +243,7 @@ def _validate(obj: Any, where: str, default_task: str) -> TaskItem:
         if not 2 <= len(choices) <= MAX_CHOICES:
             raise _fail(where, "choices", f"needs 2 to {MAX_CHOICES} choices, got {len(choices)}")
         for i, choice in enumerate(choices):
-            if not isinstance(choice, str) or not choice.strip():
-                raise _fail(where, f"choices[{i}]", "must be a non-empty string")
+            validate.string(choice, _at(where).key("choices").index(i))
         if len(set(choices)) != len(choices):
             raise _fail(where, "choices", "contains duplicates")
         answer = obj.get("answer")
@@ -255,19 +256,14 @@ def _validate(obj: Any, where: str, default_task: str) -> TaskItem:
 
     prompt = _string(obj, "prompt", where)
     expected = _string(obj, "expected", where)
-    match = obj.get("match", "exact")
-    if match not in MATCH_RULES:
-        raise _fail(where, "match", f"{match!r} is not one of {', '.join(MATCH_RULES)}")
-    ignore_case = obj.get("ignore_case", False)
-    if not isinstance(ignore_case, bool):
-        raise _fail(where, "ignore_case", "must be true or false")
+    match = validate.choice(obj.get("match", "exact"), _at(where).key("match"), MATCH_RULES)
+    ignore_case = validate.boolean(obj.get("ignore_case", False), _at(where).key("ignore_case"))
     if match == "regex":
         try:
             re.compile(expected)
         except re.error as exc:
             raise _fail(where, "expected", f"invalid regular expression: {exc}") from None
-    max_new = obj.get("max_new_tokens", 32)
-    if not isinstance(max_new, int) or isinstance(max_new, bool) or not 1 <= max_new <= MAX_NEW_TOKENS:
-        raise _fail(where, "max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS}")
+    max_new = validate.integer(obj.get("max_new_tokens", 32), _at(where).key("max_new_tokens"), minimum=1,
+                               maximum=MAX_NEW_TOKENS)
     return TaskItem(prompt=prompt, expected=expected, match=match, ignore_case=ignore_case,
                     max_new_tokens=max_new, **common)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from qcheck import validate
 from qcheck.errors import QcheckError
 from qcheck.formats import REGISTRY
 
@@ -71,23 +72,24 @@ class Where:
     def fail(self, check: str, problem: str) -> NoReturn:
         raise MatrixDataError(self.file, check, problem, rule=self.where)
 
+    def at(self, check: str) -> validate.At:
+        """A ``qcheck.validate`` place inside this entry whose failures are MatrixDataErrors of ``check``."""
+        return validate.At(lambda path, problem, allowed: MatrixDataError(
+            self.file, check, (f"{path}: " if path else "") + problem + (f" (allowed: {allowed})" if allowed else ""),
+            rule=self.where))
+
 
 def check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], ctx: Where) -> None:
     """Every key of a table is known and every required key is there (typos fail loudly, not silently)."""
-    for key in entry:
-        if key not in allowed:
-            ctx.fail("unknown-key", f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})")
+    validate.check_keys(entry, sorted(allowed), ctx.at("unknown-key"))
     for key in sorted(required):
         if key not in entry:
-            ctx.fail("missing-key", f"missing required key {key!r}")
+            ctx.at("missing-key").key(key).fail("missing required key")
 
 
 def require_str(entry: dict[str, Any], key: str, ctx: Where) -> str:
     """``entry[key]`` as a non-blank string."""
-    value = entry.get(key)
-    if not isinstance(value, str) or not value.strip():
-        ctx.fail("bad-type", f"{key!r} must be a non-empty string, not {type_name(value)}")
-    return value
+    return validate.string(entry.get(key), ctx.at("bad-type").key(key), strip=False)
 
 
 @dataclass(frozen=True)
@@ -294,18 +296,5 @@ class Engine:
         return None
 
 
-def type_name(value: Any) -> str:
-    """TOML-ish name of a value's type for error messages."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "table"
-    return type(value).__name__
+#: a value's type in messages ("an integer", "a table"): the words every validator uses
+type_name = validate.type_name
