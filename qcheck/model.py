@@ -160,12 +160,6 @@ class Inspection:
         data = {"schema": INSPECTION_SCHEMA, **data}
         return data
 
-    def one_line(self) -> str:
-        """A one-line description for humans: 'Llama 8.0B, GGUF Q4_K_M (4.89 bpw), 4.9 GB'."""
-        from qcheck.report.text import describe_inspection
-
-        return describe_inspection(self)
-
 
 @dataclass
 class Source:

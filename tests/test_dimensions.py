@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from qcheck.matrix import dimensions
+from qcheck.matrix import dimensions, resolve
 from qcheck.matrix.dimensions import Deployment, combine, worst
 from qcheck.matrix.loader import load_matrix
-from qcheck.matrix.resolve import parse_engine_spec, resolve, resolve_one
+from qcheck.matrix.resolve import parse_engine_spec, resolve_one
 from qcheck.model import Inspection, Judgement, Quantization, Source, Verdict
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"

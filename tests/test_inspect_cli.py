@@ -301,10 +301,12 @@ def test_text_shows_findings_and_warnings(tmp_path: Path, capsys: pytest.Capture
 
 def test_one_line_is_describe() -> None:
     from qcheck.inspect import inspect_path
+    from qcheck.report.text import describe_inspection
+    from qcheck.report.text_check import describe as check_line
     from qcheck.report.text_inspect import describe
 
     insp = inspect_path(str(EXAMPLES / "tiny-llama-awq"))
-    assert insp.one_line() == describe(insp) == \
+    assert describe_inspection(insp) == check_line(insp) == describe(insp) == \
         "LlamaForCausalLM 361.1K params, AWQ W4A16 (int4, group 128, zero point), autoawq, 290.59 kB"
 
 

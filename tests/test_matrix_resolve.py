@@ -10,8 +10,9 @@ import pytest
 
 from qcheck.check import run_check
 from qcheck.errors import UsageError
+from qcheck.matrix import resolve
 from qcheck.matrix.loader import clear_cache, load_matrix
-from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve, resolve_one, select_version
+from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one, select_version
 from qcheck.matrix.schema import MatrixDataError
 from qcheck.model import Inspection, Quantization
 

@@ -5,8 +5,9 @@ values), ``Matrix.gpus.lookup()`` (``--gpu`` values) and ``resolve()`` (Inspecti
 """
 
 from qcheck.matrix.loader import Matrix, load_matrix
-from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve, resolve_one
+from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one
 from qcheck.matrix.schema import MatrixDataError, Target
+from qcheck.matrix.verdicts import resolve
 
 __all__ = ["EngineRequest", "Matrix", "MatrixDataError", "Target", "load_matrix", "parse_engine_spec", "resolve",
            "resolve_one"]

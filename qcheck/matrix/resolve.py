@@ -142,7 +142,7 @@ def adapter_label(adapter: dict) -> str:
     return "LoRA" if kind == "lora" else kind.upper()
 
 
-def _dedupe(items: list[str]) -> list[str]:
+def dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
@@ -215,11 +215,11 @@ def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tup
 def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
                 options: dict[str, Any] | None = None) -> Verdict:
     """The verdict for one (engine, GPU) combination, without suggestions."""
-    return _resolve(matrix, inspection, request, target, options)[0]
+    return resolve_with_types(matrix, inspection, request, target, options)[0]
 
 
-def _resolve(matrix: Matrix, inspection: Inspection, request: EngineRequest,
-             target: Target | None, options: dict[str, Any] | None = None) -> tuple[Verdict, list[str]]:
+def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRequest,
+                       target: Target | None, options: dict[str, Any] | None = None) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
     from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions
@@ -290,42 +290,13 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
                                                    engine.rules_for(method, modifiers=True))
                  if rule.status in m.when]
     winners = winners + modifiers
-    types = _dedupe([t for _, ts in winners for t in ts])
+    types = dedupe([t for _, ts in winners for t in ts])
     values = placeholders(inspection, engine, version, target, verdict.backend, types)
     verdict.status = rule.status  # type: ignore[assignment]
     verdict.kernel = fill(rule.kernel, values) if rule.kernel else None
-    verdict.requires = _dedupe([fill(x, values) for r, _ in winners for x in r.requires])
-    verdict.reasons = _dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
-    verdict.warnings += _dedupe([fill(x, values) for r, _ in winners for x in r.warnings])
+    verdict.requires = dedupe([fill(x, values) for r, _ in winners for x in r.requires])
+    verdict.reasons = dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
+    verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings])
     verdict.sources = _sources([s for r, _ in winners for s in r.sources])
     verdict.rule_id = "+".join(dict.fromkeys(r.id for r, _ in winners))
     return verdict, types
-
-
-def resolve(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest], targets: list[Target],
-            *, suggestions: bool = True, skip_foreign: bool = False,
-            options: dict[str, Any] | None = None) -> list[Verdict]:
-    """Verdicts for the cross product of engines and GPUs (providers once each: they take no GPU).
-
-    ``options`` are the deployment settings the dimensions judge (``kv_cache_dtype``, ``tp`` ...).
-
-    ``skip_foreign`` leaves out the combinations whose GPU vendor the engine does not run on at all (used
-    when the engines were implied by ``--gpu`` alone rather than named).
-    """
-    from qcheck.matrix.suggest import MAX_SUGGESTIONS, suggest
-
-    out: list[Verdict] = []
-    for request in requests:
-        combos: list[Target | None] = list(targets) if request.engine.needs_gpu else [None]
-        for target in combos:
-            if skip_foreign and target is not None and target.vendor not in request.engine.hardware:
-                continue
-            verdict, types = _resolve(matrix, inspection, request, target, options)
-            if suggestions and verdict.status != "native":
-                # the deciding dimension's own suggestions (e.g. the first version that loads the architecture)
-                # lead; the matrix's nearest working combinations follow
-                found = suggest(matrix, inspection, verdict, request, target, types=types, options=options)
-                verdict.suggestions = _dedupe([*verdict.suggestions, *found])[:max(MAX_SUGGESTIONS,
-                                                                                   len(verdict.suggestions))]
-            out.append(verdict)
-    return out

@@ -1,13 +1,24 @@
-"""Human text output: dispatches on the result kind to ``qcheck.report.text_<kind>``."""
+"""Human text output: an explicit table from the result kind to its renderer module (``text_<kind>``)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from qcheck.report import text_check, text_eval, text_gate, text_inspect, text_matrix
 
 if TYPE_CHECKING:
     from qcheck.model import Inspection
     from qcheck.report import Result
+
+#: result kind -> the function that renders one result of that kind as text
+RENDERERS: dict[str, Callable[[Any], str]] = {
+    "inspect": text_inspect.render,
+    "check": text_check.render,
+    "matrix": text_matrix.render,
+    "eval": text_eval.render,
+    "gate": text_gate.render,
+}
 
 
 def render(result: Result) -> str:
@@ -18,22 +29,21 @@ def render(result: Result) -> str:
     results = getattr(result, "results", None)
     if result.kind.endswith("-set") and isinstance(results, list):
         return render_set(result.kind.removesuffix("-set"), results)
-    module = importlib.import_module(f"qcheck.report.text_{result.kind}")
-    return module.render(result)
+    return RENDERERS[result.kind](result)
 
 
 def render_set(kind: str, results: list[Result]) -> str:
     """``--all``: each model's usual text, under a rule naming it (``[2/3] path``), blocks separated by a blank line."""
-    module = importlib.import_module(f"qcheck.report.text_{kind}")
+    render_one = RENDERERS[kind]
     blocks = []
     for i, result in enumerate(results, 1):
         data = result.to_json()
         path = (data.get("inspection") or data).get("path", "?")
         head = f"[{i}/{len(results)}] {path}"
-        blocks.append(f"{head}\n{'=' * min(len(head), 100)}\n{module.render(result).rstrip()}\n")
+        blocks.append(f"{head}\n{'=' * min(len(head), 100)}\n{render_one(result).rstrip()}\n")
     return "\n".join(blocks)
 
 
 def describe_inspection(inspection: Inspection) -> str:
-    module = importlib.import_module("qcheck.report.text_inspect")
-    return module.describe(inspection)
+    """A one-line description for humans: 'Llama 8.0B, GGUF Q4_K_M (4.89 bpw), 4.9 GB'."""
+    return text_inspect.describe(inspection)

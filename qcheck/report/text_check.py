@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from qcheck.report.text_inspect import describe as describe_inspection
+
 if TYPE_CHECKING:
     from qcheck.check import CheckResult
     from qcheck.model import Inspection, Verdict
@@ -14,7 +16,7 @@ _LABEL_WIDTH = 11
 
 def describe(inspection: Inspection) -> str:
     """The checkpoint line: the same one-liner ``qcheck inspect`` prints, so both commands name it alike."""
-    return inspection.one_line()
+    return describe_inspection(inspection)
 
 
 def target_label(v: Verdict) -> str:
