@@ -38,7 +38,7 @@ def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
 
 def judge_kv_cache(deployment: Deployment) -> Judgement | None:
     """The KV-cache judgement, or None when the engine file or the dtype gives nothing to judge."""
-    from qcheck.matrix.resolve import decide, fill, matching_rules, pick_backend, placeholders
+    from qcheck.matrix.rules import decide, fill, matching_rules, pick_backend, placeholders
 
     asked = requested_kv(deployment)
     engine = deployment.request.engine

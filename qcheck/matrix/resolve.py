@@ -7,13 +7,21 @@ collect the rules that hold, let the most specific one decide.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
-from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SourceSpec, SuggestionRule, Target
-from qcheck.matrix.versions import contains, parse_version
+from qcheck.matrix.rules import (
+    adapter_label,
+    decide,
+    dedupe,
+    fill,
+    matching_rules,
+    pick_backend,
+    placeholders,
+)
+from qcheck.matrix.schema import Engine, Rule, SourceSpec, Target
+from qcheck.matrix.versions import parse_version
 from qcheck.model import Source, Verdict
 
 if TYPE_CHECKING:
@@ -22,8 +30,6 @@ if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
     from qcheck.model import Inspection
 
-#: what ``matching_rules`` matches: rules and modifiers, or ``[[suggestion]]`` entries
-R = TypeVar("R", Rule, SuggestionRule)
 
 @dataclass(frozen=True)
 class EngineRequest:
@@ -113,103 +119,6 @@ def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
             seen.add(key)
             out.append(Source(ref=s.ref, version=s.version, note=s.note))
     return out
-
-
-def fill(text: str, values: dict[str, str]) -> str:
-    """Substitute ``{placeholder}`` values (see ``placeholders``) into a rule or suggestion text."""
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def placeholders(inspection: Inspection, engine: Engine, version: str, target: Target | None,
-                 backend: str | None, types: list[str]) -> dict[str, str]:
-    """The values of matrices/SCHEMA.md's placeholders for one combination (rules and suggestions alike)."""
-    return {
-        "types": ", ".join(types), "engine": engine.name, "version": version,
-        "arch": target.arch.id if target else "", "gpu": target.label if target else "",
-        "cc": (target.sm or "") if target else "", "method": inspection.quantization.method,
-        "file_type": inspection.quantization.gguf_file_type or "", "backend": backend or "",
-        "path": inspection.path,
-        "adapter_rank": str((inspection.adapter or {}).get("max_rank") or ""),
-        "base_model": str((inspection.adapter or {}).get("base_model") or "the base model"),
-    }
-
-
-def adapter_label(adapter: dict) -> str:
-    """``LoRA`` for PEFT's lora, else the PEFT type upper-cased (``IA3``, ``LOHA``)."""
-    kind = str(adapter.get("type") or "unknown")
-    return "LoRA" if kind == "lora" else kind.upper()
-
-
-def dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
-def pick_backend(engine: Engine, explicit: str | None, target: Target | None) -> tuple[Backend | None, str | None]:
-    """The backend an engine uses on this GPU, or (None, reason) when none fits."""
-    if not engine.backends or target is None:
-        return None, None
-    if explicit is not None:
-        backend = engine.backends[explicit]
-        if target.vendor not in backend.vendors:
-            return None, (f"the {backend.name} backend of {engine.name} does not run on {target.vendor} hardware "
-                          f"(it runs on: {', '.join(backend.vendors)})")
-        return backend, None
-    backend = engine.default_backend(target.vendor)
-    if backend is None:
-        return None, f"{engine.name} has no backend for {target.vendor} hardware"
-    return backend, None
-
-
-def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: Target | None,
-                   backend: Backend | None, rules: Sequence[R] | None = None) -> list[tuple[R, list[str]]]:
-    """Every rule whose versions, methods, match, hardware and backend conditions hold, with matched types.
-
-    ``rules`` defaults to the engine's rules for the method; modifiers and ``[[suggestion]]`` entries
-    carry the same conditions and are matched by passing them instead.
-    """
-    method = inspection.quantization.method
-    adapter = inspection.adapter is not None
-    out = []
-    for rule in engine.rules_for(method) if rules is None else rules:
-        if adapter and not any(c.key.startswith("adapter") for c in rule.match):
-            continue  # an adapter is not a model: only rules written for adapters judge it
-        if rule.versions is not None and not contains(rule.versions, at):
-            continue
-        if rule.methods is not None and method not in rule.methods:
-            continue
-        if rule.backends is not None and (backend is None or backend.name not in rule.backends):
-            continue
-        if rule.hardware and (target is None or not all(h.test(target) for h in rule.hardware)):
-            continue
-        types: list[str] = []
-        for cond in rule.match:
-            holds, hit = cond.test(inspection)
-            if not holds:
-                break
-            if hit:
-                types.extend(hit)
-        else:
-            out.append((rule, types))
-    return out
-
-
-def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tuple[Rule, list[str]]]:
-    """The winning rule(s): most specific, then highest priority; a tie with different outcomes is a data error."""
-    if not candidates:
-        return []
-    best = max((r.specificity, r.priority) for r, _ in candidates)
-    winners = [(r, t) for r, t in candidates if (r.specificity, r.priority) == best]
-    first = winners[0][0]
-    for rule, _ in winners[1:]:
-        if (rule.status, rule.kernel) != (first.status, first.kernel):
-            raise MatrixDataError(
-                engine.file, "ambiguous-rules",
-                f"{first.label} ({first.status}) and {rule.label} ({rule.status}) both match with the same "
-                f"specificity {best[0]} and priority {best[1]}: narrow one of them or set 'priority'",
-                rule=f"rules '{first.id}' and '{rule.id}'")
-    return winners
 
 
 def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,

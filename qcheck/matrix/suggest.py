@@ -10,14 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.resolve import (
-    EngineRequest,
-    fill,
-    matching_rules,
-    placeholders,
-    resolve_one,
-    select_version,
-)
+from qcheck.matrix.resolve import EngineRequest, resolve_one, select_version
+from qcheck.matrix.rules import fill, matching_rules, placeholders
 from qcheck.matrix.schema import Target
 from qcheck.matrix.versions import parse_version
 

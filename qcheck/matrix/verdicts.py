@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.resolve import EngineRequest, dedupe, resolve_with_types
+from qcheck.matrix.resolve import EngineRequest, resolve_with_types
+from qcheck.matrix.rules import dedupe
 from qcheck.matrix.schema import Target
 from qcheck.matrix.suggest import MAX_SUGGESTIONS, suggest
 
