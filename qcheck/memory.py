@@ -364,6 +364,18 @@ def _per_gpu(weights: int, kv: int, lay: KVLayout, n: int, parallel: str) -> int
 
 
 
+def _engine_parallel(engine: str | None) -> Any:
+    """The engine's ``[parallel]`` data (None: unknown engine or none): which GPU counts it can load."""
+    if not engine:
+        return None
+    from qcheck.matrix import load_matrix
+
+    try:
+        return load_matrix().engine(engine).parallel
+    except UsageError:
+        return None
+
+
 # ------------------------------------------------------------------------------------------ estimate
 def engine_memory_params(engine: str | None) -> Any:
     """The engine's ``[memory]`` table from the matrix (None: unknown engine or no memory data)."""
@@ -546,6 +558,15 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
             elif inspection.num_attention_heads:
                 limit = min(limit, inspection.num_attention_heads)
             candidates = _power_of_two_candidates(max(1, limit))
+            # only counts the engine can load: heads, KV heads, FP8 blocks and groups must divide (parallel.py)
+            from qcheck.matrix.parallel import tp_problems
+
+            spec = _engine_parallel(engine)
+            refused = {n: tp_problems(inspection, n, spec) for n in candidates}
+            if any(refused.values()):
+                candidates = [n for n in candidates if not refused[n]] or [1]
+                bad = ", ".join(f"--tp {n} ({problems[0]})" for n, problems in refused.items() if problems)
+                assumptions.append(f"GPU counts the engine refuses for this checkpoint were skipped: {bad}")
         else:
             candidates = list(range(1, MAX_LAYER_SPLIT + 1))
         max_gpus = candidates[-1]

@@ -400,3 +400,19 @@ def test_sglang_fp8_moe_on_ampere_differs_from_the_dense_path() -> None:
     v = layout(moe, "sglang", "a100")
     assert (v.status, v.rule_id) == ("unknown", "fp8-moe-ampere") and "fp8e4nv" in v.reasons[0]
     assert layout(moe, "sglang", "h100").status == "native"
+
+
+def test_the_memory_estimate_proposes_only_gpu_counts_the_engine_loads() -> None:
+    """A 72B block-FP8 model with a 29568-wide MLP: --tp 2/4/8 all split a 128 block, so vLLM cannot spread it."""
+    from qcheck.memory import estimate_memory
+
+    qwen72 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
+    qwen72.parameters, qwen72.size_bytes, qwen72.context_length = 72_700_000_000, 77_000_000_000, 32768
+    est = estimate_memory(qwen72, context=4096, gpu_memory_gib=80, engine="vllm")
+    assert est.gpus_needed is None and est.max_gpus == 1
+    assert any(a.startswith("GPU counts the engine refuses for this checkpoint were skipped: --tp 2 (gate_proj/up_proj: "
+                            "Weight output_partition_size = 14784") for a in est.assumptions)
+    llama70 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=28672, **FP8_BLOCK)
+    llama70.parameters, llama70.size_bytes, llama70.context_length = 70_600_000_000, 75_000_000_000, 32768
+    ok = estimate_memory(llama70, context=4096, gpu_memory_gib=80, engine="vllm")
+    assert ok.gpus_needed == 2 and not any("refuses" in a for a in ok.assumptions)

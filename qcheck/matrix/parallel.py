@@ -15,6 +15,7 @@ from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:
     from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.schema import ParallelSpec
     from qcheck.model import Inspection
 
 DIMENSION = "parallelism"
@@ -48,6 +49,14 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
         return Judgement(DIMENSION, "unsupported", problems, sources)
     layout = ", ".join(f"{k} {v}" for k, v in asked.items())
     return Judgement(DIMENSION, "native", [f"{layout}: the shapes divide"], sources)
+
+
+def tp_problems(ins: Inspection, tp: int, spec: ParallelSpec | None) -> list[str]:
+    """Why ``--tp tp`` cannot load this checkpoint on an engine with this ``[parallel]`` data (empty: it can,
+    or there is no data). The memory estimate uses it to propose only GPU counts the engine accepts."""
+    if spec is None or tp <= 1 or "tp" not in spec.layouts:
+        return []
+    return _tensor_parallel(ins, tp, set(spec.checks))
 
 
 def _tensor_parallel(ins: Inspection, tp: int, checks: set[str]) -> list[str]:
