@@ -7,6 +7,8 @@ The ``to_json`` methods are the public contract in DESIGN.md: add fields, never 
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -38,10 +40,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass

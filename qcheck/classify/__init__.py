@@ -165,11 +165,13 @@ def _plain_dtype(ckpt: Checkpoint, claimed: set[str]) -> str | None:
     weights: Counter[str] = Counter()
     anything: Counter[str] = Counter()
     for name, t in ckpt.tensors.items():
-        if name in claimed or t.dtype.upper() not in FLOAT_DTYPES or is_side_tensor(name):
+        dtype = t.dtype.upper()
+        if name in claimed or dtype not in FLOAT_DTYPES or is_side_tensor(name):
             continue
-        anything[t.dtype.upper()] += t.numel
+        numel = t.numel
+        anything[dtype] += numel
         if name.endswith(".weight") and len(t.shape) == 2:
-            weights[t.dtype.upper()] += t.numel
+            weights[dtype] += numel
     pick = weights or anything
     return container_word(pick.most_common(1)[0][0]) if pick else None
 

@@ -19,12 +19,20 @@ SIDE_SUFFIXES = frozenset({
 })
 
 
+#: last name component -> side tensor? (a model repeats a few dozen components over 10^5 tensors; bounded)
+_SIDE_LAST: dict[str, bool] = {}
+
+
 def is_side_tensor(name: str) -> bool:
     """A tensor that stores quantisation state (scales, zeros, indices), never a model parameter."""
-    last = name.rpartition(".")[2]
-    if last.startswith("_") and last.endswith(("_scale", "_zero_point")):  # torchao ``{module}._weight_scale``
-        return True
-    return last in SIDE_SUFFIXES or ".quant_state." in name or name.endswith((":scale", ":zero_point"))
+    last = name[name.rfind(".") + 1:]
+    side = _SIDE_LAST.get(last)
+    if side is None:
+        # torchao ``{module}._weight_scale``, or a known suffix
+        side = (last.startswith("_") and last.endswith(("_scale", "_zero_point"))) or last in SIDE_SUFFIXES
+        if len(_SIDE_LAST) < 4096:
+            _SIDE_LAST[last] = side
+    return side or ".quant_state." in name or name.endswith((":scale", ":zero_point"))
 
 
 def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear]) -> tuple[int, list[str]]:
