@@ -8,7 +8,6 @@ The ``to_json`` methods are the public contract in DESIGN.md: add fields, never 
 from __future__ import annotations
 
 import math
-
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
