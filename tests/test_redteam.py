@@ -158,6 +158,17 @@ def test_a_terminal_that_cannot_show_a_name_gets_escapes_not_a_crash(tmp_path: P
     assert "mod\\xe8le-\\u2713.gguf" in run.stdout and "modèle-✓.gguf" in junit.read_text(encoding="utf-8")
 
 
+def test_html_eval_report_is_inert() -> None:
+    from test_eval_html import META, candidate, data
+
+    from qcheck.eval.html import render_html
+
+    hostile = candidate("q8\u202e<script>alert(1)</script>\x1b[2J", 3.22e-6)
+    page = render_html(data({}, [hostile]), META)
+    assert not INVISIBLE.search(page) and "<script>" not in page
+    assert "q8\\u202e&lt;script&gt;" in page
+
+
 def test_hook_lines_are_inert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "a\n::error::pwned.safetensors"
     bad.write_bytes(b"\x00" * 4)

@@ -187,7 +187,9 @@ def task_accuracy_svg(candidates: list[dict[str, Any]], width: int = 720) -> str
 def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str:
     """The whole report as one HTML string (``data`` is ``EvalResult.to_json()``; ``meta`` what the JSON does
     not hold: ``command`` (argv), ``generated`` (ISO date) and ``versions`` (package -> version))."""
-    meta = meta or {}
+    from qcheck.report.sanitize import sanitized
+
+    data, meta = sanitized(data), sanitized(meta or {})  # candidate names, paths, task names: made visible
     ref, tasks, cache, cands = data["reference"], data["tasks"], data["cache"], data["candidates"]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
