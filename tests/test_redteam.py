@@ -359,6 +359,29 @@ def test_a_fifo_is_streamed_not_replaced(tmp_path: Path) -> None:
     assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+def test_dev_stdout_redirected_to_a_file_is_appended_not_replaced(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "out.txt"
+    code = "from qcheck.report import write_output; print('main', flush=True); write_output('/dev/stdout', 'junit\\n')"
+    with open(out, "w") as fh:
+        subprocess.run([sys.executable, "-c", code], stdout=fh, check=True, timeout=60)
+    assert out.read_text() == "main\njunit\n" and not out.is_symlink()
+
+
+def test_a_regular_file_under_dev_shm_is_replaced_atomically() -> None:
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    path = f"/dev/shm/qcheck-test-{os.getpid()}.json"
+    try:
+        with open(path, "w") as fh:
+            fh.write("old and longer")
+        write_output(path, "new")
+        assert Path(path).read_text() == "new"
+    finally:
+        os.unlink(path)
+
+
 def test_dash_and_dev_stdout_go_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
     write_output("-", "one\n")
     sys.stdout.flush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -79,8 +80,9 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
 }
 
 
-#: paths that name a stream of this process or a device even when they look like files
-_STREAM_PREFIXES = ("/dev/", "/proc/")
+#: names of this process's own streams: ``/dev/stdout`` may point at a regular file the shell opened
+#: (``> out.txt``), which must be appended to, not replaced behind the shell's back
+_OWN_STREAM = re.compile(r"^/(dev/(stdout|stderr|fd/\d+)|proc/(self|\d+)/fd/\d+)$")
 
 
 def _umask() -> int:
@@ -90,8 +92,8 @@ def _umask() -> int:
 
 
 def _is_stream(path: str) -> bool:
-    """Whether ``path`` must be written in place: ``-``, a device, a pipe or FIFO, a socket, or a
-    /dev or /proc name (``/dev/stdout`` may point at a regular file the shell has opened)."""
+    """Whether ``path`` must be written in place: ``-``, a device, a pipe or FIFO, a socket, or one of
+    this process's stream names (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``)."""
     if path == "-":
         return True
     try:
@@ -100,14 +102,15 @@ def _is_stream(path: str) -> bool:
         return False
     if not stat.S_ISREG(st.st_mode):
         return True
-    return path.startswith(_STREAM_PREFIXES) or os.path.realpath(path).startswith(_STREAM_PREFIXES)
+    return bool(_OWN_STREAM.match(os.path.abspath(path)))
 
 
 def write_output(path: str, text: str) -> None:
     """Write an output file (``-o``, ``--junit``, ``--sarif``, ``--markdown``, ``--report``, ``gate --init``).
 
-    - ``-``, devices, pipes, FIFOs and /dev, /proc names are streamed: opened and written, never
-      replaced (replacing ``/dev/null`` as root would turn the device into a file).
+    - ``-``, devices, pipes, FIFOs and this process's stream names (``/dev/stdout``, ``/dev/fd/N``) are
+      streamed: opened and written, never replaced (replacing ``/dev/null`` as root would turn the
+      device into a file).
     - A symbolic link is written through: its target is updated, the link stays a link.
     - A regular file or a new path is written atomically (a temporary file in the same directory,
       renamed over the target), so a failed run never leaves half a report. The file gets the
