@@ -169,3 +169,12 @@ def test_eval_text_shows_a_short_cache_key(monkeypatch, tmp_path):
     key = "ref-" + "ab12" * 16
     assert short_cache_path(str(tmp_path / ".cache" / "qcheck" / "eval" / key)) == "~/.cache/qcheck/eval/ref-ab12ab12ab12…"
     assert short_cache_path("/srv/cache/eval/" + key) == "/srv/cache/eval/ref-ab12ab12ab12…"
+
+
+def test_matrix_words_are_coloured_in_both_layouts():
+    from qcheck.report.terminal import colourise
+
+    out = colourise("  mlx 0.32.1   no: cdna1\n               ?: pascal\n  ada sm89   native    fallback*  no", "matrix")
+    assert "\x1b[31mno\x1b[0m: cdna1" in out and "\x1b[35m?\x1b[0m: pascal" in out
+    assert "\x1b[32mnative\x1b[0m" in out and "\x1b[33mfallback*\x1b[0m" in out
+    assert "\x1b[31mno\x1b[0m\n" not in out and out.endswith("\x1b[31mno\x1b[0m")

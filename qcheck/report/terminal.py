@@ -116,7 +116,7 @@ _STYLES = [
     (r"(?m)^qcheck [a-z]+:", "bold"),
 ]
 _CELL_STYLES = {"native": "green", "fallback": "yellow", "no": "red", "?": "magenta"}
-_CELL = re.compile(r"(?<=  )(native|fallback|no|\?)\*?(?= |$)", re.M)
+_CELL = re.compile(r"(?<=  )(native|fallback|no|\?)\*?(?= |$|: )", re.M)
 
 
 def colourise(text: str, kind: str = "") -> str:
