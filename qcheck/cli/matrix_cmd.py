@@ -66,7 +66,7 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
         from qcheck.check import inspect_target
 
         inspection = inspect_target(target, limits)
-    wanted = list(dict.fromkeys(methods)) or [None]
+    wanted: list[str | None] = [*dict.fromkeys(methods)] or [None]
     result = build_matrix(matrix, method=wanted[0], inspection=inspection, requests=requests, gpus=list(gpus),
                           all_versions=all_versions)
     for method in wanted[1:]:  # --method given again: its tables follow, none is dropped

@@ -93,10 +93,10 @@ def kld_histogram_svg(candidates: list[dict[str, Any]], width: int = 720, height
             parts.append(f'<rect class="bar" x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" '
                          f'height="{h:.1f}" fill="{color}"><title>{_e(series[si][0])}: {100 * v:.1f}% of tokens, '
                          f'KLD ≥ {edges[b]:.2g}</title></rect>')
-    for b, x in power_of_ten_ticks(edges):
-        px = left + x * group_w
+    for exp, pos in power_of_ten_ticks(edges):
+        px = left + pos * group_w
         parts.append(f'<line x1="{px:.1f}" y1="{top + plot_h}" x2="{px:.1f}" y2="{top + plot_h + 4}" stroke="#999"/>')
-        parts.append(f'<text x="{px:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_power_label(b)}</text>')
+        parts.append(f'<text x="{px:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_power_label(exp)}</text>')
     parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 28}" text-anchor="middle">per-token KL divergence '
                  '(nats, log-spaced bins; lower is better)</text>')
     parts.append(_legend([n for n, _ in series], left, height - 12))

@@ -144,9 +144,9 @@ def parse_header_bytes(
         if len(tname) > max_name:
             raise InputError(f"tensor name of {len(tname)} characters is over the limit", path=name)
         # the common valid entry is checked inline (no call, no message built); anything else by _entry
-        dtype = entry.get("dtype") if type(entry) is dict else None
-        shape = entry.get("shape") if dtype is not None else None
-        offsets = entry.get("data_offsets") if dtype is not None else None
+        dtype: Any = entry.get("dtype") if type(entry) is dict else None
+        shape: Any = entry.get("shape") if dtype is not None else None
+        offsets: Any = entry.get("data_offsets") if dtype is not None else None
         bits = DTYPE_BITS.get(dtype) if type(dtype) is str else None
         plain = (bits is not None and type(shape) is list and len(shape) <= max_dims and type(offsets) is list
                  and len(offsets) == 2 and type(offsets[0]) is int and type(offsets[1]) is int
