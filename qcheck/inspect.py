@@ -39,8 +39,8 @@ class InspectResult:
 
     def error_line(self) -> str:
         """The one stderr line for an unsafe input (without the ``qcheck: error:`` prefix)."""
-        finding = next((f for f in self.inspection.findings if f.get("kind") == "unsafe-pickle"), None)
-        message = finding["message"] if finding else "pickle checkpoint: not statically verifiable, never unpickled"
+        finding = next((f for f in self.inspection.findings if f.kind == "unsafe-pickle"), None)
+        message = finding.message if finding else "pickle checkpoint: not statically verifiable, never unpickled"
         return f"{self.inspection.path}: {message}"
 
     def to_json(self) -> dict[str, Any]:

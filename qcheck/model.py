@@ -107,6 +107,17 @@ class Quantization:
 
 
 @dataclass
+class InspectionFinding:
+    """Something wrong with the checkpoint itself that reports flag: ``kind`` is ``config-mismatch`` (its
+    configs and tensors disagree) or ``unsafe-pickle``; ``where`` the config key, tensor or file; ``message``
+    one line. Serialised as ``{"kind", "where", "message"}``."""
+
+    kind: str
+    where: str
+    message: str
+
+
+@dataclass
 class Inspection:
     """What a checkpoint is: the public ``qcheck.inspection/1`` record."""
 
@@ -139,7 +150,7 @@ class Inspection:
     gguf_split_count: int | None = None
     revision: str | None = None
     #: findings about the file itself (config/tensor mismatches, unsafe pickles, LFS pointers)
-    findings: list[dict[str, str]] = field(default_factory=list)
+    findings: list[InspectionFinding] = field(default_factory=list)
     pickle_globals: list[str] = field(default_factory=list)
     #: per tensor type: {"type", "tensors", "elements", "bytes"} (bytes null when the type's size is unknown)
     type_stats: list[dict[str, Any]] = field(default_factory=list)

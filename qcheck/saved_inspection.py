@@ -15,7 +15,14 @@ from typing import Any
 from qcheck import validate
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.model import CHECK_SCHEMA, INSPECTION_SCHEMA, Inspection, Quantization, SourceFile
+from qcheck.model import (
+    CHECK_SCHEMA,
+    INSPECTION_SCHEMA,
+    Inspection,
+    InspectionFinding,
+    Quantization,
+    SourceFile,
+)
 
 _CONTAINERS = ("gguf", "safetensors", "pickle")
 
@@ -52,15 +59,30 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
     types = quant.tensor_types
     if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
         quant_at.key("tensor_types").fail("must map type names to counts")
-    values = _fields(Inspection, data, root, skip={"quantization", "files"})
+    values = _fields(Inspection, data, root, skip={"quantization", "files", "findings"})
     validate.choice(values.get("container"), root.key("container"), _CONTAINERS)
     files = []
     for i, f in enumerate(data.get("files") or []):
         if not isinstance(f, dict):
             root.key("files").index(i).fail(f"must be an object, not {_json_type(f)}")
         files.append(SourceFile(**_fields(SourceFile, f, root.key("files").index(i))))
+    findings = []
+    raw_findings = [] if data.get("findings") is None else _list(data, "findings", root)
+    for i, f in enumerate(raw_findings):
+        at = root.key("findings").index(i)
+        if not isinstance(f, dict):
+            at.fail(f"must be an object, not {_json_type(f)}")
+        findings.append(InspectionFinding(**{k: validate.string(f.get(k), at.key(k), empty=True, strip=False)
+                                              for k in ("kind", "where", "message")}))
     values.setdefault("path", path)
-    return Inspection(quantization=quant, files=files, **values)
+    return Inspection(quantization=quant, files=files, findings=findings, **values)
+
+
+def _list(data: dict[str, Any], key: str, at: validate.At) -> list[Any]:
+    value = data[key]
+    if not isinstance(value, list):
+        at.key(key).fail(f"must be an array, not {_json_type(value)}")
+    return value
 
 
 #: annotation name -> the JSON value types accepted for it (``Container`` is a Literal of strings)

@@ -13,8 +13,8 @@ from qcheck.model import Checkpoint
 LOGICAL = b.DEFAULT.logical_parameters()
 
 
-def _mismatches(insp) -> list[dict[str, str]]:
-    return [f for f in insp.findings if f["kind"] == "config-mismatch"]
+def _mismatches(insp) -> list:
+    return [f for f in insp.findings if f.kind == "config-mismatch"]
 
 
 def test_config_says_gptq_but_tensors_are_fp8() -> None:
@@ -24,9 +24,9 @@ def test_config_says_gptq_but_tensors_are_fp8() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.method == "fp8"
     (finding,) = _mismatches(insp)
-    assert finding["where"] == "config.json quantization_config"
-    assert "config says gptq" in finding["message"] and "tensors are fp8" in finding["message"]
-    assert "F8_E4M3" in finding["message"]
+    assert finding.where == "config.json quantization_config"
+    assert "config says gptq" in finding.message and "tensors are fp8" in finding.message
+    assert "F8_E4M3" in finding.message
     assert any("config says gptq" in w for w in insp.warnings)
     assert insp.parameters == LOGICAL
 
@@ -37,8 +37,8 @@ def test_hf_quant_config_disagrees_with_config_json() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.method == "nvfp4"
     (finding,) = _mismatches(insp)
-    assert finding["where"] == "hf_quant_config.json"
-    assert "NVFP4" in finding["message"] and "FP8" in finding["message"]
+    assert finding.where == "hf_quant_config.json"
+    assert "NVFP4" in finding.message and "FP8" in finding.message
 
 
 def test_hf_quant_config_says_nvfp4_but_tensors_are_fp8() -> None:
@@ -47,7 +47,7 @@ def test_hf_quant_config_says_nvfp4_but_tensors_are_fp8() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.method == "fp8"
     (finding,) = _mismatches(insp)
-    assert "config says nvfp4, but the tensors are fp8" in finding["message"]
+    assert "config says nvfp4, but the tensors are fp8" in finding.message
 
 
 def test_stale_gptq_side_file_and_tensor_group_size() -> None:
@@ -58,9 +58,9 @@ def test_stale_gptq_side_file_and_tensor_group_size() -> None:
     insp = classify(fx.checkpoint())
     q = insp.quantization
     assert q.group_size == -1
-    messages = [f["message"] for f in _mismatches(insp)]
+    messages = [f.message for f in _mismatches(insp)]
     assert messages == ["group_size 128 disagrees with config.json quantization_config group_size -1"]
-    assert _mismatches(insp)[0]["where"] == "quantize_config.json"
+    assert _mismatches(insp)[0].where == "quantize_config.json"
 
 
 def test_config_bits_disagree_with_packed_shapes() -> None:
@@ -69,7 +69,7 @@ def test_config_bits_disagree_with_packed_shapes() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.weight_bits == 8
     (finding,) = _mismatches(insp)
-    assert finding["message"].startswith("config says 4-bit weights, but packed tensor shapes give 8-bit")
+    assert finding.message.startswith("config says 4-bit weights, but packed tensor shapes give 8-bit")
 
 
 def test_config_group_disagrees_with_scale_shapes() -> None:
@@ -78,7 +78,7 @@ def test_config_group_disagrees_with_scale_shapes() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.group_size == 128
     (finding,) = _mismatches(insp)
-    assert "group_size 64" in finding["message"] and "give 128" in finding["message"]
+    assert "group_size 64" in finding.message and "give 128" in finding.message
 
 
 def test_fp8_block_size_mismatch() -> None:
@@ -86,7 +86,7 @@ def test_fp8_block_size_mismatch() -> None:
     fx.configs["config.json"]["quantization_config"]["weight_block_size"] = [64, 64]
     insp = classify(fx.checkpoint())
     assert insp.quantization.block_size == [128, 128]
-    assert "block size [64, 64]" in _mismatches(insp)[0]["message"]
+    assert "block size [64, 64]" in _mismatches(insp)[0].message
 
 
 def test_config_says_quantised_but_weights_are_bf16() -> None:
@@ -96,7 +96,7 @@ def test_config_says_quantised_but_weights_are_bf16() -> None:
     insp = classify(fx.checkpoint())
     assert insp.quantization.method == "none"
     (finding,) = _mismatches(insp)
-    assert "every weight is stored unquantised (bfloat16)" in finding["message"]
+    assert "every weight is stored unquantised (bfloat16)" in finding.message
 
 
 def test_mixed_precision_compressed_tensors() -> None:
@@ -287,8 +287,8 @@ def test_pickle_checkpoint() -> None:
     assert insp.quantization.method == "unknown"
     assert insp.pickle_globals[:2] == ["posix.system", "builtins.exec"]
     (finding,) = insp.findings
-    assert finding["kind"] == "unsafe-pickle"
-    assert finding["message"] == (
+    assert finding.kind == "unsafe-pickle"
+    assert finding.message == (
         "pickle checkpoint: not statically verifiable, never unpickled (imports: posix.system, builtins.exec, "
         "collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch.FloatStorage); convert it to safetensors")
 
@@ -370,7 +370,7 @@ def test_awq_gemv_layout() -> None:
     assert insp.findings == []
     fx.configs["config.json"]["quantization_config"]["version"] = "gemm"
     (finding,) = _mismatches(classify(fx.checkpoint()))
-    assert "GEMV layout" in finding["message"]
+    assert "GEMV layout" in finding.message
 
 
 def test_hostile_torchao_metadata_is_ignored() -> None:
@@ -406,5 +406,5 @@ def test_bnb_quant_type_disagrees_with_quant_state() -> None:
     fx.configs["config.json"]["quantization_config"]["bnb_4bit_quant_type"] = "fp4"
     insp = classify(fx.checkpoint())
     (finding,) = _mismatches(insp)
-    assert finding["message"] == "bnb_4bit_quant_type fp4, but the tensors' quant_state is nf4"
+    assert finding.message == "bnb_4bit_quant_type fp4, but the tensors' quant_state is nf4"
     assert insp.quantization.weight_dtype == "nf4"

@@ -241,7 +241,7 @@ def test_a_format_registered_at_run_time_flows_through_classify_text_and_the_mat
         assert not insp.findings and "no quantization config" not in " ".join(insp.warnings)
         assert quant_phrase(q).startswith("Ternary W2A16 (ternary, per-channel)")
         mismatch = classify(_ternary_fixture(bits=4).checkpoint())
-        assert mismatch.findings[0]["message"].startswith("config says 4-bit weights, but packed tensor shapes give 2")
+        assert mismatch.findings[0].message.startswith("config says 4-bit weights, but packed tensor shapes give 2")
         # the matrix accepts rules naming it, and judges it by them
         root = _matrix_dir(tmp_path, """
             [[rule]]

@@ -20,7 +20,7 @@ from qcheck.classify.fingerprints import config_family, scan_all
 from qcheck.classify.gguf import classify_gguf
 from qcheck.classify.params import is_side_tensor, logical_parameters
 from qcheck.formats import REGISTRY
-from qcheck.model import Checkpoint, Inspection, Quantization
+from qcheck.model import Checkpoint, Inspection, InspectionFinding, Quantization
 
 __all__ = ["classify", "classify_weights", "unsafe_pickle_message"]
 
@@ -91,8 +91,7 @@ def _classify_pickle(ckpt: Checkpoint) -> Inspection:
     insp.quantization = Quantization(method="unknown")
     insp.pickle_globals = _ordered_globals(list(ckpt.pickle_globals))
     insp.warnings = list(ckpt.warnings)
-    insp.findings.append({"kind": "unsafe-pickle", "where": ckpt.path,
-                          "message": unsafe_pickle_message(ckpt.pickle_globals)})
+    insp.findings.append(InspectionFinding("unsafe-pickle", ckpt.path, unsafe_pickle_message(ckpt.pickle_globals)))
     view = read_configs(ckpt)
     fill_from_config(insp, view.model)
     return insp

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from qcheck.model import TensorInfo
+from qcheck.model import InspectionFinding, TensorInfo
 
 
 @dataclass
@@ -118,7 +118,7 @@ class Draft:
     metadata: dict
     qlinears: list[QLinear]
     warnings: list[str] = field(default_factory=list)
-    findings: list[dict[str, str]] = field(default_factory=list)
+    findings: list[InspectionFinding] = field(default_factory=list)
     #: what the config says, for cross-checking against the tensors
     expected_method: str | None = None
     expected_bits: float | None = None
@@ -148,7 +148,7 @@ class Draft:
 
     def mismatch(self, where: str, message: str) -> None:
         """A config that disagrees with the tensors (or with another config): a finding plus a warning."""
-        self.findings.append({"kind": "config-mismatch", "where": where, "message": message})
+        self.findings.append(InspectionFinding("config-mismatch", where, message))
         self.warn(f"{where}: {message}")
 
     def of_method(self, method: str) -> list[QLinear]:

@@ -216,7 +216,7 @@ def render_inspection(insp: Inspection) -> str:
         lines += ["", "Pickle imports (never executed):", *[f"  {g}" for g in insp.pickle_globals]]
     if insp.findings:
         lines += ["", "Findings:"]
-        lines += [f"  [{f.get('kind')}] {f.get('where')}: {f.get('message')}" for f in insp.findings]
+        lines += [f"  [{f.kind}] {f.where}: {f.message}" for f in insp.findings]
     if insp.warnings:
         lines += ["", "Warnings:", *[f"  - {w}" for w in insp.warnings]]
     return "\n".join(lines) + "\n"
