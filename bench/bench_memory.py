@@ -105,6 +105,24 @@ def planning_overhead(workdir: Path, runs: int) -> None:
     print(f"qcheck check, Llama-3-8B Q4_K_M GGUF x 3 engines x rtx-4090, median of {runs} fresh runs: "
           f"plain {plain * 1000:.0f} ms, with planning {planned * 1000:.0f} ms, ratio {planned / plain:.2f}x "
           "(target <= 1.5x)")
+    # in process, after a warm-up: the same two calls, alternated, so machine load hits both alike
+    from qcheck.check import check_paths
+    from qcheck.memory import check_path_with_memory
+
+    engines, gpus = ["llama.cpp", "ollama", "vllm"], ["rtx-4090"]
+    check_paths(str(path), engines, gpus)
+    check_path_with_memory(str(path), engines, gpus, context=8192)
+    a, b = [], []
+    for _ in range(runs * 3):
+        t = time.perf_counter()
+        check_paths(str(path), engines, gpus)
+        a.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        check_path_with_memory(str(path), engines, gpus, context=8192)
+        b.append(time.perf_counter() - t)
+    pa, pb = statistics.median(a), statistics.median(b)
+    print(f"in process, median of {runs * 3} alternated calls: plain {pa * 1000:.1f} ms, with planning "
+          f"{pb * 1000:.1f} ms, ratio {pb / pa:.2f}x (target <= 1.5x)")
 
 
 def main() -> int:
