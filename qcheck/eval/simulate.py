@@ -111,8 +111,7 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
             raise InputError(f"a split GGUF ({len(ggufs)} files) must be merged with llama-gguf-split --merge "
                              "before it can be simulated", path=candidate)
         gguf_file = path if path.is_file() else path / ggufs[0]
-        arrays, notes = gguf_state(gguf_file, checkpoint, expected.keys(), tied)
-        state = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        state, notes = gguf_state(gguf_file, checkpoint, reference_config)
     else:
         root = path if path.is_dir() else path.parent
         state, notes = _safetensors_state(root, checkpoint, weights, inspection)
@@ -143,81 +142,24 @@ def _check_against(state: dict[str, Any], expected: dict[str, tuple[int, ...]], 
 
 # ------------------------------------------------------------------------------------------ GGUF
 
-def gguf_state(gguf_file: Path, checkpoint: Any, hf_names: Any, tied: bool) -> tuple[dict[str, Any], list[str]]:
-    """Every tensor of a single-file GGUF dequantised to float32 numpy under the HF names in ``hf_names``.
+def gguf_state(gguf_file: Path, checkpoint: Any, reference_config: Any) -> tuple[dict[str, Any], list[str]]:
+    """Every parameter tensor of a single-file GGUF dequantised to float32 under the reference's parameter names,
+    converted back exactly as transformers' own GGUF loader converts it (``qcheck.eval.gguf_convert``).
 
     The tensor list, offsets and sizes come from qcheck's bounded header reader (already in ``checkpoint``,
     checked against the file size); each tensor's bytes are read at its offset and dequantised with
-    ``gguf.quants.dequantize``. gguf-py's ``GGUFReader`` is not used: it decodes every metadata array element
-    by element (seconds on a 32k vocabulary) and hands out read-only memmap views. Names and the rotary
-    un-permutation match transformers' own GGUF loader: GGUF tensors that map to no HF
-    name raise ``InputError`` (computed buffers such as ``rope_freqs`` are skipped with a note), and a missing
-    ``output.weight`` is filled from ``token_embd`` as llama.cpp does.
+    ``gguf.quants.dequantize``.
     """
-    import gguf
+    import torch
+    from transformers import AutoModelForCausalLM
 
-    from qcheck.eval.dequant.gguf import NON_PARAMETER_TENSORS, PERMUTED_ARCHS, unpermute_rows
-    from qcheck.readers.gguf_meta import model_keys
+    from qcheck.eval.gguf_convert import gguf_state_dict
 
-    path = str(gguf_file)
-    meta = checkpoint.metadata
-    arch = meta.get("general.architecture")
-    if not isinstance(arch, str):
-        raise InputError("general.architecture is missing or not a string", path=path)
-    by_name = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}
-    if arch not in by_name:
-        raise InputError(f"architecture {arch!r} is unknown to the installed gguf-py", path=path)
-    keys = model_keys(meta)
-    n_blocks = keys.block_count
-    if n_blocks is None:
-        raise InputError(f"{arch}.block_count is missing or invalid ({meta.get(f'{arch}.block_count')!r})",
-                         path=path)
-    name_map = gguf.get_tensor_name_map(by_name[arch], n_blocks)
-    gguf_to_hf_name: dict[str, str] = {}
-    for hf in hf_names:
-        g = name_map.get_name(hf, try_suffixes=(".weight", ".bias"))
-        if g is not None:
-            gguf_to_hf_name.setdefault(g, hf)
-    n_head = keys.head_count or 0
-    n_kv = keys.head_count_kv or n_head
-    if arch in PERMUTED_ARCHS and (not n_head or not n_kv or keys.head_count_per_layer is not None
-                                   or keys.head_count_kv_per_layer is not None):
-        raise InputError(f"{arch}.attention.head_count / head_count_kv must be positive integers to undo the "
-                         f"rotary permutation (found {meta.get(f'{arch}.attention.head_count')!r}, "
-                         f"{meta.get(f'{arch}.attention.head_count_kv')!r})", path=path)
-    out: dict[str, Any] = {}
-    notes: list[str] = []
-    unmapped: list[str] = []
-    types: dict[str, int] = {}
-    with open(gguf_file, "rb") as fh:
-        for t in checkpoint.tensors.values():
-            if t.name in NON_PARAMETER_TENSORS:
-                notes.append(f"GGUF tensor {t.name} is a computed buffer, not a parameter; skipped")
-                continue
-            hf = gguf_to_hf_name.get(t.name)
-            if hf is None:
-                unmapped.append(t.name)
-                continue
-            data = _gguf_tensor(fh, t, path)
-            if arch in PERMUTED_ARCHS:
-                if t.name.endswith("attn_q.weight"):
-                    data = unpermute_rows(data, n_head, n_head, where=f"tensor {t.name}")
-                elif t.name.endswith("attn_k.weight"):
-                    data = unpermute_rows(data, n_head, n_kv, where=f"tensor {t.name}")
-            out[hf] = data
-            types[t.dtype] = types.get(t.dtype, 0) + 1
-    if unmapped:
-        raise InputError(f"{len(unmapped)} GGUF tensor(s) have no parameter in the reference architecture, e.g. "
-                         f"{', '.join(unmapped[:5])}", path=path)
-    if "lm_head.weight" in gguf_to_hf_name.values() and "lm_head.weight" not in out and not tied:
-        emb = gguf_to_hf_name.get("token_embd.weight")
-        if emb in out:
-            out["lm_head.weight"] = out[emb].copy()
-            notes.append("the GGUF has no output.weight: lm_head taken from token_embd, as llama.cpp does")
-    histogram = ", ".join(f"{k} x{v}" for k, v in sorted(types.items()))
-    notes.insert(0, f"GGUF ({arch}): {len(out)} tensors dequantised with gguf-py [{histogram}]"
-                 + ("; attn_q/attn_k rows un-permuted" if arch in PERMUTED_ARCHS else ""))
-    return out, notes
+    config = _as_config(reference_config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return gguf_state_dict(gguf_file, checkpoint, model,
+                           lambda fh, info: _gguf_tensor(fh, info, str(gguf_file)))
 
 
 def _gguf_tensor(fh: Any, info: Any, path: str) -> Any:
