@@ -85,7 +85,6 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
     reference does not know, or a tensor's shape differs. gpt-oss MXFP4 expert blocks (stored [E, out, in])
     are transposed to the HF parameter layout [E, in, out], as transformers' own decoder does.
     """
-    import torch
 
     from qcheck.classify import classify_weights
     from qcheck.readers import load_checkpoint
