@@ -92,11 +92,15 @@ def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: A
         import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
         processor_class = getattr(gguf_utils, extra)
+    if arch == "llama" and any(".ffn_gate_exps." in name for name in checkpoint.tensors):
+        processor_class = _llama_moe_processor()
     processor = processor_class(config=_processor_config(meta, arch, updated, text_config.to_dict()))
     try:
-        mapping = get_gguf_hf_weights_map(model, processor)
+        # the GGUF's own architecture names its tensors (a mistral or mixtral reference is a llama GGUF)
+        mapping = get_gguf_hf_weights_map(model, processor, model_type=arch)
     except NotImplementedError as exc:
         raise InputError(f"transformers cannot map GGUF architecture {arch!r}: {exc}", path=path) from None
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     parsed: dict[str, Any] = {"tensors": {}, "config": processor.config}
     notes: list[str] = []
     unmapped: list[str] = []
@@ -118,8 +122,9 @@ def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: A
             if result.name not in mapping:
                 unmapped.append(info.name)
                 continue
-            parsed["tensors"][mapping[result.name]] = torch.from_numpy(np.ascontiguousarray(result.weights,
-                                                                                           dtype=np.float32))
+            hf_name = mapping[result.name]
+            weights = np.ascontiguousarray(result.weights, dtype=np.float32)
+            parsed["tensors"][hf_name] = torch.from_numpy(_fit_unit_dims(weights, shapes.get(hf_name)))
     if unmapped:
         raise InputError(f"{len(unmapped)} GGUF tensor(s) have no parameter in the reference architecture, e.g. "
                          f"{', '.join(unmapped[:5])}", path=path)
@@ -129,6 +134,38 @@ def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: A
     label = "" if processor_class is TensorProcessor else f"; converted by transformers' {processor_class.__name__}"
     notes.insert(0, f"GGUF ({arch}): {sum(types.values())} tensors dequantised with gguf-py [{histogram}]{label}")
     return state, notes
+
+
+def _llama_moe_processor() -> Any:
+    """Mixtral-style GGUFs are ``llama`` files with stacked experts: transformers' llama processor (rotary
+    un-permutation) for attention, its Qwen2-MoE processor (split ``ffn_{gate,up}_exps`` into the fused
+    ``gate_up_proj``) for the experts. Proven on real exports by tests/test_gguf_convert_real.py."""
+    import re
+
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor, Qwen2MoeTensorProcessor
+
+    class LlamaMoeTensorProcessor(Qwen2MoeTensorProcessor):
+        def __init__(self, config: Any = None) -> None:
+            super().__init__(config=config)
+            self._attention = LlamaTensorProcessor(config=config)
+
+        def process(self, weights: Any, name: str, **kwargs: Any) -> Any:
+            if re.fullmatch(self.GGUF_MOE_WEIGHTS_PATTERN, name):
+                return super().process(weights, name, **kwargs)
+            return self._attention.process(weights, name, **kwargs)
+
+    return LlamaMoeTensorProcessor
+
+
+def _fit_unit_dims(weights: Any, expected: tuple[int, ...] | None) -> Any:
+    """Drop or add size-1 dimensions so a tensor takes the parameter's shape: GGUF writers and transformers'
+    processors disagree on them (a shared-expert gate stored [1, n] and then expanded to [1, 1, n]). The data
+    order is untouched; any other difference is left for the shape check to report."""
+    if expected is None or tuple(weights.shape) == expected:
+        return weights
+    if [d for d in weights.shape if d != 1] == [d for d in expected if d != 1]:
+        return weights.reshape(expected)
+    return weights
 
 
 def _consumed_by_processor(processor: Any, name: str, mapping: dict[str, str]) -> bool:

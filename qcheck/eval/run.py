@@ -412,6 +412,13 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
     import numpy as np
 
     from qcheck.eval.metrics import CandidateMetrics, compare_rows
+    from qcheck.eval.plausibility import (
+        implausibility,
+        is_unquantised,
+        reference_top1_probability,
+        refuse,
+        suspect_tensors,
+    )
 
     notes: list[str] = []
     quantization: dict[str, Any] | None = None
@@ -437,6 +444,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         caps = runner.capabilities
         acc = CandidateMetrics(choice_metric=config.choice_metric, n_boot=config.bootstrap, seed=config.seed)
         skipped = {"text": 0, "choice": 0, "generate": 0}
+        confidence: list[np.ndarray] = []
         progress.start(f"candidate {spec.name}", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
         try:
             for enc in encoded:
@@ -453,6 +461,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
                         if item.kind == "text" or index == item.answer:
                             ref_p, cand_p, targets_p = present_rows(ref, cand, req.targets)
                             acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, where))
+                            confidence.append(reference_top1_probability(ref_p))
                         lls_ref.append(float(ref.target_logprobs.astype(np.float64).sum()))
                         lls_cand.append(float(cand.target_logprobs.astype(np.float64).sum()))
                         progress.advance()
@@ -477,6 +486,15 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
                 notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
                              + ("return prompt log-probs" if kind_name != "generate" else "generate"))
         metrics, intervals = acc.summary()
+        positions = np.concatenate(confidence) if confidence else np.zeros(0)
+        reference_confidence = float(positions.mean()) if positions.size else None
+        metrics["reference_top1_probability"] = reference_confidence
+        reasons = implausibility(metrics, reference_confidence, is_unquantised(quantization))
+        if reasons:
+            model = getattr(runner, "model", None)
+            suspects = suspect_tensors(config.reference, model) if model is not None and spec.backend == "simulated" \
+                else []
+            raise refuse(spec.name, reasons, suspects)
         if metrics.get("kld_kind") == "lower-bound":
             notes.append("KL divergence is the bucketed lower bound over top-k sets (research evals.md §5.7)")
         gate = evaluate(config.thresholds, metrics, intervals)
