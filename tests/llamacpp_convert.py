@@ -5,9 +5,10 @@ llama.cpp's own ``convert_hf_to_gguf.py`` from the llama-cpp-python source packa
 The sdist is fetched once from the package index (the only network the tests use, as CI's install does) into
 ``$QCHECK_TEST_CACHE`` (default ``~/.cache/qcheck-tests``; ``$QCHECK_LLAMACPP_SOURCE`` names a llama.cpp checkout to use
 instead); only the converter, its ``conversion`` package and gguf-py
-are extracted. The tiny models carry a 256-token byte-level BPE tokenizer, for which llama.cpp knows no
-pre-tokenizer hash and which has no sentencepiece model: the wrapper below answers the hash check with
-``default`` and has every model class write its vocabulary the gpt2 way. Tensors are converted by llama.cpp's code, untouched.
+are extracted. The tiny models carry a 512-token GPT-2 style byte-level BPE tokenizer trained by the tests, for
+which llama.cpp knows no pre-tokenizer hash and which has no sentencepiece model: the wrapper below answers the
+hash check with ``gpt-2`` (the pre-tokenizer regex it uses) and has every model class write its vocabulary the
+gpt2 way. Tensors are converted by llama.cpp's code, untouched.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BYTE_TOKENIZER = REPO / "examples" / "tiny-llama-bf16"
+
+try:
+    from support.tiny_llama import build_tokenizer
+except ImportError:
+    from qcheck.testing.tiny_llama import build_tokenizer
 
 #: model_type -> config overrides beyond the common tiny shape (real transformers configs, tiny sizes)
 ARCHITECTURES: dict[str, dict] = {
@@ -54,7 +59,7 @@ sys.path.insert(1, str(root / "gguf-py"))
 import conversion
 import conversion.base as base
 T = base.TextModel
-T.get_vocab_base_pre = lambda self, tokenizer: "default"
+T.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
 model_class = conversion.get_model_class
 def gpt2_vocab_class(name, mmproj=False):
     cls = model_class(name, mmproj)
@@ -107,9 +112,9 @@ def llama_cpp_source() -> Path:
 
 
 def build_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
-    """A tiny random transformers model of ``model_type`` saved as BF16 safetensors, with the byte tokenizer (256
-    tokens, and the class transformers picks for the model type may add its own specials: the embedding has 320
-    rows, padded as real vocabularies are, except where the converter trims it to the tokenizer).
+    """A tiny random transformers model of ``model_type`` saved as BF16 safetensors, with the tests' BPE tokenizer
+    (512 tokens, and the class transformers picks for the model type may add its own specials: the embedding has
+    576 rows, padded as real vocabularies are, except where the converter trims it to the tokenizer).
 
     Norm weights get noise so that offsets such as Gemma's ``1 + w`` are visible in the output."""
     import torch
@@ -117,21 +122,20 @@ def build_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
 
     bos = model_type not in NO_BOS
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(BYTE_TOKENIZER / "tokenizer.json", out / "tokenizer.json")
-    tok_config = json.loads((BYTE_TOKENIZER / "tokenizer_config.json").read_text())
+    tokenizer = build_tokenizer(512)
+    if not bos:  # the post-processor is what prepends BOS in a fast tokenizer
+        tokenizer.backend_tokenizer.post_processor = None
+    tokenizer.save_pretrained(out)
+    tok_config = json.loads((out / "tokenizer_config.json").read_text())
     tok_config["add_bos_token"] = bos
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
-    if not bos:  # the post-processor is what actually prepends BOS in a fast tokenizer
-        data = json.loads((out / "tokenizer.json").read_text())
-        data["post_processor"] = None
-        (out / "tokenizer.json").write_text(json.dumps(data))
-    vocab = 320
+    vocab = 576
     if model_type in EXACT_VOCAB:
         from transformers import AutoTokenizer
 
         vocab = len(AutoTokenizer.from_pretrained(out))
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
     config = AutoConfig.for_model(model_type, **common, **ARCHITECTURES[model_type])
     torch.manual_seed(seed)
@@ -150,7 +154,7 @@ def convert(source: Path, jobs: list[tuple[Path, str]]) -> list[Path]:
     """``convert_hf_to_gguf.py MODEL --outtype OUTTYPE`` for each (model folder, outtype), in one process (torch is
     imported once), with llama.cpp's bundled gguf-py; returns the files, ``MODEL/model-OUTTYPE.gguf``."""
     outs = [model_dir / f"model-{outtype}.gguf" for model_dir, outtype in jobs]
-    todo = [(str(d), t, str(o)) for (d, t), o in zip(jobs, outs) if not o.is_file()]
+    todo = [(str(d), t, str(o)) for (d, t), o in zip(jobs, outs, strict=True) if not o.is_file()]
     if todo:
         done = subprocess.run([sys.executable, "-c", _WRAPPER, str(source), json.dumps(todo)],
                               capture_output=True, text=True, timeout=900,

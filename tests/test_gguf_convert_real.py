@@ -16,14 +16,14 @@ import sys
 
 import numpy as np
 import pytest
-
-from llamacpp_convert import ARCHITECTURES, NO_BOS, build_tiny_model, convert, llama_cpp_source
+from llamacpp_convert import ARCHITECTURES, NO_BOS, REPO, build_tiny_model, convert, llama_cpp_source
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-#: architectures measured through the CLI beside llama.cpp's own Q8_0 kernels (dense with BOS, BOS-less MoE)
-CLI_ARCHS = ("gemma2", "qwen2_moe")
+#: architectures measured through the CLI beside llama.cpp's own Q8_0 kernels (dense with BOS, BOS-less MoE);
+#: gemma2 is not one: llama.cpp's and transformers' Gemma 2 differ by a KLD of ~0.016 even in F32
+CLI_ARCHS = ("llama", "qwen2_moe")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _kld_against_reference(model_dir, state) -> float:
     result = candidate.load_state_dict(state, strict=False)
     assert not result.unexpected_keys
     assert set(result.missing_keys) <= {"lm_head.weight"}
-    ids = torch.randint(3, 256, (2, 48), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(3, 512, (2, 48), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = reference(ids).logits.float().log_softmax(-1)
         cand = candidate(ids).logits.float().log_softmax(-1)
@@ -106,27 +106,46 @@ def test_architecture_transformers_cannot_map_is_refused(exports, tmp_path):
     assert len(lines) == 1 and "cannot load GGUF architecture 'plamo'" in lines[0], done.stderr
 
 
+def _llama_cpp_kld(base_gguf, quant_gguf, ids: list[int]) -> float:
+    """What ``llama-perplexity --kl-divergence`` measures: llama.cpp's quantised logits against llama.cpp's own
+    full-precision logits, over the same tokens (in process, through llama-cpp-python)."""
+    from qcheck.eval.runners.llamacpp import LlamaCppRunner, log_softmax
+
+    rows = []
+    for path in (base_gguf, quant_gguf):
+        runner = LlamaCppRunner(str(path), "x", n_ctx=512)
+        runner.llm.reset()
+        runner.llm.eval(ids)
+        rows.append(log_softmax(np.asarray(runner.llm.scores[: len(ids)], dtype=np.float64)))
+        runner.close()
+    base, quant = rows
+    return float((np.exp(base) * (base - quant)).sum(axis=1).mean())
+
+
 @pytest.mark.parametrize("arch", CLI_ARCHS)
 def test_q8_0_simulated_beside_llama_cpp(exports, arch, tmp_path):
-    """Through the CLI: F32 ~0, and the simulated Q8_0 close to llama.cpp's own Q8_0 kernels on the same tokens
-    (llama.cpp also quantises activations to 8 bits, so its KLD is at least the weight-only one)."""
+    """Through the CLI, the F32 export measures ~0 and the simulated Q8_0 is close to what llama.cpp itself
+    measures for the same Q8_0 file against its own F32 logits (llama-perplexity's KLD); llama.cpp also quantises
+    activations to 8 bits, so its number is at least the weight-only one."""
     pytest.importorskip("llama_cpp")
+    from transformers import AutoTokenizer
+
     model_dir = exports[arch]
     out = tmp_path / "eval.json"
     done = subprocess.run(
         [sys.executable, "-m", "qcheck", "eval", "--reference", str(model_dir),
          "--candidate", f"f32={model_dir / 'model-f32.gguf'}", "--candidate", f"q8={model_dir / 'model-q8_0.gguf'}",
-         "--candidate", f"q8cpp=llamacpp:{model_dir / 'model-q8_0.gguf'}", "--tasks", "prose",
-         "--cache-dir", str(tmp_path / "cache"), "--json", "-o", str(out)],
+         "--tasks", "prose", "--cache-dir", str(tmp_path / "cache"), "--json", "-o", str(out)],
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
-    metrics = {c["name"]: c["metrics"] for c in result["candidates"]}
+    metrics = {c["name"]: c["metrics"] for c in json.loads(out.read_text())["candidates"]}
     assert metrics["f32"]["kld_mean"] < 1e-6
-    q8, q8cpp = metrics["q8"]["kld_mean"], metrics["q8cpp"]["kld_mean"]
-    assert 0 < q8 < 0.05 and 0 < q8cpp < 0.05
-    # same order of magnitude: a wrong mapping on either side would be orders apart
-    assert q8cpp / 10 < q8 < q8cpp * 10, (q8, q8cpp)
-    assert metrics["q8"]["top1_agreement"] > 0.9
-    if arch in NO_BOS:
-        assert np.isfinite(metrics["q8cpp"]["ppl_ratio"])
+    q8 = metrics["q8"]["kld_mean"]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    text = " ".join(json.loads(line)["text"] for line in
+                    (REPO / "evals" / "prose.jsonl").read_text().splitlines()[:4])
+    ids = tokenizer(text)["input_ids"][:256]
+    assert (ids[0] == tokenizer.bos_token_id) == (arch not in NO_BOS)
+    q8cpp = _llama_cpp_kld(model_dir / "model-f32.gguf", model_dir / "model-q8_0.gguf", ids)
+    assert 0 < q8 < 0.01 and 0 < q8cpp < 0.01, (q8, q8cpp)
+    assert q8cpp / 5 < q8 < q8cpp * 2, (q8, q8cpp)

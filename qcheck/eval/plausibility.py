@@ -99,8 +99,8 @@ def suspect_tensors(reference_path: str, model: Any, limit: int = 3) -> list[tup
 
 def refuse(name: str, reasons: list[str], suspects: list[tuple[str, float]]) -> InputError:
     """The one-line error for an implausible candidate."""
-    text = (f"candidate {name}: implausible measurement ({'; '.join(reasons)}): this looks like a loading or "
-            "tokenisation error, not quantisation loss")
+    text = (f"candidate {name}: implausible measurement ({'; '.join(reasons)}): this looks like a loading, "
+            "tokenisation or implementation difference, not quantisation loss")
     if suspects:
         text += "; tensors furthest from the reference: " + ", ".join(
             f"{n} (relative RMS error {e:.3g})" for n, e in suspects)

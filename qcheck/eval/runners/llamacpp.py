@@ -10,6 +10,7 @@ Install: qcheck's ``llamacpp`` extra (``pip install '.[llamacpp]'`` in a checkou
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,6 +49,34 @@ def first_divergence(expected: Sequence[int], got: Sequence[int]) -> int | None:
     return None if len(expected) == len(got) else min(len(expected), len(got))
 
 
+@contextlib.contextmanager
+def _without_weight_repacking() -> Iterator[None]:
+    """Load with llama.cpp's extra CPU buffer types off (``use_extra_bufts``, llama.cpp's ``--no-repack``).
+
+    Those buffers repack Q4_0/Q8_0/K-quant weights for AMX or AVX tile kernels. Virtual machines may advertise AMX
+    in CPUID without enabling it, and llama.cpp then dies of SIGILL mid-eval (seen on this project's CI machines);
+    the generic ggml kernels compute the same quantised dot products. llama-cpp-python has no keyword for the flag,
+    so its default-parameters function is wrapped for the duration of the load."""
+    try:
+        import llama_cpp.llama_cpp as bindings
+    except ImportError:  # pragma: no cover - the caller already required llama_cpp
+        yield
+        return
+    defaults = bindings.llama_model_default_params
+
+    def no_repack() -> Any:
+        params = defaults()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    bindings.llama_model_default_params = no_repack
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = defaults
+
+
 class LlamaCppRunner:
     """The runner protocol over a ``llama_cpp.Llama`` built with ``logits_all=True``: full rows, greedy."""
 
@@ -65,9 +94,10 @@ class LlamaCppRunner:
         self.notes: list[str] = []
         threads = n_threads or max(1, os.cpu_count() or 1)
         try:
-            self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx, n_batch=min(n_ctx, 512),
-                                       n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers,
-                                       seed=seed, verbose=False)
+            with _without_weight_repacking():
+                self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx,
+                                           n_batch=min(n_ctx, 512), n_threads=threads, n_threads_batch=threads,
+                                           n_gpu_layers=n_gpu_layers, seed=seed, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise InputError(f"llama.cpp cannot load the GGUF: {str(exc).strip().splitlines()[0] if str(exc) else exc}",
                              path=path) from None
