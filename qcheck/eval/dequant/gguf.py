@@ -1,7 +1,5 @@
-"""GGUF -> Hugging Face helpers shared by the simulated candidate: which architectures llama.cpp's converter
-permutes, and the inverse of its rotary q/k row permutation. Tensor bytes are read and dequantised in
-``qcheck.eval.simulate`` (qcheck's bounded header reader for offsets, ``gguf.quants.dequantize`` for values,
-gguf-py's ``TensorNameMap`` read backwards for names)."""
+"""The inverse of llama.cpp's rotary q/k row permutation (used by the tests' GGUF exporter). The simulated
+candidate itself maps GGUF tensors through transformers' own processors: ``qcheck.eval.gguf_convert``."""
 
 from __future__ import annotations
 
@@ -9,10 +7,6 @@ from typing import Any
 
 from qcheck.errors import InputError
 
-#: architectures whose attn_q / attn_k rows convert_hf_to_gguf permutes (``LlamaModel.permute``)
-PERMUTED_ARCHS = frozenset({"llama", "mistral"})
-#: GGUF tensors that carry no HF parameter (computed buffers), skipped with a note
-NON_PARAMETER_TENSORS = ("rope_freqs.weight",)
 
 
 def unpermute_rows(w: Any, n_head: int, n_head_kv: int | None = None, where: str | None = None) -> Any:
