@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qcheck.eval.plausibility import implausibility, is_unquantised
+from qcheck.eval.plausibility import implausibility, is_unquantised, uniform_error
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,6 +27,15 @@ def test_thresholds():
     # an unquantised candidate must round-trip; a lower-bound KLD is not judged that way
     assert implausibility({**good, "kld_mean": 0.02}, 0.6, True)[0].startswith("mean KLD 0.02 for unquantised")
     assert implausibility({**good, "kld_mean": 0.02, "kld_kind": "lower-bound"}, 0.6, True) == []
+
+
+def test_uniform_error_tells_a_format_from_a_loading_error():
+    ternary = [("a", 0.82), ("b", 0.81), ("c", 0.80), ("d", 0.79)]
+    assert uniform_error(ternary) == 0.81
+    assert uniform_error([("emb", 1.41), ("a", 0.0), ("b", 0.0)]) is None  # one shuffled tensor
+    assert uniform_error([("norm", 0.9), ("a", 0.01), ("b", 0.012)]) is None  # an outlier
+    assert uniform_error([("a", 0.0), ("b", 0.0)]) is None  # identical weights: the loss is elsewhere
+    assert uniform_error([]) is None
 
 
 def test_unquantised_candidates():

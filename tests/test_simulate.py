@@ -173,7 +173,7 @@ def test_gguf_f32_round_trips_to_the_original_weights_exactly(ref, ref_config, f
     assert set(state) == set(float_sd)
     for name, arr in float_sd.items():
         assert torch.equal(state[name], torch.from_numpy(arr)), name
-    assert "un-permuted" in notes[0] and "F32 x" in notes[0]
+    assert "LlamaTensorProcessor" in notes[0] and "F32 x" in notes[0]
 
 
 @pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_0", "MXFP4"])

@@ -184,4 +184,4 @@ def _fill_output_head(state: dict[str, Any], mapping: dict[str, str], model: Any
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     if not tied:
         state[head] = state[emb].clone()
-        notes.append("the GGUF has no output.weight: the output head is taken from token_embd, as llama.cpp does")
+        notes.append("the GGUF has no output.weight: lm_head taken from token_embd, as llama.cpp does")

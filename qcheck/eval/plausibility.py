@@ -12,7 +12,9 @@ top-1 agreement far above chance. So the eval refuses (exit 2) instead of report
 - an unquantised candidate (F32/F16/BF16 weights) whose mean KLD exceeds ``ROUND_TRIP_KLD_LIMIT``: a float round
   trip costs ~1e-5 nats.
 
-For simulated candidates the refusal names the tensors furthest from the reference's own weights.
+For simulated candidates the weights themselves are evidence: when every tensor is about equally far from the
+reference's own (the format's error, however large), the numbers are reported with a warning instead; otherwise
+the refusal names the tensors furthest from the reference's weights.
 """
 
 from __future__ import annotations
@@ -70,9 +72,9 @@ def implausibility(metrics: dict[str, Any], reference_confidence: float | None, 
     return reasons
 
 
-def suspect_tensors(reference_path: str, model: Any, limit: int = 3) -> list[tuple[str, float]]:
-    """The candidate parameters furthest from the reference checkpoint's own tensors of the same name, as
-    relative RMS error ||c - r|| / ||r||; tensors the reference stores under other names are not compared."""
+def tensor_errors(reference_path: str, model: Any) -> list[tuple[str, float]]:
+    """Every candidate parameter's relative RMS error ||c - r|| / ||r|| against the reference checkpoint's own
+    tensor of the same name, largest first; tensors the reference stores under other names are not compared."""
     import torch
     from safetensors import safe_open
 
@@ -94,7 +96,22 @@ def suspect_tensors(reference_path: str, model: Any, limit: int = 3) -> list[tup
                 diff = float((cand.detach().to(torch.float32).cpu() - ref).norm())
                 scores.append((name, diff / norm if norm > 0 else diff))
     scores.sort(key=lambda item: -item[1])
-    return scores[:limit]
+    return scores
+
+
+def uniform_error(errors: list[tuple[str, float]]) -> float | None:
+    """The median relative error when every tensor is about equally far from the reference (worst at most 1 and
+    at most 4x the median): the signature of a format applied to every weight, as a very lossy quantisation
+    (ternary TQ2_0 on weights not trained for it) is. A loading error leaves one tensor an outlier (a wrong or
+    shuffled tensor sits at ~1.4, a doubled norm offset far above) or every tensor at zero. None otherwise."""
+    values = sorted(e for _, e in errors)
+    if not values:
+        return None
+    median = values[len(values) // 2]
+    worst = values[-1]
+    if median <= 0 or worst > 1.0 or worst > 4 * median:
+        return None
+    return median
 
 
 def refuse(name: str, reasons: list[str], suspects: list[tuple[str, float]]) -> InputError:

@@ -417,7 +417,8 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         is_unquantised,
         reference_top1_probability,
         refuse,
-        suspect_tensors,
+        tensor_errors,
+        uniform_error,
     )
 
     notes: list[str] = []
@@ -490,15 +491,23 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         reference_confidence = float(positions.mean()) if positions.size else None
         metrics["reference_top1_probability"] = reference_confidence
         reasons = implausibility(metrics, reference_confidence, is_unquantised(quantization))
+        extreme_warning = None
         if reasons:
             model = getattr(runner, "model", None)
-            suspects = suspect_tensors(config.reference, model) if model is not None and spec.backend == "simulated" \
+            errors = tensor_errors(config.reference, model) if model is not None and spec.backend == "simulated" \
                 else []
-            raise refuse(spec.name, reasons, suspects)
+            median = uniform_error(errors) if not is_unquantised(quantization) else None
+            if median is None:
+                raise refuse(spec.name, reasons, errors[:3])
+            extreme_warning = (f"extreme loss ({'; '.join(reasons)}), but every tensor is about equally far from the "
+                               f"reference (median relative RMS error {median:.3g}): this is what the format does to "
+                               "these weights, not a loading error")
         if metrics.get("kld_kind") == "lower-bound":
             notes.append("KL divergence is the bucketed lower bound over top-k sets (research evals.md §5.7)")
         gate = evaluate(config.thresholds, metrics, intervals)
         warnings = resolution_warnings(config.thresholds, metrics, intervals)
+        if extreme_warning:
+            warnings.append(extreme_warning)
         flipped = [{"id": o.id, "task": o.task, "direction": "C->I" if o.ref_correct else "I->C",
                     "reference": o.ref_output, "candidate": o.cand_output}
                    for o in acc.items if o.ref_correct != o.cand_correct][:200]

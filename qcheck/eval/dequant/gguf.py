@@ -8,7 +8,6 @@ from typing import Any
 from qcheck.errors import InputError
 
 
-
 def unpermute_rows(w: Any, n_head: int, n_head_kv: int | None = None, where: str | None = None) -> Any:
     """Inverse of convert_hf_to_gguf ``LlamaModel.permute`` on a numpy [rows, ...] array."""
     if n_head_kv is not None and n_head != n_head_kv:
