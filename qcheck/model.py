@@ -118,6 +118,34 @@ class InspectionFinding:
 
 
 @dataclass
+class Adapter:
+    """A PEFT adapter (``adapter_config.json`` cross-checked against its tensors, see ``qcheck.classify.adapter``).
+
+    ``max_rank`` is the largest rank of any module (``rank_pattern`` can raise single modules above ``rank``):
+    what providers' rank limits apply to. Serialised with these keys, in this order.
+    """
+
+    type: str
+    rank: int | None = None
+    max_rank: int | None = None
+    alpha: float | None = None
+    target_modules: list[str] = field(default_factory=list)
+    base_model: str | None = None
+    modules_to_save: list[str] = field(default_factory=list)
+    use_dora: bool = False
+    rank_pattern: bool = False
+
+    @property
+    def label(self) -> str:
+        """``LoRA`` for PEFT's lora, else the PEFT type upper-cased (``IA3``, ``LOHA``)."""
+        return "LoRA" if self.type == "lora" else (self.type or "unknown").upper()
+
+    def field_value(self, name: str) -> Any:
+        """A field by its JSON name (the matrix's ``adapter_*`` match keys), None for a name it does not have."""
+        return getattr(self, name, None) if name in _ADAPTER_FIELDS else None
+
+
+@dataclass
 class Inspection:
     """What a checkpoint is: the public ``qcheck.inspection/1`` record."""
 
@@ -154,9 +182,8 @@ class Inspection:
     pickle_globals: list[str] = field(default_factory=list)
     #: per tensor type: {"type", "tensors", "elements", "bytes"} (bytes null when the type's size is unknown)
     type_stats: list[dict[str, Any]] = field(default_factory=list)
-    #: a PEFT adapter (adapter_config.json): {"type", "rank", "max_rank", "alpha", "target_modules", "base_model",
-    #: "modules_to_save", "use_dora", "rank_pattern"}; None for a full model (see qcheck.classify.adapter)
-    adapter: dict[str, Any] | None = None
+    #: a PEFT adapter (adapter_config.json); None for a full model (see qcheck.classify.adapter)
+    adapter: Adapter | None = None
 
     @property
     def origin(self) -> Origin:
@@ -168,6 +195,9 @@ class Inspection:
         data = asdict(self)
         data = {"schema": INSPECTION_SCHEMA, **data}
         return data
+
+
+_ADAPTER_FIELDS = frozenset(f for f in Adapter.__dataclass_fields__)
 
 
 @dataclass

@@ -18,11 +18,13 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import (
     CHECK_SCHEMA,
     INSPECTION_SCHEMA,
+    Adapter,
     Inspection,
     InspectionFinding,
     Quantization,
     SourceFile,
 )
+from qcheck.typed import as_int
 
 _CONTAINERS = ("gguf", "safetensors", "pickle")
 
@@ -59,7 +61,7 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
     types = quant.tensor_types
     if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
         quant_at.key("tensor_types").fail("must map type names to counts")
-    values = _fields(Inspection, data, root, skip={"quantization", "files", "findings"})
+    values = _fields(Inspection, data, root, skip={"quantization", "files", "findings", "adapter"})
     validate.choice(values.get("container"), root.key("container"), _CONTAINERS)
     files = []
     for i, f in enumerate(data.get("files") or []):
@@ -75,7 +77,33 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
         findings.append(InspectionFinding(**{k: validate.string(f.get(k), at.key(k), empty=True, strip=False)
                                               for k in ("kind", "where", "message")}))
     values.setdefault("path", path)
-    return Inspection(quantization=quant, files=files, findings=findings, **values)
+    return Inspection(quantization=quant, files=files, findings=findings, adapter=_adapter(data, root), **values)
+
+
+def _adapter(data: dict[str, Any], root: validate.At) -> Adapter | None:
+    """The adapter record of a saved inspection. Its fields are read leniently, like the adapter_config.json they
+    came from: a value of the wrong type reads as absent (the matrix then has no rule that matches it)."""
+    raw = data.get("adapter")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        root.key("adapter").fail(f"must be an object, not {_json_type(raw)}")
+
+    def text(key: str) -> str | None:
+        value = raw.get(key)
+        return value if isinstance(value, str) and value else None
+
+    def names(key: str) -> list[str]:
+        value = raw.get(key)
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    alpha = raw.get("alpha")
+    return Adapter(type=text("type") or "unknown", rank=as_int(raw.get("rank"), minimum=0),
+                   max_rank=as_int(raw.get("max_rank"), minimum=0),
+                   alpha=alpha if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else None,
+                   target_modules=names("target_modules"), base_model=text("base_model"),
+                   modules_to_save=names("modules_to_save"), use_dora=raw.get("use_dora") is True,
+                   rank_pattern=raw.get("rank_pattern") is True)
 
 
 def _list(data: dict[str, Any], key: str, at: validate.At) -> list[Any]:
@@ -96,7 +124,11 @@ _JSON_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "boo
 
 def _json_type(value: Any) -> str:
     """A JSON value's type in JSON's words ("an object", "an array")."""
-    return {dict: "an object", list: "an array"}.get(type(value)) or validate.type_name(value)
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return validate.type_name(value)
 
 
 def _fields(cls: type, raw: dict[str, Any], at: validate.At,

@@ -24,6 +24,7 @@ from qcheck.inspect import inspect_path
 from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one
 from qcheck.matrix.schema import MatrixDataError, Target
+from qcheck.model import Adapter
 
 pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub on 127.0.0.1 selected through HF_ENDPOINT
 
@@ -106,9 +107,13 @@ def provider(matrix, name: str, inspection) -> Any:
 def test_inspect_reads_the_adapter_and_recomputes_it_from_tensors(tmp_path: Path) -> None:
     path = write_adapter(tmp_path / "a", 16, ("q_proj", "k_proj", "v_proj", "o_proj"))
     insp = inspect_path(str(path))
-    assert insp.adapter == {"type": "lora", "rank": 16, "max_rank": 16, "alpha": 32,
-                            "target_modules": ["k_proj", "o_proj", "q_proj", "v_proj"], "base_model": BASE,
-                            "modules_to_save": [], "use_dora": False, "rank_pattern": False}
+    assert insp.adapter == Adapter(type="lora", rank=16, max_rank=16, alpha=32,
+                                   target_modules=["k_proj", "o_proj", "q_proj", "v_proj"], base_model=BASE,
+                                   modules_to_save=[], use_dora=False, rank_pattern=False)
+    assert insp.to_json()["adapter"] == {"type": "lora", "rank": 16, "max_rank": 16, "alpha": 32,
+                                         "target_modules": ["k_proj", "o_proj", "q_proj", "v_proj"],
+                                         "base_model": BASE, "modules_to_save": [], "use_dora": False,
+                                         "rank_pattern": False}
     per_layer = 16 * HIDDEN * 4 + 16 * (HIDDEN + KV + KV + HIDDEN)
     assert insp.parameters == LAYERS * per_layer
     assert insp.quantization.method == "none" and insp.quantization.weight_dtype == "bfloat16"
@@ -133,7 +138,7 @@ def test_full_model_has_no_adapter_field_value(tmp_path: Path) -> None:
 def test_rank_mismatch_is_a_warning_naming_both_values(tmp_path: Path) -> None:
     path = write_adapter(tmp_path / "a", 8, tensor_rank=32)
     insp = inspect_path(str(path))
-    assert insp.adapter["rank"] == 8 and insp.adapter["max_rank"] == 32  # limits apply to what the tensors hold
+    assert insp.adapter.rank == 8 and insp.adapter.max_rank == 32  # limits apply to what the tensors hold
     [warning] = [w for w in insp.warnings if "rank mismatch" in w]
     assert "r=8" in warning and "rank 32" in warning and "4 of 4 modules" in warning
 
@@ -151,7 +156,7 @@ def test_lora_pair_disagreeing_and_targets_disagreeing(tmp_path: Path) -> None:
     assert "model.layers.0.self_attn.q_proj: lora_A gives rank 16 ([16, 64]), lora_B gives rank 12 ([64, 12])" in text
     assert "target_modules names k_proj, but no LoRA tensors adapt it" in text
     assert "LoRA tensors adapt v_proj (2 modules" in text and "does not list" in text
-    assert insp.adapter["target_modules"] == ["k_proj", "q_proj"]  # as the config says; the warnings say the rest
+    assert insp.adapter.target_modules == ["k_proj", "q_proj"]  # as the config says; the warnings say the rest
 
 
 def test_dora_rank_pattern_and_modules_to_save(tmp_path: Path) -> None:
@@ -159,9 +164,9 @@ def test_dora_rank_pattern_and_modules_to_save(tmp_path: Path) -> None:
                       modules_to_save=["lm_head"])
     path = write_adapter(tmp_path / "a", 8, config=cfg, dora=True, ranks={"q_proj": 8, "v_proj": 32})
     insp = inspect_path(str(path))
-    assert insp.adapter["use_dora"] is True and insp.adapter["rank_pattern"] is True
-    assert insp.adapter["rank"] == 8 and insp.adapter["max_rank"] == 32
-    assert insp.adapter["modules_to_save"] == ["lm_head"]
+    assert insp.adapter.use_dora is True and insp.adapter.rank_pattern is True
+    assert insp.adapter.rank == 8 and insp.adapter.max_rank == 32
+    assert insp.adapter.modules_to_save == ["lm_head"]
     assert not [w for w in insp.warnings if "rank mismatch" in w or "use_dora" in w]
 
 
@@ -177,8 +182,8 @@ def test_target_modules_regex_string_and_missing_r(tmp_path: Path) -> None:
     del cfg["r"]
     path = write_adapter(tmp_path / "a", 16, ("q_proj", "v_proj"), config=cfg)
     insp = inspect_path(str(path))
-    assert insp.adapter["target_modules"] == ["q_proj", "v_proj"]
-    assert insp.adapter["rank"] == 16 and insp.adapter["max_rank"] == 16
+    assert insp.adapter.target_modules == ["q_proj", "v_proj"]
+    assert insp.adapter.rank == 16 and insp.adapter.max_rank == 16
     assert any("target_modules is the pattern" in w for w in insp.warnings)
     assert any("has no r (rank)" in w for w in insp.warnings)
 
@@ -187,7 +192,7 @@ def test_target_modules_regex_string_and_missing_r(tmp_path: Path) -> None:
 def test_hostile_rank_values_are_ignored_with_a_warning(tmp_path: Path, bad: Any) -> None:
     path = write_adapter(tmp_path / "a", 16, config={**peft_config(16), "r": bad})
     insp = inspect_path(str(path))
-    assert insp.adapter["rank"] == 16  # from the tensors
+    assert insp.adapter.rank == 16  # from the tensors
     assert any(f"r = {bad!r} is not a rank" in w for w in insp.warnings)
 
 
@@ -213,7 +218,7 @@ def test_pickle_adapter_is_reported_as_a_pickle(tmp_path: Path) -> None:
     (d / "adapter_config.json").write_text(json.dumps(peft_config(16)))
     insp = inspect_path(str(d))
     assert insp.container == "pickle"
-    assert insp.adapter["rank"] == 16 and insp.adapter["max_rank"] == 16
+    assert insp.adapter.rank == 16 and insp.adapter.max_rank == 16
     assert any("adapter weights are a pickle" in w for w in insp.warnings)
     r = run("inspect", str(d))
     assert r.returncode == 2 and "pickle checkpoint" in r.stderr
@@ -232,8 +237,8 @@ def test_adapter_made_by_peft_itself(tmp_path: Path) -> None:
     wrapped.save_pretrained(str(tmp_path / "peft"))
     insp = inspect_path(str(tmp_path / "peft"))
     assert insp.adapter is not None
-    assert insp.adapter["type"] == "lora" and insp.adapter["rank"] == 8 and insp.adapter["max_rank"] == 8
-    assert insp.adapter["alpha"] == 16 and insp.adapter["target_modules"] == ["down_proj", "q_proj", "v_proj"]
+    assert insp.adapter.type == "lora" and insp.adapter.rank == 8 and insp.adapter.max_rank == 8
+    assert insp.adapter.alpha == 16 and insp.adapter.target_modules == ["down_proj", "q_proj", "v_proj"]
     assert insp.parameters == wrapped.get_nb_trainable_parameters()[0]
     assert insp.warnings == []
 
@@ -397,7 +402,7 @@ def test_adapter_repo_on_the_hub(hub, tmp_path: Path, matrix) -> None:
     sha = hub.add_repo("org/tiny-lora", files)
     insp = inspect_path("org/tiny-lora")
     assert insp.revision == sha
-    assert insp.adapter["rank"] == 32 and insp.adapter["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    assert insp.adapter.rank == 32 and insp.adapter.target_modules == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert provider(matrix, "fireworks", insp).status == "native"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from qcheck.model import Checkpoint, Inspection, TensorInfo
+from qcheck.model import Adapter, Checkpoint, Inspection, TensorInfo
 
 ADAPTER_CONFIG = "adapter_config.json"
 #: ``<module>.lora_A.weight``, ``<module>.lora_A.<adapter name>.weight``, ``<module>.lora_embedding_A[.<name>]``
@@ -80,18 +80,18 @@ def apply_adapter(checkpoint: Checkpoint, insp: Inspection) -> None:
         warn("adapter weights are a pickle (adapter_model.bin): rank and target modules are as the config "
              "says, not checked against the tensors")
 
-    insp.adapter = {
-        "type": kind,
-        "rank": rank if rank is not None else (tensor_max if not has_pattern else None),
+    insp.adapter = Adapter(
+        type=kind,
+        rank=rank if rank is not None else (tensor_max if not has_pattern else None),
         # the largest rank of any module (rank_pattern can raise single modules above r): what limits apply to
-        "max_rank": tensor_max if tensor_max is not None else _config_max(rank, pattern if has_pattern else {}),
-        "alpha": alpha,
-        "target_modules": targets,
-        "base_model": base if isinstance(base, str) and base else None,
-        "modules_to_save": sorted(x for x in to_save if isinstance(x, str)) if isinstance(to_save, list) else [],
-        "use_dora": dora_cfg or dora_tensors,
-        "rank_pattern": has_pattern,
-    }
+        max_rank=tensor_max if tensor_max is not None else _config_max(rank, pattern if has_pattern else {}),
+        alpha=alpha,
+        target_modules=targets,
+        base_model=base if isinstance(base, str) and base else None,
+        modules_to_save=sorted(x for x in to_save if isinstance(x, str)) if isinstance(to_save, list) else [],
+        use_dora=dora_cfg or dora_tensors,
+        rank_pattern=has_pattern,
+    )
 
 
 def _rank(value: Any, warn: Any) -> int | None:

@@ -102,7 +102,7 @@ class MatchCondition:
         elif where == "adapter":
             if inspection.adapter is None:
                 return False, None
-            value = inspection.adapter.get(attr)
+            value = inspection.adapter.field_value(attr)
         elif where == "inspection":
             value = getattr(inspection, attr, None)
         else:
@@ -119,7 +119,7 @@ class MatchCondition:
         """An adapter's target modules against a list of module names (``{types}`` = the ones outside it)."""
         if inspection.adapter is None:
             return False, None
-        raw = inspection.adapter.get("target_modules")
+        raw = inspection.adapter.target_modules
         targets = [t.lower() for t in raw if isinstance(t, str)] if isinstance(raw, list) else []
         outside = sorted(t for t in targets if not any(t == a or t.endswith("." + a) for a in self.values))
         if attr == "all_in":

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
 from qcheck.matrix.rules import (
-    adapter_label,
     decide,
     dedupe,
     fill,
@@ -187,7 +186,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
     where = f"{target.arch.id}" if target else "the provider"
     if not winners:
         if inspection.adapter is not None:
-            kind = adapter_label(inspection.adapter)
+            kind = inspection.adapter.label
             verdict.reasons = [f"no sourced rule for {engine.name} {version} x {kind} adapters on {where}: no "
                                "adapter rule in the matrix covers this combination (rules for full models never "
                                "judge an adapter)"]

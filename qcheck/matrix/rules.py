@@ -8,7 +8,7 @@ dimension, the suggestions), kept below all of them so none has to import anothe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from qcheck.matrix.schema import Backend, Engine, MatrixDataError, Rule, SuggestionRule, Target
 from qcheck.matrix.versions import contains
@@ -38,15 +38,9 @@ def placeholders(inspection: Inspection, engine: Engine, version: str, target: T
         "cc": (target.sm or "") if target else "", "method": inspection.quantization.method,
         "file_type": inspection.quantization.gguf_file_type or "", "backend": backend or "",
         "path": inspection.path,
-        "adapter_rank": str((inspection.adapter or {}).get("max_rank") or ""),
-        "base_model": str((inspection.adapter or {}).get("base_model") or "the base model"),
+        "adapter_rank": str(inspection.adapter.max_rank or "") if inspection.adapter else "",
+        "base_model": (inspection.adapter.base_model if inspection.adapter else None) or "the base model",
     }
-
-
-def adapter_label(adapter: dict) -> str:
-    """``LoRA`` for PEFT's lora, else the PEFT type upper-cased (``IA3``, ``LOHA``)."""
-    kind = str(adapter.get("type") or "unknown")
-    return "LoRA" if kind == "lora" else kind.upper()
 
 
 def dedupe(items: list[str]) -> list[str]:
@@ -57,6 +51,7 @@ def pick_backend(engine: Engine, explicit: str | None, target: Target | None) ->
     """The backend an engine uses on this GPU, or (None, reason) when none fits."""
     if not engine.backends or target is None:
         return None, None
+    backend: Backend | None
     if explicit is not None:
         backend = engine.backends[explicit]
         if target.vendor not in backend.vendors:
@@ -78,8 +73,9 @@ def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: 
     """
     method = inspection.quantization.method
     adapter = inspection.adapter is not None
-    out = []
-    for rule in engine.rules_for(method) if rules is None else rules:
+    out: list[tuple[R, list[str]]] = []
+    pool = cast("Sequence[R]", engine.rules_for(method)) if rules is None else rules
+    for rule in pool:
         if adapter and not any(c.key.startswith("adapter") for c in rule.match):
             continue  # an adapter is not a model: only rules written for adapters judge it
         if rule.versions is not None and not contains(rule.versions, at):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from qcheck.formats import REGISTRY, Format
-from qcheck.model import Inspection, Quantization
+from qcheck.model import Adapter, Inspection, Quantization
 
 _ACT_BITS = {"float8_e4m3": 8, "float8_e5m2": 8, "int8": 8, "fp4_e2m1": 4, "int4": 4}
 
@@ -87,24 +87,23 @@ def quant_phrase(q: Quantization) -> str:
     return text
 
 
-def adapter_phrase(adapter: dict[str, Any]) -> str:
+def adapter_phrase(adapter: Adapter) -> str:
     """``LoRA r=16, alpha 32, targets q_proj, v_proj, base meta-llama/Llama-3.1-8B``: the adapter in one line."""
-    kind = str(adapter.get("type") or "unknown")
-    parts = [("LoRA" if kind == "lora" else kind.upper()) + (f" r={adapter['rank']}" if adapter.get("rank") else "")]
-    if adapter.get("max_rank") and adapter.get("max_rank") != adapter.get("rank"):
-        parts.append(f"max rank {adapter['max_rank']}")
-    if adapter.get("rank_pattern"):
+    parts = [adapter.label + (f" r={adapter.rank}" if adapter.rank else "")]
+    if adapter.max_rank and adapter.max_rank != adapter.rank:
+        parts.append(f"max rank {adapter.max_rank}")
+    if adapter.rank_pattern:
         parts.append("per-module ranks (rank_pattern)")
-    if adapter.get("alpha") is not None:
-        parts.append(f"alpha {adapter['alpha']}")
-    if adapter.get("use_dora"):
+    if adapter.alpha is not None:
+        parts.append(f"alpha {adapter.alpha}")
+    if adapter.use_dora:
         parts.append("DoRA")
-    targets = [str(t) for t in adapter.get("target_modules") or []]
+    targets = [str(t) for t in adapter.target_modules]
     parts.append(f"targets {', '.join(targets)}" if targets else "no target modules found")
-    if adapter.get("modules_to_save"):
-        parts.append(f"also saves {', '.join(map(str, adapter['modules_to_save']))}")
-    if adapter.get("base_model"):
-        parts.append(f"base {adapter['base_model']}")
+    if adapter.modules_to_save:
+        parts.append(f"also saves {', '.join(map(str, adapter.modules_to_save))}")
+    if adapter.base_model:
+        parts.append(f"base {adapter.base_model}")
     return ", ".join(parts)
 
 
@@ -113,9 +112,8 @@ def describe(inspection: Inspection) -> str:
     if inspection.container == "pickle":
         return f"pickle checkpoint (never unpickled, not inspected), {human_bytes(inspection.size_bytes)}"
     if inspection.adapter is not None:
-        base = inspection.adapter.get("base_model")
-        kind = str(inspection.adapter.get("type") or "unknown")
-        return (f"{'LoRA' if kind == 'lora' else kind.upper()} adapter"
+        base = inspection.adapter.base_model
+        return (f"{inspection.adapter.label} adapter"
                 f"{' for ' + base if base else ''}, {human_count(inspection.parameters)} params, "
                 f"{quant_phrase(inspection.quantization)}, {human_bytes(inspection.size_bytes)}")
     who = inspection.architecture or inspection.model_type or "unknown architecture"
