@@ -42,6 +42,24 @@ def server_available() -> str | None:
     return None
 
 
+#: ``python -m llama_cpp.server`` with llama.cpp's extra CPU buffer types off (its ``--no-repack``): on virtual
+#: machines that advertise AMX without enabling it, repacked Q4_0/Q8_0 weights kill the server with SIGILL (seen
+#: on this project's CI machines). qcheck's in-process llama.cpp runner does the same (``runners/llamacpp.py``).
+_SERVER_WITHOUT_REPACKING = """
+import runpy, sys
+import llama_cpp.llama_cpp as bindings
+defaults = bindings.llama_model_default_params
+def no_repack():
+    params = defaults()
+    if hasattr(params, "use_extra_bufts"):
+        params.use_extra_bufts = False
+    return params
+bindings.llama_model_default_params = no_repack
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 @contextlib.contextmanager
 def llama_server(model: str | Path, *, alias: str = "tiny", n_ctx: int = 512, api_key: str | None = None,
                  startup_timeout: float = 120.0) -> Iterator[str]:
@@ -50,7 +68,7 @@ def llama_server(model: str | Path, *, alias: str = "tiny", n_ctx: int = 512, ap
     The process is killed (its whole process group) when the block exits, whatever happened inside.
     """
     port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", alias,
+    cmd = [sys.executable, "-c", _SERVER_WITHOUT_REPACKING, "--model", str(model), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--logits_all", "True",
            "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "False", "--use_mlock", "False"]
     if api_key:
