@@ -39,7 +39,8 @@ def test_good_file_loads_with_kinds_tasks_and_hash(tmp_path):
 @pytest.mark.parametrize("line, message", [
     ("{not json", "invalid JSON"),
     ("[1, 2]", "must be a JSON object"),
-    ({"id": "x", "text": "t"}, "kind: missing"),
+    ({"id": "x", "txt": "t"}, "kind: missing"),
+    ({"id": "x", "text": "t", "txt": "u"}, "txt: unknown field for a text item without kind"),
     ({"id": "x", "kind": "essay", "text": "t"}, "kind: 'essay' is not one of"),
     ({"id": "x", "kind": "text", "txt": "t"}, "txt: unknown field"),
     ({"kind": "text", "text": "t"}, "id: missing"),

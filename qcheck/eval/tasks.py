@@ -12,6 +12,9 @@ Optional on every item: ``task`` (group name for per-task accuracy; default the 
 ``doc`` (cluster id for the bootstrap, default the item id). ``choice`` items may set ``delimiter``
 (default ``" "``, lm-eval's ``target_delimiter``); ``generate`` items ``max_new_tokens`` (default 32).
 Unknown fields are errors, so a typo never silently drops a setting.
+
+A line without ``kind`` may be a bare ``{"text": ...}`` or an lm-evaluation-harness shape (``--log_samples``
+output, ARC/MMLU ``question``/``choices``, HellaSwag ``ctx``/``endings``); ``qcheck.eval.lmeval`` maps it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from qcheck import validate
 from qcheck.errors import InputError, UsageError
+from qcheck.eval.lmeval import SHAPES, from_foreign
 
 KINDS = ("text", "choice", "generate")
 MATCH_RULES = ("exact", "contains", "regex")
@@ -187,7 +191,7 @@ def parse_jsonl(data: bytes, name: str, default_task: str) -> list[TaskItem]:
             raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=where) from None
         except RecursionError:
             raise InputError("invalid JSON: nested too deeply", path=where) from None
-        items.append(_validate(obj, where, default_task))
+        items.append(_validate(obj, where, default_task, lineno))
     return items
 
 
@@ -210,12 +214,18 @@ def _string(obj: dict[str, Any], key: str, where: str, *, required: bool = True,
     return validate.string(obj[key], _at(where).key(key), empty=allow_empty, strip=False)
 
 
-def _validate(obj: Any, where: str, default_task: str) -> TaskItem:
+def _validate(obj: Any, where: str, default_task: str, lineno: int = 0) -> TaskItem:
     if not isinstance(obj, dict):
         raise InputError(f"each line must be a JSON object, not {type(obj).__name__}", path=where)
+    if "kind" not in obj:  # a bare text line or an lm-evaluation-harness shape (qcheck/eval/lmeval.py)
+        named = obj.get("task")
+        task = named if isinstance(named, str) and named.strip() else default_task
+        converted = from_foreign(obj, _at(where), task, lineno)
+        if converted is None:
+            raise _fail(where, "kind", f"missing (one of {', '.join(KINDS)}), and the line is none of the "
+                                       f"lm-eval shapes qcheck reads ({SHAPES})")
+        obj = converted
     kind = obj.get("kind")
-    if kind is None:
-        raise _fail(where, "kind", f"missing (one of {', '.join(KINDS)})")
     if kind not in KINDS:
         raise _fail(where, "kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     unknown = sorted(set(obj) - _FIELDS[kind])
