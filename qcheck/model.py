@@ -220,6 +220,8 @@ class Judgement:
     sources: list[Source] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     requires: list[str] = field(default_factory=list)
+    #: said whatever the status (e.g. where an installed engine disagrees with the shipped data)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass

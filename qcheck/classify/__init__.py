@@ -46,6 +46,10 @@ def classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]]
     else:
         insp, qlinears = _classify_safetensors(checkpoint)
     insp.type_stats = type_stats(checkpoint)
+    if checkpoint.container == "gguf":
+        from qcheck.matrix.architectures import note_unknown_gguf_architecture
+
+        note_unknown_gguf_architecture(insp)
     if checkpoint.container == "safetensors" and is_adapter(checkpoint):
         apply_adapter(checkpoint, insp)
     return insp, qlinears

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from qcheck.cli.common import OutputSpec, finish, limit_options, output_options_for
 from qcheck.limits import Limits
+
+if TYPE_CHECKING:
+    from qcheck.matrix import Matrix
 
 
 @click.command("matrix")
@@ -20,11 +25,14 @@ from qcheck.limits import Limits
 @click.option("--all-versions", is_flag=True, help="One row per engine version the matrix knows.")
 @click.option("--validate", is_flag=True,
               help="Check the matrix data: schema, then every method x engine x version x architecture.")
+@click.option("--arch", "arch_name", default=None, metavar="NAME",
+              help="Which engines and versions load a model architecture (LlamaForCausalLM, llama, qwen3 ...).")
 @click.option("--list", "list_names", is_flag=True, help="List the engines and GPUs the matrix knows.")
 @output_options_for(("text", "json", "markdown"), reports=False)
 @limit_options
 def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...],
-            all_versions: bool, validate: bool, list_names: bool, output_spec: OutputSpec, limits: Limits) -> int:
+            all_versions: bool, validate: bool, arch_name: str | None, list_names: bool, output_spec: OutputSpec,
+            limits: Limits) -> int:
     """Show which engines run which quantisation formats on which architectures.
 
     \b
@@ -33,6 +41,7 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
       qcheck matrix model.gguf -e llama.cpp  the table for one checkpoint
       qcheck matrix --format markdown -o docs/matrix.md
       qcheck matrix --validate               check matrices/ after an edit
+      qcheck matrix --arch Qwen3ForCausalLM  which engines and versions load it
     """
     from qcheck.errors import UsageError
     from qcheck.matrix import load_matrix, parse_engine_spec
@@ -40,6 +49,7 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
 
     matrix = load_matrix()
     if validate:
+        from qcheck.matrix.architectures import validate_all
         from qcheck.matrix.audit import audit
 
         report = audit(matrix)
@@ -48,7 +58,10 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
                    f"{len(matrix.gpus.archs)} architectures, {len(matrix.gpus.gpus)} GPUs; {report.summary()}")
         for line in report.notes():
             click.echo(line)
+        click.echo(f"architecture data OK: {validate_all(matrix)}")
         return 0
+    if arch_name is not None:
+        return _arch(matrix, arch_name, engines, output_spec)
     if list_names:
         for engine in matrix.engines.values():
             backends = f"  backends: {', '.join(engine.backends)}" if engine.backends else ""
@@ -84,3 +97,32 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
             click.echo(text, nl=False)
         return 0
     return finish(result, output_spec)
+
+
+def _arch(matrix: Matrix, name: str, engines: tuple[str, ...], output_spec: OutputSpec) -> int:
+    """``qcheck matrix --arch NAME``: one line per engine list that holds the name (text or JSON)."""
+    import json
+
+    from qcheck.errors import UsageError
+    from qcheck.matrix import parse_engine_spec
+    from qcheck.matrix.architectures import arch_support
+
+    if not name.strip():
+        raise UsageError("--arch needs a name (e.g. LlamaForCausalLM, llama, qwen3)")
+    if output_spec.fmt not in ("text", "json"):
+        raise UsageError(f"qcheck matrix --arch writes text or json, not {output_spec.fmt}")
+    ids = [parse_engine_spec(e, matrix).engine.id for e in engines] or list(matrix.engines)
+    rows = arch_support(matrix.root, ids, name)
+    if output_spec.fmt == "json":
+        text = json.dumps({"schema": "qcheck.arch-support/1", "architecture": name,
+                           "engines": [r.to_json() for r in rows]}, indent=2) + "\n"
+    else:
+        text = f"architecture {name}: which engines load it (from matrices/architectures/)\n"
+        text += "".join(f"  {r.line()}\n" for r in rows)
+    if output_spec.path and output_spec.path != "-":
+        from qcheck.report import write_atomic
+
+        write_atomic(output_spec.path, text)
+    else:
+        click.echo(text, nl=False)
+    return 0

@@ -92,7 +92,7 @@ def audit(matrix: Matrix) -> Audit:
                         if backend is not None and target is not None and \
                                 target.vendor not in engine.backends[backend].vendors:
                             continue
-                        v = resolve_one(matrix, inspection, request, target)
+                        v = resolve_one(matrix, inspection, request, target, dimensions=False)
                         result.cells += 1
                         result.statuses[v.status] += 1
                         if v.status == "unknown" and not v.reasons:

@@ -55,8 +55,16 @@ class Deployment:
 
 Dimension = Callable[[Deployment], "Judgement | None"]
 
-#: dimensions judged beside the weight format, in report order (the architecture dimension registers here)
-DIMENSIONS: list[Dimension] = []
+
+
+def _architecture(d: Deployment) -> Judgement | None:
+    from qcheck.matrix.architectures import judge_architecture
+
+    return judge_architecture(d)
+
+
+#: dimensions judged beside the weight format, in report order
+DIMENSIONS: list[Dimension] = [_architecture]
 
 
 def _builtin() -> None:
@@ -90,7 +98,7 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
 
     The verdict gains ``dimensions`` (the weight format's own judgement first). When another dimension is
     strictly worse it decides: the status becomes its status, its reasons come first, each prefixed with the
-    dimension's name, and its suggestions lead. Sources and requirements of every dimension are kept.
+    dimension's name, and its suggestions lead. Sources, requirements and warnings of every dimension are kept.
     """
     weights = Judgement(WEIGHTS, verdict.status, list(verdict.reasons), list(verdict.sources),
                         list(verdict.suggestions), list(verdict.requires))
@@ -110,6 +118,7 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
         verdict.reasons = _dedupe([*verdict.reasons, *others])
         verdict.suggestions = _dedupe([*verdict.suggestions, *(s for j in deciding for s in j.suggestions)])
     verdict.requires = _dedupe([*verdict.requires, *(r for j in judgements for r in j.requires)])
+    verdict.warnings = _dedupe([*verdict.warnings, *(f"{j.dimension}: {w}" for j in judgements for w in j.warnings)])
     seen = {(s.ref, s.version) for s in verdict.sources}
     for j in judgements:
         for s in j.sources:

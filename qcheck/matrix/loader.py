@@ -116,8 +116,11 @@ def load_matrix(root: str | Path | None = None) -> Matrix:
 
 
 def clear_cache() -> None:
-    """Forget loaded matrices (tests that rewrite a matrix directory in place)."""
+    """Forget loaded matrices and architecture files (tests that rewrite a matrix directory in place)."""
+    from qcheck.matrix import architectures
+
     _CACHE.clear()
+    architectures.clear_cache()
 
 
 def _display(root: Path, file: Path) -> str:

@@ -26,6 +26,7 @@ from qcheck.model import Source, Verdict
 if TYPE_CHECKING:
     from packaging.version import Version
 
+    from qcheck.matrix.installed import InstalledEngine
     from qcheck.matrix.loader import Matrix
     from qcheck.model import Inspection
 
@@ -37,16 +38,26 @@ class EngineRequest:
     engine: Engine
     version: str | None = None
     backend: str | None = None
+    #: ``NAME=installed``: the engine found in this Python, with its own registry (qcheck.matrix.installed)
+    installed: InstalledEngine | None = None
 
     @property
     def label(self) -> str:
         text = self.engine.id + (f":{self.backend}" if self.backend else "")
+        if self.installed is not None:
+            return text + "=installed"
         return text + (f"=={self.version}" if self.version else "")
 
 
 def parse_engine_spec(text: str, matrix: Matrix) -> EngineRequest:
-    """Parse an ``--engine`` value; unknown names, backends and malformed versions are usage errors."""
+    """Parse an ``--engine`` value; unknown names, backends and malformed versions are usage errors.
+
+    ``NAME=installed`` reads the engine installed in this Python (its version and model registry, without
+    importing it): see qcheck.matrix.installed.
+    """
     raw = text.strip()
+    if "==" not in raw and raw.lower().endswith("=installed"):
+        return _installed_spec(text, raw[: -len("=installed")], matrix)
     name, sep, version = raw.partition("==")
     if sep and not version.strip():
         raise UsageError(f"--engine {text!r}: missing version after '=='")
@@ -67,6 +78,25 @@ def parse_engine_spec(text: str, matrix: Matrix) -> EngineRequest:
         except ValueError as exc:
             raise UsageError(f"--engine {text!r}: {exc}") from None
     return EngineRequest(engine, version_text, backend_name)
+
+
+def _installed_spec(text: str, name: str, matrix: Matrix) -> EngineRequest:
+    from qcheck.matrix.architectures import load_architectures
+    from qcheck.matrix.installed import find_installed
+
+    base = parse_engine_spec(name, matrix)
+    known: frozenset[str] = frozenset()
+    if base.engine.id == "llama.cpp":
+        data = load_architectures(matrix.root, "llama.cpp")
+        known = frozenset(n for lst in (data.lists if data else []) if lst.names == "gguf-arch" for n in lst.arch)
+    installed = find_installed(base.engine.id, known_gguf_names=known)
+    version = installed.engine_version
+    if version is not None:
+        try:
+            parse_version(version, base.engine.scheme)
+        except ValueError as exc:
+            raise UsageError(f"--engine {text!r}: installed version: {exc}") from None
+    return EngineRequest(base.engine, version, base.backend, installed)
 
 
 def select_version(engine: Engine, requested: str | None) -> tuple[str, Version, list[str]]:
@@ -121,18 +151,22 @@ def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
 
 
 def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
-                options: dict[str, Any] | None = None) -> Verdict:
-    """The verdict for one (engine, GPU) combination, without suggestions."""
-    return resolve_with_types(matrix, inspection, request, target, options)[0]
+                options: dict[str, Any] | None = None, *, dimensions: bool = True) -> Verdict:
+    """The verdict for one (engine, GPU) combination, without suggestions (``dimensions=False``: the weight
+    format alone, for the format tables' synthetic probes, which stand for no model in particular)."""
+    return resolve_with_types(matrix, inspection, request, target, options, dimensions=dimensions)[0]
 
 
 def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRequest,
-                       target: Target | None, options: dict[str, Any] | None = None) -> tuple[Verdict, list[str]]:
+                       target: Target | None, options: dict[str, Any] | None = None, *,
+                       dimensions: bool = True) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
     from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions
 
     verdict, types = _resolve_weights(matrix, inspection, request, target)
+    if not dimensions:
+        return verdict, types
     version, at, _ = select_version(request.engine, request.version)
     deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at,
                             dict(options or {}))

@@ -98,8 +98,9 @@ def expand_requests(matrix: Matrix, requests: list[EngineRequest] | None, all_ve
 
 
 def build_table(matrix: Matrix, inspection: Inspection, title: str, requests: list[EngineRequest],
-                targets: list[Target]) -> MatrixTable:
-    """One table: a row per engine request, a cell per target (providers get one ``hosted`` column)."""
+                targets: list[Target], *, probe: bool = False) -> MatrixTable:
+    """One table: a row per engine request, a cell per target (providers get one ``hosted`` column). A ``probe``
+    (a synthetic format variant, no model in particular) is judged on its weight format alone."""
     rows: list[MatrixRow] = []
     columns = [t.label for t in targets]
     has_provider = False
@@ -108,10 +109,10 @@ def build_table(matrix: Matrix, inspection: Inspection, title: str, requests: li
         row = MatrixRow(request.engine.id, request.engine.name, version, request.backend, request.engine.kind)
         if request.engine.needs_gpu:
             for target in targets:
-                row.cells[target.label] = resolve_one(matrix, inspection, request, target)
+                row.cells[target.label] = resolve_one(matrix, inspection, request, target, dimensions=not probe)
         else:
             has_provider = True
-            row.cells[HOSTED] = resolve_one(matrix, inspection, request, None)
+            row.cells[HOSTED] = resolve_one(matrix, inspection, request, None, dimensions=not probe)
         rows.append(row)
     if has_provider:
         columns.append(HOSTED)
@@ -136,5 +137,5 @@ def build_matrix(matrix: Matrix, *, method: str | None = None, inspection: Inspe
         close = difflib.get_close_matches(method, METHODS, n=3)
         hint = f"; did you mean: {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown method {method!r}{hint} (known: {', '.join(METHODS)})")
-    tables = [build_table(matrix, p.build(), p.label, rows, targets) for p in probes_for(method)]
+    tables = [build_table(matrix, p.build(), p.label, rows, targets, probe=True) for p in probes_for(method)]
     return MatrixResult(tables, matrix)

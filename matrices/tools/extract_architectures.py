@@ -1,0 +1,522 @@
+#!/usr/bin/env python3
+"""Generate matrices/architectures/<engine>.toml from the engines' own released packages and source.
+
+Which model architectures each engine loads, per release, read from the release itself (never typed):
+
+* vllm: ``vllm/model_executor/models/registry.py`` (``_*_MODELS`` dicts; older releases
+  ``models/__init__.py``) in the PyPI sdist of each release.
+* transformers: the auto mappings ``models/auto/modeling_auto.py`` (``MODEL_*_MAPPING_NAMES``) and
+  ``configuration_auto.py`` (``CONFIG_MAPPING_NAMES``), plus the GGUF loader's ``integrations/ggml.py``
+  (``GGUF_CONFIG_MAPPING``: the ``general.architecture`` values ``from_pretrained(gguf_file=)`` reads),
+  from the PyPI wheel of each release.
+* sglang: ``python/sglang/srt/models/*.py`` ``EntryClass`` in the PyPI wheel of each release.
+* mlx-lm: the module names of ``mlx_lm/models/*.py`` (a ``model_type`` loads when its module exists,
+  after ``MODEL_REMAPPING`` in ``utils.py``), from the PyPI wheel of each release.
+* llama.cpp: ``LLM_ARCH_NAMES`` in ``src/llama-arch.cpp`` (the ``general.architecture`` values llama.cpp
+  loads) and the ``@ModelBase.register(...)`` HF classes of ``convert_hf_to_gguf.py`` (and, once it was split,
+  ``conversion/*.py``), from the llama.cpp
+  git bundle that each npm ``node-llama-cpp`` release carries at a llama.cpp release tag (``bNNNN``).
+
+Downloads go through the registries' ordinary clients (``pip download --no-deps``, ``npm pack``) except
+vLLM, whose sdist cannot be ``pip download``-ed without building it (its setup.py imports torch): its
+sdist is fetched through PyPI's simple index (PEP 691 JSON) and checked against the published sha256. Everything is cached
+under ``$QCHECK_ARCH_CACHE`` (default ``~/.cache/qcheck-arch``).
+
+    python matrices/tools/extract_architectures.py all          # refresh every engine
+    python matrices/tools/extract_architectures.py vllm sglang  # some engines
+    python matrices/tools/extract_architectures.py vllm --versions 0.9.0 0.33.0
+
+The output is deterministic for the same inputs, so a refresh is a reviewable diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+OUT_DIR = REPO / "matrices" / "architectures"
+sys.path.insert(0, str(REPO))  # the parsers are qcheck's own (``--engine NAME=installed`` reads with them too)
+
+from qcheck.matrix.arch_sources import (  # noqa: E402
+    MLX_NOT_MODELS,
+    parse_arch_strings,
+    parse_convert_hf,
+    parse_llama_arch,
+    parse_mlx_remapping,
+    parse_sglang_entry,
+    parse_transformers_config,
+    parse_transformers_gguf,
+    parse_transformers_modeling,
+    parse_vllm_registry,
+)
+
+CACHE = Path(os.environ.get("QCHECK_ARCH_CACHE", Path.home() / ".cache" / "qcheck-arch"))
+
+#: releases read per engine: every minor release (and the versions the engine matrix names)
+VERSIONS: dict[str, list[str]] = {
+    "vllm": ["0.5.5", "0.6.0", "0.6.3", "0.6.6", "0.7.0", "0.7.3", "0.8.0", "0.8.5", "0.9.0", "0.10.0", "0.10.2",
+             "0.11.0", "0.12.0", "0.13.0", "0.14.0", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.20.0",
+             "0.21.0", "0.22.0", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0",
+             "0.31.0", "0.32.0", "0.33.0"],
+    "transformers": ["4.40.0", "4.43.0", "4.46.0", "4.49.0", "4.52.1", "4.55.0", "4.57.1", "5.0.0", "5.4.0",
+                     "5.8.0", "5.12.0", "5.16.0", "5.20.0", "5.24.0"],
+    "sglang": ["0.4.0", "0.4.3", "0.4.6", "0.4.9", "0.5.1", "0.5.3", "0.5.6", "0.5.9", "0.5.12", "0.5.15",
+               "0.5.18", "0.5.21", "0.5.23"],
+    "mlx": ["0.19.0", "0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.29.1", "0.30.0", "0.31.1", "0.32.1"],
+    # node-llama-cpp releases -> the llama.cpp build each one bundles (read from the package itself)
+    "exllamav2": ["0.1.0", "0.1.5", "0.2.0", "0.2.3", "0.2.6", "0.2.9", "0.3.0", "0.3.2"],
+    "exllamav3": ["0.0.5", "0.0.10", "0.0.20", "0.0.30", "0.0.40", "1.0.0", "1.2.0", "1.4.1", "1.5.0", "1.6.5"],
+    "llama.cpp": ["3.2.0", "3.4.0", "3.6.0", "3.8.1", "3.10.0", "3.12.0", "3.14.0", "3.16.0", "3.18.0",
+                  "3.20.0", "3.21.1", "3.22.0"],
+}
+
+# --------------------------------------------------------------------------------------------------------------
+# version history -> TOML
+
+@dataclass
+class NameList:
+    """One list of an engine: which names (HF class / model_type / GGUF arch), read from where, at which versions."""
+
+    id: str
+    names: str  # "hf-class" | "model-type" | "gguf-arch"
+    containers: list[str]
+    source: str
+    note: str = ""
+    #: "load" (the engine loads these names) or "convert" (it converts them to its own format first)
+    role: str = "load"
+    #: version -> {name: kind}, oldest first
+    seen: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def history(seen: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """{name: {"first", "last"?, "kind"}}: first and last version read that has the name (``last`` only when a
+    later version read dropped it)."""
+    versions = list(seen)
+    out: dict[str, dict[str, str]] = {}
+    for v in versions:
+        for name, kind in seen[v].items():
+            entry = out.setdefault(name, {"first": v, "kind": kind})
+            entry["kind"] = kind
+            entry["_last"] = v
+    newest = versions[-1] if versions else None
+    for entry in out.values():
+        last = entry.pop("_last")
+        if last != newest:
+            entry["last"] = last
+    return out
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _derive_lines(derive: dict[str, object]) -> list[str]:
+    lines = ["", "[architectures.derive]"]
+    for key in ("containers", "from", "source", "note", "absent"):
+        value = derive.get(key)
+        if isinstance(value, list):
+            lines.append(f"{key} = [{', '.join(_q(v) for v in value)}]")
+        elif value is not None:
+            lines.append(f"{key} = {_q(str(value))}")
+    versions = derive.get("versions")
+    if isinstance(versions, dict):
+        lines += ["", "[architectures.derive.versions]"] + [f"{_q(k)} = {_q(v)}" for k, v in versions.items()]
+    return lines
+
+
+#: engines that hand some checkpoints to another engine's loader (read from their source, see the refs)
+DERIVES: dict[str, dict[str, object]] = {
+    "vllm": {"containers": ["gguf"], "from": "transformers",
+             "source": "vllm-project/vllm: vllm/transformers_utils/config.py + model_loader/gguf_loader.py (a GGUF's "
+                       "config is read with transformers' GGUF loader, then mapped back by model_type)",
+             "note": "judged at the newest transformers release read; since 0.24.0 GGUF also needs vllm-gguf-plugin",
+             "absent": "unknown"},
+}
+
+
+def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[str, str], command: str,
+                versions_of: str | None = None, derive: dict[str, object] | None = None) -> str:
+    """The architectures file for one engine (deterministic: names sorted, versions oldest first)."""
+    versions = list(read)
+    lines = [
+        f"# Architectures {engine} loads, per release. GENERATED by {command}; do not edit by hand.",
+        "# Each list says what names it holds and where they were read; per name: the first release read",
+        "# that has it and, when a later release read dropped it, the last one. Releases between two",
+        "# releases read are not known exactly (qcheck says unknown there).",
+        "",
+        "[architectures]",
+        f"engine = {_q(engine)}",
+        f"version_scheme = {_q(scheme)}",
+        f"versions_read = [{', '.join(_q(v) for v in versions)}]",
+        f"generated_by = {_q(command)}",
+        *([f"versions_of = {_q(versions_of)}"] if versions_of else []),
+        *(_derive_lines(derive) if derive else []),
+        "",
+        "[architectures.read]",
+    ]
+    lines += [f"{_q(v)} = {_q(what)}" for v, what in read.items()]
+    for lst in lists:
+        lines += ["", "[[list]]", f"id = {_q(lst.id)}", f"names = {_q(lst.names)}",
+                  f"containers = [{', '.join(_q(c) for c in lst.containers)}]", f"source = {_q(lst.source)}"]
+        if lst.role != "load":
+            lines.append(f"role = {_q(lst.role)}")
+        if lst.note:
+            lines.append(f"note = {_q(lst.note)}")
+        lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]", "", "[list.arch]"]
+        for name, entry in sorted(history(lst.seen).items()):
+            fields = ", ".join(f"{k} = {_q(entry[k])}" for k in ("first", "last", "kind") if k in entry)
+            lines.append(f"{_q(name)} = {{ {fields} }}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fetching releases (cached)
+
+class Missing(Exception):
+    """A release has no file of the kind needed (e.g. no sdist on PyPI): the release is skipped, not guessed."""
+
+
+def _releases(package: str, versions: Sequence[str], get: Callable[[str, str], Path]) -> Iterable[tuple[str, Path]]:
+    """(version, downloaded file) for every release that has one; the others are reported and skipped."""
+    for v in versions:
+        try:
+            yield v, get(package, v)
+        except (Missing, subprocess.CalledProcessError) as exc:
+            print(f"{package} {v}: skipped ({exc})", file=sys.stderr)
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def pip_wheel(package: str, version: str) -> Path:
+    """The PyPI wheel of a pure-Python release, through ``pip download --no-deps --only-binary :all:``."""
+    dest = CACHE / "pypi" / f"{package}-{version}"
+    found = sorted(dest.glob("*.whl")) if dest.is_dir() else []
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", f"{package}=={version}",
+              "-d", str(dest)], dest)
+        found = sorted(dest.glob("*.whl"))
+    if not found:
+        raise Missing(f"no wheel for {package}=={version}")
+    return found[0]
+
+
+def pypi_sdist(package: str, version: str) -> Path:
+    """The sdist of a release from PyPI's simple index, checked against the sha256 PyPI publishes."""
+    dest = CACHE / "pypi" / f"{package}-{version}"
+    found = sorted(dest.glob("*.tar.gz")) if dest.is_dir() else []
+    if found:
+        return found[0]
+    request = urllib.request.Request(f"https://pypi.org/simple/{package}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        index = json.load(resp)
+    wanted = {f"{package}-{version}.tar.gz", f"{package.replace('-', '_')}-{version}.tar.gz"}
+    url = next((f for f in index["files"] if f["filename"] in wanted), None)
+    if url is None:
+        raise Missing(f"no sdist for {package}=={version} on PyPI")
+    with urllib.request.urlopen(url["url"], timeout=300) as resp:
+        data = resp.read()
+    if hashlib.sha256(data).hexdigest() != url["hashes"]["sha256"]:
+        raise SystemExit(f"{url['filename']}: sha256 does not match PyPI's")
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / url["filename"]
+    path.write_bytes(data)
+    return path
+
+
+def npm_pack(package: str, version: str) -> Path:
+    """An npm release tarball through ``npm pack``."""
+    dest = CACHE / "npm" / f"{package}-{version}"
+    found = sorted(dest.glob("*.tgz")) if dest.is_dir() else []
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        _run(["npm", "pack", "--silent", f"{package}@{version}"], dest)
+        found = sorted(dest.glob("*.tgz"))
+    if not found:
+        raise Missing(f"npm pack {package}@{version} gave no tarball")
+    return found[0]
+
+
+class Archive:
+    """Read members of a wheel (zip) or sdist/npm tarball by path suffix, without unpacking to disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.files: dict[str, bytes] = {}
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as z:
+                self._names = z.namelist()
+                self._read: Callable[[str], bytes] = lambda n: zipfile.ZipFile(path).read(n)
+        else:
+            with tarfile.open(path) as t:
+                self._names = [m.name for m in t.getmembers() if m.isfile()]
+            self._read = lambda n: _tar_member(path, n)
+
+    def find(self, suffix: str) -> list[str]:
+        return sorted(n for n in self._names if n.endswith(suffix))
+
+    def text(self, name: str) -> str:
+        return self._read(name).decode("utf-8", "replace")
+
+    def glob(self, pattern: str) -> list[str]:
+        rx = re.compile(pattern)
+        return sorted(n for n in self._names if rx.search(n))
+
+
+def _tar_member(path: Path, name: str) -> bytes:
+    with tarfile.open(path) as t:
+        f = t.extractfile(name)
+        return f.read() if f else b""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# engines
+
+def extract_vllm(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    reg = NameList("registry", "hf-class", ["safetensors"],
+                   "vllm-project/vllm: vllm/model_executor/models/registry.py (every _*_MODELS dict; "
+                   "before 0.6: models/__init__.py)",
+                   note="kinds from the dict names: _TEXT_GENERATION_MODELS text, _EMBEDDING_MODELS embedding, "
+                        "_MULTIMODAL_MODELS multimodal, _SPECULATIVE_DECODING_MODELS speculative ...")
+    read = {}
+    for v, path in _releases("vllm", versions, pypi_sdist):
+        arc = Archive(path)
+        files = arc.find("vllm/model_executor/models/registry.py") or arc.find("vllm/model_executor/models/__init__.py")
+        if not files:
+            raise SystemExit(f"vllm {v}: no registry.py in {path.name}")
+        reg.seen[v] = parse_vllm_registry(arc.text(files[0]))
+        read[v] = f"{path.name} (PyPI sdist, sha256 {sha256(path)}...)"
+    return [reg], read
+
+
+def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    classes = NameList("auto-classes", "hf-class", ["safetensors"],
+                       "huggingface/transformers: src/transformers/models/auto/modeling_auto.py (MODEL_*_MAPPING_NAMES: "
+                       "causal LM, image-text-to-text, seq2seq, encoders)")
+    types = NameList("model-types", "model-type", ["safetensors"],
+                     "huggingface/transformers: src/transformers/models/auto/configuration_auto.py (CONFIG_MAPPING_NAMES)")
+    gguf = NameList("gguf", "gguf-arch", ["gguf"],
+                    "huggingface/transformers: src/transformers/integrations/ggml.py (GGUF_CONFIG_MAPPING: the "
+                    "general.architecture values from_pretrained(gguf_file=...) reads)")
+    read = {}
+    for v, path in _releases("transformers", versions, pip_wheel):
+        arc = Archive(path)
+        classes.seen[v] = parse_transformers_modeling(arc.text(arc.find("transformers/models/auto/modeling_auto.py")[0]))
+        types.seen[v] = dict.fromkeys(parse_transformers_config(
+            arc.text(arc.find("transformers/models/auto/configuration_auto.py")[0])), "text")
+        ggml = arc.find("transformers/integrations/ggml.py")
+        gguf.seen[v] = dict.fromkeys(parse_transformers_gguf(arc.text(ggml[0])) if ggml else set(), "text")
+        read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
+    return [classes, types, gguf], read
+
+
+def extract_sglang(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    lst = NameList("models", "hf-class", ["safetensors"],
+                   "sgl-project/sglang: python/sglang/srt/models/*.py (EntryClass of each module)")
+    read = {}
+    for v, path in _releases("sglang", versions, pip_wheel):
+        arc = Archive(path)
+        names: dict[str, str] = {}
+        for member in arc.glob(r"sglang/srt/models/[^/]+\.py$"):
+            for cls in parse_sglang_entry(arc.text(member)):
+                names.setdefault(cls, "text")
+        lst.seen[v] = names
+        read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
+    return [lst], read
+
+
+def extract_mlx(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    lst = NameList("models", "model-type", ["safetensors"],
+                   "ml-explore/mlx-lm: mlx_lm/models/<model_type>.py modules + MODEL_REMAPPING (mlx_lm/utils.py)")
+    read = {}
+    for v, path in _releases("mlx-lm", versions, pip_wheel):
+        arc = Archive(path)
+        names = {Path(m).stem for m in arc.glob(r"mlx_lm/models/[^/]+\.py$")} - MLX_NOT_MODELS
+        remap: dict[str, str] = {}
+        for member in arc.find("mlx_lm/utils.py") + arc.find("mlx_lm/models/__init__.py"):
+            remap.update(parse_mlx_remapping(arc.text(member)))
+        names |= {k for k, target in remap.items() if target in names}
+        lst.seen[v] = dict.fromkeys(sorted(names), "text")
+        read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
+    return [lst], read
+
+
+def _extract_exllama(package: str, pattern: str, source: str, versions: Sequence[str]
+                     ) -> tuple[list[NameList], dict[str, str]]:
+    lst = NameList("architectures", "hf-class", ["safetensors"], source)
+    read = {}
+    for v, path in _releases(package, versions, pip_wheel):
+        arc = Archive(path)
+        names: set[str] = set()
+        for member in arc.glob(pattern):
+            names |= parse_arch_strings(arc.text(member))
+        lst.seen[v] = dict.fromkeys(sorted(names), "text")
+        read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
+    return [lst], read
+
+
+def extract_exllamav2(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    return _extract_exllama("exllamav2", r"exllamav2/architecture\.py$",
+                            "turboderp-org/exllamav2: exllamav2/architecture.py (arch_string == ... branches)", versions)
+
+
+def extract_exllamav3(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    return _extract_exllama("exllamav3", r"exllamav3/architecture/[^/]+\.py$",
+                            "turboderp-org/exllamav3: exllamav3/architecture/*.py (config classes' arch_string)",
+                            versions)
+
+
+def extract_llama_cpp(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    archs = NameList("gguf", "gguf-arch", ["gguf"],
+                     "ggml-org/llama.cpp: src/llama-arch.cpp (LLM_ARCH_NAMES: the general.architecture values "
+                     "llama_model_load accepts)")
+    convert = NameList("convert", "hf-class", ["safetensors"],
+                       "ggml-org/llama.cpp: convert_hf_to_gguf.py (@ModelBase.register classes: HF checkpoints "
+                       "the converter turns into GGUF)",
+                       note="llama.cpp loads GGUF only: a safetensors checkpoint runs after conversion",
+                       role="convert")
+    read: dict[str, str] = {}
+    rows: list[tuple[int, str, set[str], set[str], str]] = []
+    for pkg_version, tgz in _releases("node-llama-cpp", versions, npm_pack):
+        with tarfile.open(tgz) as t:
+            release = json.loads(_member(t, "package/llama/binariesGithubRelease.json"))["release"]
+            bundle = _member(t, "package/llama/gitRelease.bundle")
+        m = re.fullmatch(r"b(\d+)", release)
+        if not m:
+            print(f"node-llama-cpp {pkg_version}: llama.cpp release {release!r} is not a build tag; skipped",
+                  file=sys.stderr)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp)
+            (repo / "r.bundle").write_bytes(bundle)
+            _run(["git", "init", "-q", "--bare", "g"], repo)
+            _run(["git", "--git-dir", "g", "fetch", "-q", "r.bundle", "HEAD:refs/heads/rel"], repo)
+
+            def show(p: str, repo: Path = repo) -> str:
+                r = subprocess.run(["git", "--git-dir", "g", "show", f"rel:{p}"], cwd=repo, capture_output=True)
+                return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else ""
+
+            arch_text = show("src/llama-arch.cpp") or show("src/llama.cpp") or show("llama.cpp")
+            names = parse_llama_arch(arch_text)
+            listing = subprocess.run(["git", "--git-dir", "g", "ls-tree", "-r", "--name-only", "rel", "conversion/"],
+                                     cwd=repo, capture_output=True, text=True).stdout.split()
+            # the converter was split into conversion/*.py modules (b10xxx); read both layouts
+            conv = set().union(*(parse_convert_hf(show(p)) for p in ["convert_hf_to_gguf.py", *listing]
+                                 if p.endswith(".py")))
+        rows.append((int(m.group(1)), release, names, conv, f"node-llama-cpp {pkg_version} (npm; git bundle of "
+                                                                f"llama.cpp {release}, sha256 {sha256(tgz)}...)"))
+    for _, release, names, conv, what in sorted(rows):
+        archs.seen[release] = dict.fromkeys(sorted(names), "text")
+        convert.seen[release] = dict.fromkeys(sorted(conv), "text")
+        read[release] = what
+    return [archs, convert], read
+
+
+def write_ollama(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
+    """matrices/architectures/ollama.toml: which llama.cpp build each Ollama release runs GGUF files with, from
+    ``LLAMA_CPP_VERSION`` at every release tag of an Ollama git repository (a clone or mirror)."""
+    tags = subprocess.run(["git", "--git-dir", str(git_dir), "tag", "--list", "v*"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    builds: dict[str, str] = {}
+    for tag in tags:
+        r = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:LLAMA_CPP_VERSION"],
+                           capture_output=True, text=True)
+        build = r.stdout.strip().splitlines()[0].strip() if r.returncode == 0 and r.stdout.strip() else ""
+        if re.fullmatch(r"b\d+", build):
+            version = tag[1:].replace("-rc", "rc")
+            builds[version] = build
+    from packaging.version import Version
+
+    ordered = dict(sorted(builds.items(), key=lambda kv: Version(kv[0])))
+    head = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--short=8", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    derive = {"containers": ["gguf"], "from": "llama.cpp",
+              "source": f"ollama/ollama: LLAMA_CPP_VERSION at each release tag (repository at {head})",
+              "note": "Ollama runs GGUF files with the llama.cpp build it pins (llama-server); releases before "
+                      "LLAMA_CPP_VERSION vendored llama.cpp by commit and are not mapped", "versions": ordered}
+    command = "python matrices/tools/extract_architectures.py ollama --ollama-git OLLAMA_GIT_DIR"
+    newest = list(ordered)[-1:] or ["0"]
+    text = render_toml("ollama", "pep440", [], {newest[0]: f"ollama git tag v{newest[0]} ({head})"}, command,
+                       derive=derive)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "ollama.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _member(t: tarfile.TarFile, name: str) -> bytes:
+    f = t.extractfile(name)
+    if f is None:
+        raise SystemExit(f"{name} missing")
+    return f.read()
+
+
+#: engine id -> (version scheme, the package whose versions are read when not the engine's own, extractor)
+ENGINES: dict[str, tuple[str, str | None, Callable[[Sequence[str]], tuple[list[NameList], dict[str, str]]]]] = {
+    "vllm": ("pep440", None, extract_vllm),
+    "transformers": ("pep440", None, extract_transformers),
+    "sglang": ("pep440", None, extract_sglang),
+    # qcheck's mlx engine versions are the mlx framework's; the model modules live in mlx-lm
+    "mlx": ("pep440", "mlx-lm", extract_mlx),
+    "llama.cpp": ("build", None, extract_llama_cpp),
+    "exllamav2": ("pep440", None, extract_exllamav2),
+    "exllamav3": ("pep440", None, extract_exllamav3),
+}
+
+
+def write_engine(engine: str, versions: Sequence[str], out_dir: Path = OUT_DIR) -> Path:
+    scheme, versions_of, extract = ENGINES[engine]
+    lists, read = extract(versions)
+    command = f"python matrices/tools/extract_architectures.py {engine}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{engine}.toml"
+    path.write_text(render_toml(engine, scheme, lists, read, command, versions_of, DERIVES.get(engine)),
+                    encoding="utf-8")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("engines", nargs="+", help=f"'all' or some of: {', '.join(ENGINES)}, ollama")
+    parser.add_argument("--versions", nargs="*", help="releases to read (default: the list in this script)")
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--ollama-git", type=Path, help="an Ollama git repository with its release tags (for ollama)")
+    args = parser.parse_args(argv)
+    engines = [*ENGINES, "ollama"] if args.engines == ["all"] else args.engines
+    for engine in engines:
+        if engine == "ollama":
+            if args.ollama_git is None:
+                print("ollama: skipped (give --ollama-git DIR: a clone of github.com/ollama/ollama with tags)",
+                      file=sys.stderr)
+                continue
+            print(f"wrote {write_ollama(args.ollama_git, args.out)}")
+            continue
+        if engine not in ENGINES:
+            parser.error(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+        path = write_engine(engine, args.versions or VERSIONS[engine], args.out)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,599 @@
+"""The architecture dimension: does this engine, at this version, load this model architecture?
+
+Data: ``matrices/architectures/<engine>.toml``, generated from the engines' released packages by
+``matrices/tools/extract_architectures.py`` (see matrices/SCHEMA.md §architectures). Each file holds lists of
+names (HF ``architectures[0]`` classes, config ``model_type`` values, or GGUF ``general.architecture`` values),
+each with the first release read that has the name and, if a later release dropped it, the last one.
+
+Only the judged engine's file is read (a check of one engine costs one small TOML parse). An engine without a
+file is ``unknown`` for every architecture, never native; a version between two releases read, before the
+first or after the last release read, is ``unknown`` unless the data decides it either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qcheck.matrix.schema import MatrixDataError, Where, check_keys
+from qcheck.matrix.versions import SCHEMES, parse_version
+from qcheck.model import Judgement, Source
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.loader import Matrix
+    from qcheck.model import Inspection
+
+__all__ = ["ArchData", "ArchList", "ArchName", "architecture_names", "judge_architecture", "load_architectures",
+           "not_a_language_model"]
+
+DIMENSION = "architecture"
+NAME_KINDS = ("hf-class", "model-type", "gguf-arch")
+KINDS = ("text", "multimodal", "embedding", "encoder-decoder", "speculative", "reward", "classifier", "other")
+ROLES = ("load", "convert")
+CONTAINERS = ("gguf", "safetensors")
+FILE_KEYS = {"architectures", "list"}
+HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
+DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
+LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role"}
+ENTRY_KEYS = {"first", "last", "kind"}
+#: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
+DIR = "architectures"
+
+
+@dataclass(frozen=True)
+class ArchName:
+    """One name of a list: the first release read that has it, the last one (None: still there), its kind."""
+
+    first: str
+    last: str | None
+    kind: str
+
+
+@dataclass
+class ArchList:
+    """One list of names of an engine, read from one place in its source at ``versions_read``."""
+
+    id: str
+    names: str  # one of NAME_KINDS
+    containers: tuple[str, ...]
+    source: str
+    role: str  # "load": the engine loads these; "convert": it converts them first (llama.cpp's converter)
+    versions_read: tuple[str, ...]
+    parsed: tuple[Version, ...]
+    arch: dict[str, ArchName]
+    note: str | None = None
+    #: lower-cased name -> name, for case-insensitive lookups of user input (``qcheck matrix --arch``)
+    folded: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Derive:
+    """Checkpoints in ``containers`` load through another engine's list (``from``): Ollama and LM Studio run GGUF
+    with llama.cpp, vLLM reads a GGUF's config through transformers' GGUF loader. ``versions`` maps this engine's
+    versions to the other engine's (None: judge at the other engine's newest release read)."""
+
+    containers: tuple[str, ...]
+    engine: str
+    source: str
+    versions: dict[str, str] | None
+    note: str | None = None
+    #: what a name the other engine does not load means here: "unsupported" (that loader is the only way in) or
+    #: "unknown" (it is one gate of several, e.g. vLLM's GGUF plugin may parse configs itself)
+    absent: str = "unsupported"
+
+
+@dataclass
+class ArchData:
+    """One engine's architecture file, validated."""
+
+    engine: str
+    file: str
+    scheme: str
+    versions_read: tuple[str, ...]
+    read: dict[str, str]
+    generated_by: str
+    lists: list[ArchList]
+    #: the package whose releases ``versions_read`` are, when not the engine's own versions (mlx: mlx-lm)
+    versions_of: str | None = None
+    note: str | None = None
+    derive: Derive | None = None
+
+
+_CACHE: dict[tuple[Path, str], ArchData | None] = {}
+
+
+def load_architectures(root: Path, engine: str) -> ArchData | None:
+    """The engine's architecture data under ``root/architectures/`` (None when there is no file), cached."""
+    key = (root, engine)
+    if key not in _CACHE:
+        path = root / DIR / f"{engine}.toml"
+        _CACHE[key] = _load(root, path, engine) if path.is_file() else None
+    return _CACHE[key]
+
+
+def all_architecture_files(root: Path) -> list[str]:
+    """The engine ids that have an architecture file (for ``qcheck matrix --arch`` and ``--validate``)."""
+    folder = root / DIR
+    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def _load(root: Path, path: Path, engine: str) -> ArchData:
+    from qcheck.matrix.loader import _display, _read_toml
+
+    return validate(_read_toml(root, path), _display(root, path), engine)
+
+
+def clear_cache() -> None:
+    """Forget loaded architecture files (tests that rewrite a matrix directory in place)."""
+    _CACHE.clear()
+
+
+def _strings(value: Any, ctx: Where, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        ctx.fail("type", f"{what} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def validate(raw: dict[str, Any], display: str, engine: str) -> ArchData:
+    """Check a parsed architecture file against the schema; raises MatrixDataError naming what to fix."""
+    top = Where(display)
+    check_keys(raw, FILE_KEYS, {"architectures"}, top)
+    head = raw["architectures"]
+    if not isinstance(head, dict):
+        top.fail("type", "[architectures] must be a table")
+    ctx = Where(display, "[architectures]")
+    check_keys(head, HEAD_KEYS, {"engine", "version_scheme", "versions_read", "generated_by"}, ctx)
+    if head["engine"] != engine:
+        ctx.fail("engine-id", f"engine = {head['engine']!r} but the file is named for {engine!r}")
+    scheme = head["version_scheme"]
+    if scheme not in SCHEMES:
+        ctx.fail("version-scheme", f"version_scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
+    versions = _strings(head["versions_read"], ctx, "versions_read")
+    parsed = _parse_versions(versions, scheme, ctx)
+    read = head.get("read", {})
+    if not isinstance(read, dict) or set(read) != set(versions):
+        ctx.fail("read", "read must say, for every version in versions_read, which package file it came from")
+    derive = _validate_derive(head.get("derive"), Where(display, "[architectures.derive]"))
+    lists_raw = raw.get("list", [])
+    if not isinstance(lists_raw, list) or (not lists_raw and derive is None):
+        top.fail("type", "[[list]] must be one or more tables (or [architectures.derive] must say where from)")
+    lists = [_validate_list(entry, display, scheme, parsed) for entry in lists_raw]
+    ids = [lst.id for lst in lists]
+    if len(set(ids)) != len(ids):
+        top.fail("duplicate-id", f"list ids repeat: {ids}")
+    return ArchData(engine=engine, file=display, scheme=scheme, versions_read=versions, read=dict(read),
+                    generated_by=str(head["generated_by"]), lists=lists,
+                    versions_of=head.get("versions_of"), note=head.get("note"), derive=derive)
+
+
+def _validate_derive(raw: Any, ctx: Where) -> Derive | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        ctx.fail("type", "must be a table { containers, from, source, versions? }")
+    check_keys(raw, DERIVE_KEYS, {"containers", "from", "source"}, ctx)
+    containers = _strings(raw["containers"], ctx, "containers")
+    if not set(containers) <= set(CONTAINERS):
+        ctx.fail("containers", f"containers must be among {', '.join(CONTAINERS)}")
+    versions = raw.get("versions")
+    if versions is not None and (not isinstance(versions, dict)
+                                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items())):
+        ctx.fail("type", "versions must map this engine's versions to the other engine's")
+    absent = raw.get("absent", "unsupported")
+    if absent not in ("unsupported", "unknown"):
+        ctx.fail("absent", f"absent {absent!r} must be unsupported or unknown")
+    return Derive(containers, str(raw["from"]), str(raw["source"]), dict(versions) if versions else None,
+                  raw.get("note"), absent)
+
+
+def _parse_versions(versions: tuple[str, ...], scheme: str, ctx: Where) -> tuple[Version, ...]:
+    try:
+        parsed = tuple(parse_version(v, scheme) for v in versions)
+    except ValueError as exc:
+        ctx.fail("version", str(exc))
+    if list(parsed) != sorted(parsed) or len(set(parsed)) != len(parsed):
+        ctx.fail("version-order", "versions_read must be distinct and oldest first")
+    return parsed
+
+
+def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Version, ...]) -> ArchList:
+    if not isinstance(entry, dict):
+        Where(display).fail("type", "each [[list]] must be a table")
+    ctx = Where(display, f"list '{entry.get('id', '?')}'")
+    check_keys(entry, LIST_KEYS, {"id", "names", "containers", "source", "versions_read", "arch"}, ctx)
+    if entry["names"] not in NAME_KINDS:
+        ctx.fail("names", f"names {entry['names']!r} is not one of {', '.join(NAME_KINDS)}")
+    containers = _strings(entry["containers"], ctx, "containers")
+    for c in containers:
+        if c not in CONTAINERS:
+            ctx.fail("containers", f"container {c!r} is not one of {', '.join(CONTAINERS)}")
+    role = entry.get("role", "load")
+    if role not in ROLES:
+        ctx.fail("role", f"role {role!r} is not one of {', '.join(ROLES)}")
+    versions = _strings(entry["versions_read"], ctx, "versions_read")
+    parsed = _parse_versions(versions, scheme, ctx)
+    if not set(parsed) <= set(all_parsed):
+        ctx.fail("versions-read", "a list's versions_read must be among [architectures] versions_read")
+    arch_raw = entry["arch"]
+    if not isinstance(arch_raw, dict):
+        ctx.fail("type", "[list.arch] must be a table of name = { first, last?, kind }")
+    arch: dict[str, ArchName] = {}
+    for name, item in arch_raw.items():
+        where = Where(display, f"list '{entry['id']}' arch {name!r}")
+        if not isinstance(item, dict):
+            where.fail("type", "must be a table { first, last?, kind }")
+        check_keys(item, ENTRY_KEYS, {"first", "kind"}, where)
+        for key in ("first", "last"):
+            if key in item and item[key] not in versions:
+                where.fail("version", f"{key} = {item[key]!r} is not a version this list read")
+        if item["kind"] not in KINDS:
+            where.fail("kind", f"kind {item['kind']!r} is not one of {', '.join(KINDS)}")
+        if "last" in item and versions.index(item["last"]) < versions.index(item["first"]):
+            where.fail("version-order", "last is older than first")
+        arch[name] = ArchName(item["first"], item.get("last"), item["kind"])
+    folded = {name.lower(): name for name in arch}
+    return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
+                    role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
+                    folded=folded)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# what the checkpoint is called, per naming
+
+def architecture_names(inspection: Inspection) -> dict[str, str]:
+    """The checkpoint's names per naming: ``gguf-arch`` (GGUF ``general.architecture``), ``hf-class``
+    (config.json ``architectures[0]``), ``model-type`` (config.json ``model_type``)."""
+    if inspection.container == "gguf":
+        return {"gguf-arch": inspection.architecture} if inspection.architecture else {}
+    out = {}
+    if inspection.architecture:
+        out["hf-class"] = inspection.architecture
+    if inspection.model_type:
+        out["model-type"] = inspection.model_type
+    return out
+
+
+_VISION_SUFFIXES = ("VisionModel", "VisionTransformer", "VisionEncoder", "ImageProcessor")
+_VISION_TYPES = ("clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "clip", "siglip")
+
+
+def not_a_language_model(inspection: Inspection) -> str | None:
+    """Why this checkpoint is not a language model to judge on its own (a GGUF mmproj, a vision tower), or None."""
+    base = Path(inspection.path).name.lower()
+    if inspection.container == "gguf" and (inspection.architecture == "clip" or "mmproj" in base):
+        return ("a multimodal projector (mmproj) GGUF is not a language model: it is loaded beside its language "
+                "model (llama-server -m MODEL.gguf --mmproj THIS.gguf); judge the language model's GGUF")
+    arch = inspection.architecture or ""
+    if inspection.container != "gguf" and (arch.endswith(_VISION_SUFFIXES) or inspection.model_type in _VISION_TYPES):
+        return (f"{arch or inspection.model_type} is a vision encoder, not a language model: engines load it as "
+                "part of a multimodal model, not on its own")
+    return None
+
+
+def default_root() -> Path:
+    """The matrix directory ``load_matrix()`` uses (``$QCHECK_MATRICES`` or the shipped ``matrices/``)."""
+    import os
+
+    env = os.environ.get("QCHECK_MATRICES")
+    if env:
+        return Path(env).resolve()
+    from qcheck.data import data_dir
+
+    return data_dir("matrices").resolve()
+
+
+def note_unknown_gguf_architecture(insp: Inspection) -> None:
+    """Warn when a GGUF's ``general.architecture`` is a name llama.cpp has not defined in any build read: llama.cpp
+    (and Ollama and LM Studio, which run GGUF with it) refuse it with "unknown model architecture"."""
+    name = insp.architecture
+    if not name:
+        return
+    try:
+        data = load_architectures(default_root(), "llama.cpp")
+    except (FileNotFoundError, MatrixDataError):
+        return  # no data (or broken data, reported by check/matrix --validate): nothing to say here
+    lists = [lst for lst in (data.lists if data else []) if lst.names == "gguf-arch" and lst.role == "load"]
+    if not lists or any(name in lst.arch for lst in lists):
+        return
+    read = f"{lists[0].versions_read[0]} .. {lists[0].versions_read[-1]}"
+    insp.warnings.append(f"general.architecture {name!r} is not an architecture llama.cpp has defined in any build "
+                         f"read ({read}): llama.cpp, and the engines that run GGUF with it, refuse it as an unknown "
+                         "model architecture")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the judgement
+
+def judge_architecture(d: Deployment) -> Judgement | None:
+    """The architecture dimension of one deployment (None: nothing to judge, e.g. an adapter or no name)."""
+    insp = d.inspection
+    if insp.adapter is not None:
+        return None  # an adapter carries no model: the provider's adapter rules judge it
+    names = architecture_names(insp)
+    if not names:
+        return None
+    engine = d.request.engine
+    special = not_a_language_model(insp)
+    if special is not None:
+        return Judgement(DIMENSION, "unknown", [special])
+    data = load_architectures(d.matrix.root, engine.id)
+    shown = names.get("gguf-arch") or names.get("hf-class") or names.get("model-type") or ""
+    if data is None and d.request.installed is not None:
+        return _judge_installed(d, names, None, None)
+    if data is None:
+        return Judgement(DIMENSION, "unknown", [
+            f"qcheck has no architecture data for {engine.name}: whether it loads {shown} is not known"])
+    lists = [lst for lst in data.lists if insp.container in lst.containers and lst.names in names]
+    load = [lst for lst in lists if lst.role == "load"]
+    if not load and data.derive is not None and insp.container in data.derive.containers:
+        return _judge_derived(d, data.derive, names, shown)
+    if not load:
+        if insp.container == "safetensors" and any(lst.role == "convert" for lst in lists):
+            return None  # llama.cpp-like: loads GGUF only; the weight-format rules say so
+        what = "GGUF files" if insp.container == "gguf" else f"{insp.container} checkpoints"
+        return Judgement(DIMENSION, "unknown", [
+            f"qcheck has no data on which architectures {engine.name} loads from {what}: whether it loads "
+            f"{shown} is not known"])
+    lst = _preferred(load, names)
+    judgement = _judge_in_list(d, data, lst, names[lst.names])
+    if d.request.installed is not None:
+        return _judge_installed(d, names, judgement, lst)
+    return judgement
+
+
+def _judge_derived(d: Deployment, derive: Derive, names: dict[str, str], shown: str) -> Judgement:
+    """Judge through the engine this one hands the checkpoint to (see Derive)."""
+    engine = d.request.engine
+    other = load_architectures(d.matrix.root, derive.engine)
+    lists = [lst for lst in (other.lists if other else []) if d.inspection.container in lst.containers
+             and lst.names in names and lst.role == "load"]
+    if other is None or not lists:
+        return Judgement(DIMENSION, "unknown", [f"{engine.name} loads these through {derive.engine}, for which "
+                                                f"qcheck has no architecture data: whether it loads {shown} is not known"])
+    lst = _preferred(lists, names)
+    files = "GGUF" if d.inspection.container == "gguf" else d.inspection.container
+    via = f"{engine.name} {d.version} loads {files} files through {derive.engine}"
+    if derive.versions is None:
+        version = lst.versions_read[-1]
+        via += f" (judged at {derive.engine} {version}, the newest release read)"
+    else:
+        version = derive.versions.get(d.version)
+        if version is None:
+            return Judgement(DIMENSION, "unknown", [
+                f"{engine.name} {d.version} loads these through {derive.engine}, but which {derive.engine} version "
+                f"it bundles is not recorded (known: {', '.join(derive.versions) or 'none'})"],
+                [Source(ref=derive.source)])
+        via += f" {version}"
+    judgement = _judge_in_list(d, other, lst, names[lst.names], version=version, label=derive.engine,
+                               engine_id=derive.engine)
+    judgement.reasons = [f"{via}: {judgement.reasons[0]}", *judgement.reasons[1:]]
+    if judgement.status == "unsupported" and derive.absent == "unknown":
+        judgement.status = "unknown"
+        judgement.reasons.append(f"{derive.engine} is one way {engine.name} reads these files, not known to be the "
+                                 "only one")
+    judgement.suggestions = []  # versions of the other engine are not --engine values of this one
+    judgement.sources.append(Source(ref=derive.source, version=d.version))
+    return judgement
+
+
+def _judge_installed(d: Deployment, names: dict[str, str], shipped: Judgement | None,
+                     lst: ArchList | None) -> Judgement:
+    """``NAME=installed``: the installed registry decides; where the shipped data disagrees, say so."""
+    inst = d.request.installed
+    assert inst is not None
+    namings = [lst.names] if lst is not None else [n for n in ("gguf-arch", "hf-class", "model-type") if n in names]
+    naming = next((n for n in namings if inst.registry(n) is not None), None)
+    where = f"installed {inst.package} {inst.version} ({inst.location})"
+    if naming is None:
+        return Judgement(DIMENSION, "unknown", [f"{where} has no registry qcheck can read for "
+                                                f"{d.inspection.container} checkpoints"])
+    registry = inst.registry(naming) or frozenset()
+    name = names[naming]
+    present = name in registry
+    reasons = [f"{where} {'registers' if present else 'does not register'} {name}"]
+    warnings: list[str] = []
+    if shipped is not None and shipped.status in ("native", "unsupported") and \
+            (shipped.status == "native") != present:
+        warnings.append(f"the shipped data disagrees: {shipped.reasons[0]}")
+    elif shipped is not None and shipped.status == "unknown":
+        warnings.append(f"the shipped data cannot say: {shipped.reasons[0]}")
+    if lst is not None:
+        shipped_names = {n for n, e in lst.arch.items() if e.last is None}
+        extra, missing = sorted(registry - shipped_names), sorted(shipped_names - registry)
+        if extra or missing:
+            warnings.append(f"{inst.package} {inst.version} vs the shipped data (read up to {lst.versions_read[-1]}): "
+                            f"{len(extra)} names only installed{_some(extra)}, {len(missing)} only in the data"
+                            f"{_some(missing)}")
+    sources = [Source(ref=f"{inst.location} ({inst.package} registry, read as text)", version=inst.version)]
+    return Judgement(DIMENSION, "native" if present else "unsupported", reasons, sources, warnings=warnings)
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    return f" ({', '.join(names[:limit])}{' ...' if len(names) > limit else ''})" if names else ""
+
+
+def _preferred(lists: list[ArchList], names: dict[str, str]) -> ArchList:
+    """The list that decides: a name found in it beats one missing (transformers loads by model_type, vLLM and
+    SGLang by architectures[0]); ties go to file order."""
+    for lst in lists:
+        if names[lst.names] in lst.arch:
+            return lst
+    return lists[0]
+
+
+def _source(data: ArchData, lst: ArchList, version: str) -> Source:
+    return Source(ref=f"{lst.source} (generated: {data.generated_by})", version=version)
+
+
+def _label(data: ArchData, engine_name: str) -> str:
+    return data.versions_of or engine_name
+
+
+def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, version: str | None = None,
+                   label: str | None = None, engine_id: str | None = None) -> Judgement:
+    """Judge ``name`` in one list at the deployment's version (or ``version``, for a derived judgement, with the
+    other engine's ``label`` and id in the texts)."""
+    engine = d.request.engine
+    label = label or _label(data, engine.name)
+    engine_id = engine_id or engine.id
+    newest, oldest = lst.versions_read[-1], lst.versions_read[0]
+    kind_word = {"gguf-arch": "GGUF architecture", "hf-class": "architecture", "model-type": "model_type"}[lst.names]
+    entry = lst.arch.get(name)
+    if data.versions_of is not None:
+        # versions are another package's (mlx-lm for MLX): judge at the newest release read, require the first
+        if entry is None or entry.last is not None:
+            return Judgement(DIMENSION, "unsupported", [
+                f"{kind_word} {name} is not in {label} {newest} (newest release read)"], [_source(data, lst, newest)])
+        return Judgement(DIMENSION, "native", [f"{kind_word} {name} is in {label} since {entry.first}"],
+                         [_source(data, lst, entry.first)], requires=[f"{label} >= {entry.first}"])
+    version = version or d.version
+    at = _requested(version, data.scheme, d.at)
+    idx = _position(lst, at)
+    if entry is None:
+        if at > lst.parsed[-1]:
+            return Judgement(DIMENSION, "unknown", [
+                f"{kind_word} {name} is not in {label} up to {newest} (the newest release read); {version} is "
+                "newer and not read"], [_source(data, lst, newest)])
+        if at < lst.parsed[0]:
+            return Judgement(DIMENSION, "unknown", [
+                f"{label} {version} is older than any release read ({oldest}); {name} is not in any of them"],
+                [_source(data, lst, newest)])
+        return Judgement(DIMENSION, "unsupported", [
+            f"{label} {version} does not load {kind_word} {name}: it is in no release read ({oldest} .. {newest})"],
+            [_source(data, lst, newest)])
+    first_i = lst.versions_read.index(entry.first)
+    last_i = lst.versions_read.index(entry.last) if entry.last else None
+    src = [_source(data, lst, entry.first)]
+    if at < lst.parsed[first_i]:
+        if first_i > 0 and at <= lst.parsed[first_i - 1]:
+            prev = lst.versions_read[first_i - 1]
+            return Judgement(DIMENSION, "unsupported", [
+                f"{label} {version} does not load {kind_word} {name}: it first appears in {entry.first} "
+                f"(absent in {prev})"], src,
+                suggestions=[f"{label} {entry.first} loads {name}: --engine {engine_id}=={entry.first}"])
+        gap = f"between {lst.versions_read[first_i - 1]} and {entry.first}" if first_i > 0 else \
+            f"in or before {entry.first} (the oldest release read)"
+        return Judgement(DIMENSION, "unknown", [
+            f"{kind_word} {name} appeared in {label} {gap}; whether {version} loads it is not known"], src,
+            suggestions=[f"{label} {entry.first} loads {name}: --engine {engine_id}=={entry.first}"])
+    if last_i is not None and at > lst.parsed[last_i]:
+        nxt = lst.versions_read[last_i + 1]
+        if at >= lst.parsed[last_i + 1]:
+            return Judgement(DIMENSION, "unsupported", [
+                f"{label} {version} does not load {kind_word} {name}: it was removed after {entry.last} "
+                f"(absent in {nxt})"], src,
+                suggestions=[f"{label} {entry.last} still loads {name}: --engine {engine_id}=={entry.last}"])
+        return Judgement(DIMENSION, "unknown", [
+            f"{kind_word} {name} was removed from {label} between {entry.last} and {nxt}; whether {version} "
+            "loads it is not known"], src)
+    reason = f"{label} loads {kind_word} {name} since {entry.first}"
+    if idx is None:
+        reason += f" (releases read up to {newest}; {version} is newer)"
+    # the evidence: the newest release read at or before the version judged
+    judgement = Judgement(DIMENSION, "native", [reason],
+                          [_source(data, lst, lst.versions_read[idx] if idx is not None else newest)])
+    if entry.kind not in ("text", "multimodal"):
+        article = "an" if entry.kind[0] in "aeiou" else "a"
+        judgement.reasons.append(f"{name} is registered as {article} {entry.kind} model in {label}, not for text "
+                                 "generation")
+    return judgement
+
+
+def _requested(version: str, scheme: str, fallback: Version) -> Version:
+    """The version asked for, as such (the weight rules evaluate a version newer than their data at their newest;
+    the architecture lists must not: a release after the newest one read may differ)."""
+    try:
+        parsed = parse_version(version, scheme)
+    except ValueError:
+        return fallback
+    return parse_version(parsed.base_version) if parsed.is_prerelease else parsed
+
+
+def _position(lst: ArchList, at: Version) -> int | None:
+    """Index of the newest release read at or before ``at`` (None when ``at`` is after the newest read)."""
+    if at > lst.parsed[-1]:
+        return None
+    return max((i for i, v in enumerate(lst.parsed) if v <= at), default=0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ``qcheck matrix --arch NAME``: which engines and versions load a name
+
+@dataclass
+class ArchSupport:
+    """One engine's answer for a name: per list where it was found, or why there is no answer."""
+
+    engine: str
+    list: str | None
+    names: str | None
+    name: str | None
+    role: str | None
+    first: str | None
+    last: str | None
+    kind: str | None
+    versions_read: list[str]
+    versions_of: str | None
+    source: str | None
+    status: str  # "loads", "converts", "removed", "never", "no-data"
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def line(self) -> str:
+        span = f"{self.versions_read[0]} .. {self.versions_read[-1]}" if self.versions_read else ""
+        of = f" ({self.versions_of} releases)" if self.versions_of else ""
+        if self.status == "no-data":
+            return f"{self.engine:<13} no architecture data: unknown"
+        if self.status == "never":
+            return f"{self.engine:<13} {self.list:<13} not in any release read ({span}){of}"
+        verb = "converts" if self.role == "convert" else "loads"
+        until = f", removed after {self.last}" if self.last else ""
+        kind = f" [{self.kind}]" if self.kind not in (None, "text") else ""
+        return (f"{self.engine:<13} {self.list:<13} {verb} {self.name} since {self.first}{until}{kind} "
+                f"(read {span}){of}")
+
+
+def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]:
+    """Every engine's lists that hold ``name`` (case-insensitive, any naming); engines without data say so."""
+    out: list[ArchSupport] = []
+    wanted = name.strip().lower()
+    for engine in engines:
+        data = load_architectures(root, engine)
+        if data is None:
+            out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None, None, "no-data"))
+            continue
+        hits = 0
+        for lst in data.lists:
+            found = lst.folded.get(wanted)
+            if found is None:
+                continue
+            hits += 1
+            entry = lst.arch[found]
+            status = "removed" if entry.last else ("converts" if lst.role == "convert" else "loads")
+            out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
+                                   list(lst.versions_read), data.versions_of, lst.source, status))
+        if not hits:
+            lst = data.lists[0]
+            out.append(ArchSupport(engine, lst.id, None, None, None, None, None, None, list(lst.versions_read),
+                                   data.versions_of, lst.source, "never"))
+    return out
+
+
+def validate_all(matrix: Matrix) -> str:
+    """Load and validate every architecture file; each must be named for an engine of the matrix. A summary."""
+    files = all_architecture_files(matrix.root)
+    names = 0
+    for engine in files:
+        if engine not in matrix.engines:
+            raise MatrixDataError(f"{matrix.root.name}/{DIR}/{engine}.toml", "engine-id",
+                                  f"no engine {engine!r} in engines/ (known: {', '.join(matrix.engines)})")
+        data = load_architectures(matrix.root, engine)
+        assert data is not None
+        names += sum(len(lst.arch) for lst in data.lists)
+    missing = [e for e in matrix.engines if e not in files]
+    return (f"{len(files)} engines, {names} names ({', '.join(files)}); no data (unknown): "
+            f"{', '.join(missing) or 'none'}")

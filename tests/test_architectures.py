@@ -1,0 +1,420 @@
+"""The architecture dimension: real GGUF and safetensors headers judged through the CLI against architecture
+data per engine version (a test copy of the matrix with a small architectures/ file, and the shipped data)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+from builders import bf16_llama, fp8_block_deepseek, llama_config
+from gguf_helpers import write_gguf
+
+from qcheck.cli import main
+from qcheck.matrix.architectures import clear_cache as clear_arch_cache
+from qcheck.matrix.architectures import validate
+from qcheck.matrix.loader import clear_cache
+from qcheck.matrix.schema import MatrixDataError
+
+TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
+
+FASTSERVE_ARCHS = """
+[architectures]
+engine = "fastserve"
+version_scheme = "pep440"
+versions_read = ["0.9.0", "0.23.0", "0.33.0"]
+generated_by = "test fixture"
+
+[architectures.read]
+"0.9.0" = "fastserve-0.9.0.tar.gz"
+"0.23.0" = "fastserve-0.23.0.tar.gz"
+"0.33.0" = "fastserve-0.33.0.tar.gz"
+
+[[list]]
+id = "registry"
+names = "hf-class"
+containers = ["safetensors"]
+source = "example/fastserve: models/registry.py"
+versions_read = ["0.9.0", "0.23.0", "0.33.0"]
+
+[list.arch]
+"LlamaForCausalLM" = { first = "0.9.0", kind = "text" }
+"Qwen3ForCausalLM" = { first = "0.23.0", kind = "text" }
+"OldForCausalLM" = { first = "0.9.0", last = "0.9.0", kind = "text" }
+"BertModel" = { first = "0.9.0", kind = "embedding" }
+
+[[list]]
+id = "gguf"
+names = "gguf-arch"
+containers = ["gguf"]
+source = "example/fastserve: gguf_loader.py"
+versions_read = ["0.23.0", "0.33.0"]
+
+[list.arch]
+"llama" = { first = "0.23.0", kind = "text" }
+"""
+
+
+@pytest.fixture()
+def matrices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test matrix with architectures/fastserve.toml replaced by FASTSERVE_ARCHS and no data for tinycpp."""
+    root = tmp_path / "matrices"
+    shutil.copytree(TEST_MATRIX, root)
+    (root / "architectures" / "fastserve.toml").write_text(FASTSERVE_ARCHS)
+    (root / "architectures" / "tinycpp.toml").unlink()
+    monkeypatch.setenv("QCHECK_MATRICES", str(root))
+    clear_cache()
+    yield root
+    clear_cache()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def st_model(tmp_path: Path, arch: str, model_type: str, fixture=bf16_llama) -> Path:
+    fx = fixture()
+    fx.configs["config.json"] = llama_config(architectures=[arch], model_type=model_type,
+                                             **{k: v for k, v in fx.configs.get("config.json", {}).items()
+                                                if k == "quantization_config"})
+    return fx.write(tmp_path / f"{arch}-{model_type}")
+
+
+def gguf_model(tmp_path: Path, arch: str, name: str = "model.gguf") -> Path:
+    import gguf
+
+    return write_gguf(tmp_path / name, [("token_embd.weight", (32, 64), gguf.GGMLQuantizationType.F32)],
+                      arch=arch)[0]
+
+
+def verdicts(out: str) -> list[dict]:
+    return json.loads(out)["verdicts"]
+
+
+@pytest.mark.parametrize(("arch", "version", "status", "exit_code", "reason"), [
+    ("LlamaForCausalLM", "0.33.0", "native", 0, None),
+    ("Qwen3ForCausalLM", "0.33.0", "native", 0, None),
+    ("Qwen3ForCausalLM", "0.23.0", "native", 0, None),
+    # first read in 0.23.0, absent in 0.9.0: 0.9.0 cannot load it, 0.14.0 (between the two) is not known
+    ("Qwen3ForCausalLM", "0.9.0", "unsupported", 1,
+     "architecture: FastServe 0.9.0 does not load architecture Qwen3ForCausalLM: it first appears in 0.23.0"),
+    ("Qwen3ForCausalLM", "0.14.0", "unknown", 1,
+     "architecture: architecture Qwen3ForCausalLM appeared in FastServe between 0.9.0 and 0.23.0"),
+    ("TotallyNewForCausalLM", "0.33.0", "unsupported", 1,
+     "architecture: FastServe 0.33.0 does not load architecture TotallyNewForCausalLM: it is in no release read"),
+    ("TotallyNewForCausalLM", "0.40.0", "unknown", 1,
+     "architecture: architecture TotallyNewForCausalLM is not in FastServe up to 0.33.0"),
+    ("OldForCausalLM", "0.9.0", "native", 0, None),
+    ("OldForCausalLM", "0.33.0", "unsupported", 1,
+     "architecture: FastServe 0.33.0 does not load architecture OldForCausalLM: it was removed after 0.9.0"),
+])
+def test_safetensors_architecture_per_version(tmp_path, capsys, matrices, arch, version, status, exit_code,
+                                               reason) -> None:
+    model = st_model(tmp_path, arch, "llama")
+    code, out, err = cli(capsys, "check", str(model), "--engine", f"fastserve=={version}", "--gpu", "a100", "--json")
+    [v] = verdicts(out)
+    assert (code, v["status"]) == (exit_code, status), (out, err)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status
+    if reason:
+        assert v["reasons"][0].startswith(reason), v["reasons"]
+        assert any("example/fastserve: models/registry.py" in s["ref"] for s in v["sources"])
+
+
+def test_unsupported_architecture_suggests_the_first_version_that_loads_it(tmp_path, capsys, matrices) -> None:
+    model = st_model(tmp_path, "Qwen3ForCausalLM", "qwen3")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "fastserve==0.9.0", "--gpu", "a100")
+    assert code == 1
+    assert "UNSUPPORTED" in out
+    assert "try:       FastServe 0.23.0 loads Qwen3ForCausalLM: --engine fastserve==0.23.0" in out
+
+
+def test_fp8_checkpoint_of_an_unknown_architecture_is_not_native(tmp_path, capsys, matrices) -> None:
+    model = st_model(tmp_path, "TotallyNewForCausalLM", "totally_new", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "fastserve", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    assert (code, v["status"]) == (1, "unsupported")
+    assert [d["dimension"] for d in v["dimensions"]] == ["weights", "architecture"]
+    assert v["dimensions"][0]["status"] == "native"  # the FP8 kernel alone would run it
+    # an engine without architecture data is unknown for it, never native
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "tinycpp", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert v["status"] != "native" and code == 1
+    assert arch_dim["status"] == "unknown"
+    assert arch_dim["reasons"] == ["qcheck has no data on which architectures TinyCpp loads from safetensors "
+                                   "checkpoints: whether it loads TotallyNewForCausalLM is not known"] or \
+        arch_dim["reasons"][0].startswith("qcheck has no architecture data for")
+
+
+@pytest.mark.parametrize(("arch", "version", "status"), [
+    ("llama", "0.33.0", "native"), ("llama", "0.23.0", "native"),
+    ("llama", "0.9.0", "unknown"),  # older than the GGUF list's first release read
+    ("totally-new-arch", "0.33.0", "unsupported"), ("totally-new-arch", "0.23.0", "unsupported"),
+])
+def test_gguf_architecture_per_version(tmp_path, capsys, matrices, arch, version, status) -> None:
+    path = gguf_model(tmp_path, arch)
+    code, out, _ = cli(capsys, "check", str(path), "--engine", f"fastserve=={version}", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status, arch_dim
+    if status != "native":
+        assert v["status"] in (status, "unsupported") and code == 1
+        assert arch in " ".join(arch_dim["reasons"])
+
+
+def test_mmproj_gguf_is_not_judged_as_a_language_model(tmp_path, capsys, matrices) -> None:
+    path = gguf_model(tmp_path, "clip", name="mmproj-model-f16.gguf")
+    code, out, _ = cli(capsys, "check", str(path), "--engine", "fastserve", "--gpu", "h100", "--json")
+    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "unknown"
+    assert "not a language model" in arch_dim["reasons"][0] and "--mmproj" in arch_dim["reasons"][0]
+    assert code == 1
+
+
+def test_embedding_model_says_what_it_is(tmp_path, capsys, matrices) -> None:
+    model = st_model(tmp_path, "BertModel", "bert")
+    _, out, _ = cli(capsys, "check", str(model), "--engine", "fastserve", "--gpu", "a100", "--json")
+    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "native"
+    assert "registered as a embedding model" not in " ".join(arch_dim["reasons"])
+    assert "BertModel is registered as an embedding model in FastServe" in " ".join(arch_dim["reasons"])
+
+
+def test_matrix_arch_lists_engines_and_versions(capsys, matrices) -> None:
+    code, out, _ = cli(capsys, "matrix", "--arch", "qwen3forcausallm")
+    assert code == 0
+    assert "fastserve     registry      loads Qwen3ForCausalLM since 0.23.0 (read 0.9.0 .. 0.33.0)" in out
+    assert "tinycpp       no architecture data: unknown" in out
+    code, out, _ = cli(capsys, "matrix", "--arch", "OldForCausalLM", "--json")
+    [row] = [r for r in json.loads(out)["engines"] if r["engine"] == "fastserve"]
+    assert (row["status"], row["first"], row["last"]) == ("removed", "0.9.0", "0.9.0")
+
+
+def test_validate_covers_architecture_files(capsys, matrices) -> None:
+    code, out, _ = cli(capsys, "matrix", "--validate")
+    assert code == 0 and "architecture data OK: 2 engines, 20 names (cloudco, fastserve); no data (unknown): tinycpp" \
+        in out
+    bad = FASTSERVE_ARCHS.replace('"Qwen3ForCausalLM" = { first = "0.23.0"', '"Qwen3ForCausalLM" = { first = "0.24.0"')
+    (matrices / "architectures" / "fastserve.toml").write_text(bad)
+    clear_arch_cache()
+    code, _, err = cli(capsys, "matrix", "--validate")
+    assert code == 2
+    assert err.startswith("qcheck: error: matrix data error: matrices/architectures/fastserve.toml: list 'registry' "
+                          "arch 'Qwen3ForCausalLM': [version] first = '0.24.0' is not a version this list read")
+    (matrices / "architectures" / "nosuch.toml").write_text(FASTSERVE_ARCHS.replace('"fastserve"', '"nosuch"'))
+    (matrices / "architectures" / "fastserve.toml").write_text(FASTSERVE_ARCHS)
+    clear_arch_cache()
+    code, _, err = cli(capsys, "matrix", "--validate")
+    assert code == 2 and "[engine-id] no engine 'nosuch'" in err
+
+
+@pytest.mark.parametrize(("edit", "check"), [
+    (lambda t: t.replace('kind = "embedding"', 'kind = "poetry"'), "[kind]"),
+    (lambda t: t.replace('names = "gguf-arch"', 'names = "gguf"'), "[names]"),
+    (lambda t: t.replace('versions_read = ["0.9.0", "0.23.0", "0.33.0"]\ngenerated_by',
+                         'versions_read = ["0.23.0", "0.9.0", "0.33.0"]\ngenerated_by'), "[version-order]"),
+    (lambda t: t.replace('"0.9.0" = "fastserve-0.9.0.tar.gz"\n', ""), "[read]"),
+    (lambda t: t.replace('last = "0.9.0", ', 'last = "0.9.0", color = "red", '), "[unknown-key]"),
+])
+def test_validation_names_the_problem(edit, check) -> None:
+    with pytest.raises(MatrixDataError) as exc:
+        validate(tomllib.loads(edit(FASTSERVE_ARCHS)), "architectures/fastserve.toml", "fastserve")
+    assert check in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------- the shipped data
+
+@pytest.fixture()
+def shipped(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("QCHECK_MATRICES", raising=False)
+    clear_cache()
+    yield
+    clear_cache()
+
+
+def test_shipped_data_validates(capsys, shipped) -> None:
+    code, out, _ = cli(capsys, "matrix", "--validate")
+    assert code == 0
+    for engine in ("vllm", "sglang", "transformers", "llama.cpp", "mlx", "exllamav2", "exllamav3"):
+        assert engine in out.split("architecture data OK:")[1].split("no data")[0]
+
+
+@pytest.mark.parametrize(("arch", "engine", "status"), [
+    ("LlamaForCausalLM", "vllm", "native"), ("LlamaForCausalLM", "sglang", "native"),
+    ("TotallyNewForCausalLM", "vllm", "unsupported"), ("TotallyNewForCausalLM", "sglang", "unsupported"),
+    ("Qwen3ForCausalLM", "vllm==0.6.0", "unsupported"), ("Qwen3ForCausalLM", "vllm==0.9.0", "native"),
+])
+def test_shipped_fp8_checkpoint_on_vllm_and_sglang(tmp_path, capsys, shipped, arch, engine, status) -> None:
+    model = st_model(tmp_path, arch, "llama", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(model), "--engine", engine, "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status, arch_dim
+    assert (code == 0) == (v["status"] in ("native", "fallback"))
+
+
+@pytest.mark.parametrize(("arch", "engine", "status"), [
+    ("llama", "llama.cpp==b10361", "native"), ("qwen3", "llama.cpp==b10361", "native"),
+    ("totally-new-arch", "llama.cpp==b10361", "unsupported"),
+    ("totally-new-arch", "llama.cpp", "unknown"),  # b11312 is newer than the newest build read
+])
+def test_shipped_gguf_on_llama_cpp(tmp_path, capsys, shipped, arch, engine, status) -> None:
+    path = gguf_model(tmp_path, arch)
+    code, out, _ = cli(capsys, "check", str(path), "--engine", engine, "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status, arch_dim
+    assert code == (0 if status == "native" else 1)
+
+
+# ---------------------------------------------------------------------------------- --engine NAME=installed
+
+def _fake_install(site: Path, dist: str, version: str, files: dict[str, str]) -> None:
+    """A real installed layout: package files plus the distribution's metadata, found by importlib."""
+    for name, text in files.items():
+        path = site / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    meta = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+
+
+@pytest.fixture()
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+def test_installed_is_only_for_engines_with_a_readable_registry(tmp_path, capsys, matrices) -> None:
+    code, _, err = cli(capsys, "check", str(st_model(tmp_path, "LlamaForCausalLM", "llama")), "--engine",
+                       "fastserve=installed", "--gpu", "a100")
+    assert code == 2
+    assert err == ("qcheck: error: --engine fastserve=installed: qcheck reads the installed registry of vllm, "
+                   "sglang, transformers, mlx, llama.cpp only\n")
+
+
+def test_installed_engine_through_the_shipped_matrix(tmp_path, capsys, shipped, site) -> None:
+    import importlib
+
+    _fake_install(site, "vllm", "0.23.0", {
+        "vllm/__init__.py": "raise RuntimeError('qcheck must not import the engine')\n",
+        "vllm/model_executor/models/registry.py":
+            '_TEXT_GENERATION_MODELS = {"LlamaForCausalLM": ("llama", "L"), "BrandNewForCausalLM": ("b", "B")}\n'})
+    importlib.invalidate_caches()
+    new = st_model(tmp_path, "BrandNewForCausalLM", "brand_new", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(new), "--engine", "vllm=installed", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    assert v["engine_version"] == "0.23.0"
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "native" and code == 0
+    assert arch_dim["reasons"][0].startswith(f"installed vllm 0.23.0 ({site / 'vllm'}) registers BrandNewForCausalLM")
+    assert arch_dim["warnings"][0].startswith("the shipped data disagrees: vLLM 0.23.0 does not load architecture "
+                                              "BrandNewForCausalLM")
+    assert "vllm 0.23.0 vs the shipped data (read up to 0.33.0): 1 names only installed (BrandNewForCausalLM), " \
+        in arch_dim["warnings"][1]
+    assert "architecture: the shipped data disagrees" in v["warnings"][-2]  # shown whatever the status
+    qwen = st_model(tmp_path, "Qwen3ForCausalLM", "qwen3", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(qwen), "--engine", "vllm=installed", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    assert (v["status"], code) == ("unsupported", 1)
+    assert v["reasons"][0].startswith("architecture: installed vllm 0.23.0")
+    assert "does not register Qwen3ForCausalLM" in v["reasons"][0]
+    code, _, err = cli(capsys, "check", str(qwen), "--engine", "sglang=installed", "--gpu", "h100")
+    assert code == 2 and "sglang is not installed in this Python" in err
+
+
+def test_plain_check_never_imports_an_engine(tmp_path, capsys, shipped, site) -> None:
+    import sys
+
+    _fake_install(site, "vllm", "0.23.0", {"vllm/__init__.py": "raise RuntimeError('imported')\n"})
+    model = st_model(tmp_path, "LlamaForCausalLM", "llama")
+    code, _, _ = cli(capsys, "check", str(model), "--engine", "vllm", "--engine", "transformers", "--gpu", "h100")
+    assert code in (0, 1)
+    assert not {"vllm", "transformers", "llama_cpp", "mlx_lm", "sglang"} & set(sys.modules) - _PRELOADED
+
+
+_PRELOADED = set(__import__("sys").modules)
+
+
+def test_derived_engine_judges_gguf_through_the_engine_it_bundles(tmp_path, capsys, matrices) -> None:
+    """An engine that runs GGUF with another engine's loader (Ollama -> llama.cpp, vLLM -> transformers) is judged
+    by that engine's list at the version it bundles."""
+    text = (matrices / "architectures" / "cloudco.toml").read_text()
+    text = text[: text.index("[[list]]\nid = \"gguf\"")]
+    text = text.replace('[architectures.read]', '[architectures.derive]\ncontainers = ["gguf"]\nfrom = "fastserve"\n'
+                        'source = "example/cloudco: runs GGUF with FastServe"\n\n[architectures.derive.versions]\n'
+                        '"2026.10" = "0.23.0"\n\n[architectures.read]')
+    (matrices / "architectures" / "cloudco.toml").write_text(text)
+    llama = gguf_model(tmp_path, "llama")
+    code, out, _ = cli(capsys, "check", str(llama), "--engine", "cloudco", "--json")
+    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "native"
+    assert arch_dim["reasons"] == ["CloudCo 2026.10 loads GGUF files through fastserve 0.23.0: fastserve loads GGUF "
+                                   "architecture llama since 0.23.0"]
+    assert arch_dim["sources"][-1] == {"ref": "example/cloudco: runs GGUF with FastServe", "version": "2026.10",
+                                       "note": None}
+    new = gguf_model(tmp_path, "totally-new-arch", name="new.gguf")
+    code, out, _ = cli(capsys, "check", str(new), "--engine", "cloudco", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert (code, v["status"], arch_dim["status"]) == (1, "unsupported", "unsupported")
+    assert arch_dim["reasons"] == ["CloudCo 2026.10 loads GGUF files through fastserve 0.23.0: fastserve 0.23.0 does "
+                                   "not load GGUF architecture totally-new-arch: it is in no release read "
+                                   "(0.23.0 .. 0.33.0)"]
+
+
+def test_inspect_flags_a_gguf_architecture_llama_cpp_never_defined(tmp_path, capsys, shipped) -> None:
+    new = gguf_model(tmp_path, "totally-new-arch")
+    code, out, _ = cli(capsys, "inspect", str(new), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["architecture"] == "totally-new-arch"
+    [warning] = [w for w in data["warnings"] if "general.architecture" in w]
+    assert warning.startswith("general.architecture 'totally-new-arch' is not an architecture llama.cpp has defined "
+                              "in any build read (b")
+    code, out, _ = cli(capsys, "inspect", str(gguf_model(tmp_path, "qwen3", name="q.gguf")), "--json")
+    assert not [w for w in json.loads(out)["warnings"] if "general.architecture" in w]
+
+
+@pytest.mark.parametrize(("engine", "module", "dist"), [("transformers", "transformers", "transformers"),
+                                                        ("llama.cpp", "llama_cpp", "llama-cpp-python")])
+def test_real_installed_engines_are_read_without_importing_them(tmp_path, capsys, shipped, engine, module,
+                                                                dist) -> None:
+    import importlib.metadata
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    before = set(sys.modules)
+    if engine == "transformers":
+        good, bad = st_model(tmp_path, "LlamaForCausalLM", "llama"), st_model(tmp_path, "TotallyNewForCausalLM", "x")
+        gpu = "h100"
+    else:
+        good, bad = gguf_model(tmp_path, "llama"), gguf_model(tmp_path, "totally-new-arch", name="new.gguf")
+        gpu = "cpu"
+    code, out, _ = cli(capsys, "check", str(good), "--engine", f"{engine}=installed", "--gpu", gpu, "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    version = importlib.metadata.version(dist)
+    assert (code, arch_dim["status"]) == (0, "native")
+    assert arch_dim["reasons"][0].startswith(f"installed {dist} {version} (")
+    assert arch_dim["sources"][0]["version"] == version
+    code, out, _ = cli(capsys, "check", str(bad), "--engine", f"{engine}=installed", "--gpu", gpu, "--json")
+    [v] = verdicts(out)
+    assert (code, v["status"]) == (1, "unsupported")
+    assert "does not register" in v["reasons"][0]
+    assert module not in set(sys.modules) - before  # read as text, never imported

@@ -1,0 +1,168 @@
+"""matrices/tools/extract_architectures.py on small fixture releases (no network): sdists, wheels and an npm
+tarball carrying a llama.cpp git bundle, built here, placed in the script's download cache; the TOML it writes
+must pass qcheck's own validation and say the right first/last versions."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from qcheck.matrix.architectures import validate
+
+SCRIPT = Path(__file__).resolve().parent.parent / "matrices" / "tools" / "extract_architectures.py"
+
+
+@pytest.fixture()
+def tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    spec = importlib.util.spec_from_file_location("extract_architectures", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "extract_architectures", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
+
+    def offline(*_a, **_k):
+        raise AssertionError("the fixture test must not download")
+
+    monkeypatch.setattr(module.urllib.request, "urlopen", offline)
+    return module
+
+
+def _sdist(cache: Path, pkg: str, version: str, files: dict[str, str]) -> None:
+    dest = cache / "pypi" / f"{pkg}-{version}"
+    dest.mkdir(parents=True)
+    with tarfile.open(dest / f"{pkg}-{version}.tar.gz", "w:gz") as t:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{pkg}-{version}/{name}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _wheel(cache: Path, pkg: str, version: str, files: dict[str, str]) -> None:
+    dest = cache / "pypi" / f"{pkg}-{version}"
+    dest.mkdir(parents=True)
+    with zipfile.ZipFile(dest / f"{pkg.replace('-', '_')}-{version}-py3-none-any.whl", "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+
+
+def _read(path: Path, engine: str):
+    return validate(tomllib.loads(path.read_text()), path.name, engine)
+
+
+def test_vllm_registry_history(tool, tmp_path) -> None:
+    cache = tmp_path / "cache"
+    _sdist(cache, "vllm", "0.1.0", {"vllm/model_executor/models/__init__.py":
+                                    '_MODELS = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+                                    '           "OldForCausalLM": ("old", "Old")}\n'})
+    _sdist(cache, "vllm", "0.2.0", {"vllm/model_executor/models/registry.py":
+                                    '_TEXT_GENERATION_MODELS = {\n  "LlamaForCausalLM": ("llama", "L"),\n'
+                                    '  "Qwen3ForCausalLM": ("qwen3", "Q"),\n}\n'
+                                    '_EMBEDDING_MODELS: dict = {"BertModel": ("bert", "B")}\n'
+                                    '_VLLM_MODELS = {**_TEXT_GENERATION_MODELS, **_EMBEDDING_MODELS}\n'
+                                    '_PREVIOUSLY_SUPPORTED_MODELS = {"OldForCausalLM": "0.1.0"}\n'
+                                    '_OOT_SUPPORTED_MODELS = {"BartModel": "https://example.org/plugin"}\n'})
+    assert tool.main(["vllm", "--versions", "0.1.0", "0.2.0", "--out", str(tmp_path / "out")]) == 0
+    data = _read(tmp_path / "out" / "vllm.toml", "vllm")
+    assert data.versions_read == ("0.1.0", "0.2.0")
+    [reg] = data.lists
+    assert reg.arch["LlamaForCausalLM"].first == "0.1.0" and reg.arch["LlamaForCausalLM"].last is None
+    assert (reg.arch["OldForCausalLM"].first, reg.arch["OldForCausalLM"].last) == ("0.1.0", "0.1.0")
+    assert (reg.arch["Qwen3ForCausalLM"].first, reg.arch["BertModel"].kind) == ("0.2.0", "embedding")
+    assert "BartModel" not in reg.arch  # an out-of-tree plugin's model is not vLLM's
+    assert "vllm-0.2.0.tar.gz (PyPI sdist, sha256 " in data.read["0.2.0"]
+
+
+def test_wheels_of_transformers_sglang_mlx_exllama(tool, tmp_path) -> None:
+    cache = tmp_path / "cache"
+    _wheel(cache, "transformers", "4.50.0", {
+        "transformers/models/auto/modeling_auto.py":
+            'from collections import OrderedDict\nMODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([\n'
+            '    ("llama", "LlamaForCausalLM"),\n    ("gemma3", ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")),\n'
+            '])\nMODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES = OrderedDict([("bert", "BertForTokenClassification")])\n',
+        "transformers/models/auto/configuration_auto.py":
+            'CONFIG_MAPPING_NAMES = OrderedDict([("llama", "LlamaConfig"), ("gemma3", "Gemma3Config")])\n',
+        "transformers/integrations/ggml.py": 'GGUF_CONFIG_MAPPING = {"llama": {}, "qwen2": {}}\n'})
+    _wheel(cache, "sglang", "0.5.0", {"sglang/srt/models/llama.py": "class A: pass\nEntryClass = [LlamaForCausalLM, "
+                                                                     "Phi3ForCausalLM]\n",
+                                       "sglang/srt/models/qwen.py": "EntryClass = QWenLMHeadModel\n",
+                                       "sglang/srt/models/utils.py": "x = 1\n"})
+    _wheel(cache, "mlx-lm", "0.30.0", {"mlx_lm/models/llama.py": "", "mlx_lm/models/base.py": "",
+                                        "mlx_lm/models/qwen3.py": "",
+                                        "mlx_lm/utils.py": 'MODEL_REMAPPING = {"mistral": "llama", "x": "nosuch"}\n'})
+    _wheel(cache, "exllamav3", "1.0.0", {"exllamav3/architecture/llama.py": 'class C:\n    arch_string = "LlamaForCausalLM"\n'})
+    out = tmp_path / "out"
+    for engine, version in (("transformers", "4.50.0"), ("sglang", "0.5.0"), ("mlx", "0.30.0"),
+                            ("exllamav3", "1.0.0")):
+        assert tool.main([engine, "--versions", version, "--out", str(out)]) == 0
+    tf = _read(out / "transformers.toml", "transformers")
+    classes, types, gguf = tf.lists
+    assert set(classes.arch) == {"LlamaForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
+    assert set(types.arch) == {"llama", "gemma3"} and set(gguf.arch) == {"llama", "qwen2"}
+    assert gguf.containers == ("gguf",)
+    assert set(_read(out / "sglang.toml", "sglang").lists[0].arch) == {"LlamaForCausalLM", "Phi3ForCausalLM",
+                                                                       "QWenLMHeadModel"}
+    mlx = _read(out / "mlx.toml", "mlx")
+    assert set(mlx.lists[0].arch) == {"llama", "qwen3", "mistral"} and mlx.versions_of == "mlx-lm"
+    assert set(_read(out / "exllamav3.toml", "exllamav3").lists[0].arch) == {"LlamaForCausalLM"}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the bundle")
+def test_llama_cpp_from_an_npm_git_bundle(tool, tmp_path) -> None:
+    def release(pkg_version: str, build: str, names: list[str], converts: list[str]) -> None:
+        repo = tmp_path / f"repo-{build}"
+        (repo / "src").mkdir(parents=True)
+        table = "".join(f'    {{ LLM_ARCH_{n.upper().replace("-", "_")}, "{n}" }},\n' for n in names)
+        (repo / "src" / "llama-arch.cpp").write_text(
+            f"static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {{\n{table}"
+            '    { LLM_ARCH_UNKNOWN, "(unknown)" },\n};\n')
+        (repo / "convert_hf_to_gguf.py").write_text(
+            "".join(f'@ModelBase.register(\n    "{c}",\n)\nclass M{i}: pass\n' for i, c in enumerate(converts)))
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "."], check=True)
+        subprocess.run([*git, "commit", "-qm", build], check=True)
+        subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "r.bundle"), "HEAD"], check=True)
+        dest = tmp_path / "cache" / "npm" / f"node-llama-cpp-{pkg_version}"
+        dest.mkdir(parents=True)
+        with tarfile.open(dest / f"node-llama-cpp-{pkg_version}.tgz", "w:gz") as t:
+            t.add(tmp_path / "r.bundle", "package/llama/gitRelease.bundle")
+            data = json.dumps({"release": build}).encode()
+            info = tarfile.TarInfo("package/llama/binariesGithubRelease.json")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+    release("3.0.0", "b5000", ["llama", "old-arch"], ["LlamaForCausalLM"])
+    release("3.1.0", "b6000", ["llama", "qwen3", "clip"], ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+    release("3.2.0", "v0.5.0", ["llama"], [])  # not a build tag: skipped
+    assert tool.main(["llama.cpp", "--versions", "3.1.0", "3.0.0", "3.2.0", "--out", str(tmp_path / "out")]) == 0
+    data = _read(tmp_path / "out" / "llama.cpp.toml", "llama.cpp")
+    assert data.versions_read == ("b5000", "b6000")  # ordered by build, whatever the package order
+    archs, convert = data.lists
+    assert set(archs.arch) == {"llama", "old-arch", "qwen3", "clip"}
+    assert (archs.arch["old-arch"].last, archs.arch["qwen3"].first) == ("b5000", "b6000")
+    assert convert.role == "convert" and convert.arch["Qwen3ForCausalLM"].first == "b6000"
+
+
+def test_output_is_deterministic(tool, tmp_path) -> None:
+    lst = tool.NameList("l", "hf-class", ["safetensors"], "src")
+    lst.seen = {"1.0": {"B": "text", "A": "text"}, "2.0": {"A": "text"}}
+    one = tool.render_toml("e", "pep440", [lst], {"1.0": "a", "2.0": "b"}, "cmd")
+    lst.seen = {"1.0": {"A": "text", "B": "text"}, "2.0": {"A": "text"}}
+    assert tool.render_toml("e", "pep440", [lst], {"1.0": "a", "2.0": "b"}, "cmd") == one
+    assert one.index('"A" = { first = "1.0", kind = "text" }') < one.index('"B" = { first = "1.0", last = "1.0"')
