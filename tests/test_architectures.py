@@ -42,12 +42,13 @@ names = "hf-class"
 containers = ["safetensors"]
 source = "example/fastserve: models/registry.py"
 versions_read = ["0.9.0", "0.23.0", "0.33.0"]
-
-[list.arch]
-"LlamaForCausalLM" = { first = "0.9.0", kind = "text" }
-"Qwen3ForCausalLM" = { first = "0.23.0", kind = "text" }
-"OldForCausalLM" = { first = "0.9.0", last = "0.9.0", kind = "text" }
-"BertModel" = { first = "0.9.0", kind = "embedding" }
+# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)
+arch = '''
+LlamaForCausalLM 0.9.0  -     text
+Qwen3ForCausalLM 0.23.0 -     text
+OldForCausalLM   0.9.0  0.9.0 text
+BertModel        0.9.0  -     embedding
+'''
 
 [[list]]
 id = "gguf"
@@ -55,9 +56,10 @@ names = "gguf-arch"
 containers = ["gguf"]
 source = "example/fastserve: gguf_loader.py"
 versions_read = ["0.23.0", "0.33.0"]
-
-[list.arch]
-"llama" = { first = "0.23.0", kind = "text" }
+# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)
+arch = '''
+llama 0.23.0 - text
+'''
 """
 
 
@@ -204,13 +206,13 @@ def test_validate_covers_architecture_files(capsys, matrices) -> None:
     code, out, _ = cli(capsys, "matrix", "--validate")
     assert code == 0 and "architecture data OK: 2 engines, 20 names (cloudco, fastserve); no data (unknown): tinycpp" \
         in out
-    bad = FASTSERVE_ARCHS.replace('"Qwen3ForCausalLM" = { first = "0.23.0"', '"Qwen3ForCausalLM" = { first = "0.24.0"')
+    bad = FASTSERVE_ARCHS.replace("Qwen3ForCausalLM 0.23.0 -", "Qwen3ForCausalLM 0.24.0 -")
     (matrices / "architectures" / "fastserve.toml").write_text(bad)
     clear_arch_cache()
     code, _, err = cli(capsys, "matrix", "--validate")
     assert code == 2
     assert err.startswith("qcheck: error: matrix data error: matrices/architectures/fastserve.toml: list 'registry' "
-                          "arch 'Qwen3ForCausalLM': [version] first = '0.24.0' is not a version this list read")
+                          "arch line 2: [version] Qwen3ForCausalLM: first '0.24.0' is not a version this list read")
     (matrices / "architectures" / "nosuch.toml").write_text(FASTSERVE_ARCHS.replace('"fastserve"', '"nosuch"'))
     (matrices / "architectures" / "fastserve.toml").write_text(FASTSERVE_ARCHS)
     clear_arch_cache()
@@ -218,13 +220,20 @@ def test_validate_covers_architecture_files(capsys, matrices) -> None:
     assert code == 2 and "[engine-id] no engine 'nosuch'" in err
 
 
+OLD_ROW = "OldForCausalLM   0.9.0  0.9.0 text"
+
+
 @pytest.mark.parametrize(("edit", "check"), [
-    (lambda t: t.replace('kind = "embedding"', 'kind = "poetry"'), "[kind]"),
+    (lambda t: t.replace("-     embedding", "-     poetry"), "[kind]"),
+    (lambda t: t.replace(OLD_ROW, "OldForCausalLM 0.9.0"), "[row]"),
+    (lambda t: t.replace(OLD_ROW, "LlamaForCausalLM 0.9.0 - text"), "[duplicate-name]"),
+    (lambda t: t.replace(OLD_ROW, "OldForCausalLM 0.23.0 0.9.0 text"), "[version-order]"),
     (lambda t: t.replace('names = "gguf-arch"', 'names = "gguf"'), "[names]"),
     (lambda t: t.replace('versions_read = ["0.9.0", "0.23.0", "0.33.0"]\ngenerated_by',
                          'versions_read = ["0.23.0", "0.9.0", "0.33.0"]\ngenerated_by'), "[version-order]"),
     (lambda t: t.replace('"0.9.0" = "fastserve-0.9.0.tar.gz"\n', ""), "[read]"),
-    (lambda t: t.replace('last = "0.9.0", ', 'last = "0.9.0", color = "red", '), "[unknown-key]"),
+    (lambda t: t.replace('names = "gguf-arch"', 'names = "gguf-arch"\ncolor = "red"'), "[unknown-key]"),
+    (lambda t: t.replace('names = "gguf-arch"', 'names = "gguf-arch"\narch2 = 1'), "[unknown-key]"),
 ])
 def test_validation_names_the_problem(edit, check) -> None:
     with pytest.raises(MatrixDataError) as exc:

@@ -175,10 +175,15 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"role = {_q(lst.role)}")
         if lst.note:
             lines.append(f"note = {_q(lst.note)}")
-        lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]", "", "[list.arch]"]
-        for name, entry in sorted(history(lst.seen).items()):
-            fields = ", ".join(f"{k} = {_q(entry[k])}" for k in ("first", "last", "kind") if k in entry)
-            lines.append(f"{_q(name)} = {{ {fields} }}")
+        lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]",
+                  "# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)",
+                  'arch = """']
+        rows = [(name, e["first"], e.get("last", "-"), e["kind"]) for name, e in sorted(history(lst.seen).items())]
+        width = max((len(r[0]) for r in rows), default=0)
+        vwidth = max((len(r[1]) for r in rows), default=0)
+        lwidth = max((len(r[2]) for r in rows), default=0)
+        lines += [f"{n:<{width}} {f:<{vwidth}} {la:<{lwidth}} {k}" for n, f, la, k in rows]
+        lines.append('"""')
     return "\n".join(lines) + "\n"
 
 

@@ -39,7 +39,6 @@ FILE_KEYS = {"architectures", "list"}
 HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
 LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role"}
-ENTRY_KEYS = {"first", "last", "kind"}
 #: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
 DIR = "architectures"
 
@@ -219,26 +218,40 @@ def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Vers
     if not set(parsed) <= set(all_parsed):
         ctx.fail("versions-read", "a list's versions_read must be among [architectures] versions_read")
     arch_raw = entry["arch"]
-    if not isinstance(arch_raw, dict):
-        ctx.fail("type", "[list.arch] must be a table of name = { first, last?, kind }")
-    arch: dict[str, ArchName] = {}
-    for name, item in arch_raw.items():
-        where = Where(display, f"list '{entry['id']}' arch {name!r}")
-        if not isinstance(item, dict):
-            where.fail("type", "must be a table { first, last?, kind }")
-        check_keys(item, ENTRY_KEYS, {"first", "kind"}, where)
-        for key in ("first", "last"):
-            if key in item and item[key] not in versions:
-                where.fail("version", f"{key} = {item[key]!r} is not a version this list read")
-        if item["kind"] not in KINDS:
-            where.fail("kind", f"kind {item['kind']!r} is not one of {', '.join(KINDS)}")
-        if "last" in item and versions.index(item["last"]) < versions.index(item["first"]):
-            where.fail("version-order", "last is older than first")
-        arch[name] = ArchName(item["first"], item.get("last"), item["kind"])
+    if not isinstance(arch_raw, str):
+        ctx.fail("type", "arch must be a multi-line string: one 'NAME FIRST LAST KIND' a line")
+    arch = _parse_rows(arch_raw, versions, display, entry["id"])
     folded = {name.lower(): name for name in arch}
     return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
                     role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
                     folded=folded)
+
+
+def _parse_rows(text: str, versions: tuple[str, ...], display: str, list_id: str) -> dict[str, ArchName]:
+    """``NAME FIRST LAST KIND`` rows (LAST ``-`` while the name is still there). A string, not a TOML table per
+    name: tomllib parses a thousand inline tables slowly, and ``qcheck check`` reads this on every run."""
+    arch: dict[str, ArchName] = {}
+    index = {v: i for i, v in enumerate(versions)}
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        where = Where(display, f"list '{list_id}' arch line {number}")
+        if len(fields) != 4:
+            where.fail("row", f"{line.strip()!r} is not 'NAME FIRST LAST KIND'")
+        name, first, last, kind = fields
+        if first not in index:
+            where.fail("version", f"{name}: first {first!r} is not a version this list read")
+        if last != "-" and last not in index:
+            where.fail("version", f"{name}: last {last!r} is not a version this list read")
+        if kind not in KINDS:
+            where.fail("kind", f"{name}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if last != "-" and index[last] < index[first]:
+            where.fail("version-order", f"{name}: last is older than first")
+        if name in arch:
+            where.fail("duplicate-name", f"{name} is listed twice")
+        arch[name] = ArchName(first, None if last == "-" else last, kind)
+    return arch
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -538,7 +551,7 @@ class ArchSupport:
     versions_read: list[str]
     versions_of: str | None
     source: str | None
-    status: str  # "loads", "converts", "removed", "never", "no-data"
+    status: str  # "loads", "converts", "removed", "never", "no-data", "derived:<engine>:<containers>"
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -548,8 +561,14 @@ class ArchSupport:
         of = f" ({self.versions_of} releases)" if self.versions_of else ""
         if self.status == "no-data":
             return f"{self.engine:<13} no architecture data: unknown"
+        if self.status.startswith("derived:"):
+            _, other, containers = self.status.split(":", 2)
+            mapped = f", release -> {other} version recorded for {span}" if span else ""
+            return f"{self.engine:<13} {containers.upper():<13} loads what {other} loads{mapped}"
         if self.status == "never":
-            return f"{self.engine:<13} {self.list:<13} not in any release read ({span}){of}"
+            word = {"hf-class": "architectures[0] classes", "model-type": "model_type values",
+                    "gguf-arch": "GGUF general.architecture values"}.get(self.names or "", "names")
+            return f"{self.engine:<13} {self.list:<13} not among its {word} in any release read ({span}){of}"
         verb = "converts" if self.role == "convert" else "loads"
         until = f", removed after {self.last}" if self.last else ""
         kind = f" [{self.kind}]" if self.kind not in (None, "text") else ""
@@ -576,10 +595,17 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
             status = "removed" if entry.last else ("converts" if lst.role == "convert" else "loads")
             out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
                                    list(lst.versions_read), data.versions_of, lst.source, status))
-        if not hits:
+        if data.derive is not None:
+            d = data.derive
+            known = list(d.versions or {})
+            span = [known[0], known[-1]] if known else []
+            out.append(ArchSupport(engine, None, None, None, None, None, None, None, span, None, d.source,
+                                   f"derived:{d.engine}:{'/'.join(d.containers)}"))
+        elif not hits:
             lst = data.lists[0]
-            out.append(ArchSupport(engine, lst.id, None, None, None, None, None, None, list(lst.versions_read),
-                                   data.versions_of, lst.source, "never"))
+            names = "/".join(dict.fromkeys(x.names for x in data.lists if x.role == "load"))
+            out.append(ArchSupport(engine, lst.id, names if "/" not in names else None, None, None, None, None,
+                                   None, list(lst.versions_read), data.versions_of, lst.source, "never"))
     return out
 
 
