@@ -192,7 +192,7 @@ def test_embedding_model_says_what_it_is(tmp_path, capsys, matrices) -> None:
     assert "BertModel is registered as an embedding model in FastServe" in " ".join(arch_dim["reasons"])
 
 
-def test_matrix_arch_lists_engines_and_versions(capsys, matrices) -> None:
+def test_matrix_arch_lists_engines_and_versions(tmp_path, capsys, matrices) -> None:
     code, out, _ = cli(capsys, "matrix", "--arch", "qwen3forcausallm")
     assert code == 0
     assert "fastserve     registry      loads Qwen3ForCausalLM since 0.23.0 (read 0.9.0 .. 0.33.0)" in out
@@ -200,6 +200,9 @@ def test_matrix_arch_lists_engines_and_versions(capsys, matrices) -> None:
     code, out, _ = cli(capsys, "matrix", "--arch", "OldForCausalLM", "--json")
     [row] = [r for r in json.loads(out)["engines"] if r["engine"] == "fastserve"]
     assert (row["status"], row["first"], row["last"]) == ("removed", "0.9.0", "0.9.0")
+    code, out, _ = cli(capsys, "matrix", "--arch", "llama", "--json", "-o", str(tmp_path / "arch.json"))
+    assert (code, out) == (0, "")
+    assert json.loads((tmp_path / "arch.json").read_text())["architecture"] == "llama"
 
 
 def test_validate_covers_architecture_files(capsys, matrices) -> None:

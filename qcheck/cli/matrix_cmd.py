@@ -120,9 +120,9 @@ def _arch(matrix: Matrix, name: str, engines: tuple[str, ...], output_spec: Outp
         text = f"architecture {name}: which engines load it (from matrices/architectures/)\n"
         text += "".join(f"  {r.line()}\n" for r in rows)
     if output_spec.path and output_spec.path != "-":
-        from qcheck.report import write_atomic
+        from qcheck.report import write_output
 
-        write_atomic(output_spec.path, text)
+        write_output(output_spec.path, text)
     else:
         click.echo(text, nl=False)
     return 0

@@ -12,6 +12,7 @@ first or after the last release read, is ``unknown`` unless the data decides it 
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -370,6 +371,7 @@ def _judge_derived(d: Deployment, derive: Derive, names: dict[str, str], shown: 
     lst = _preferred(lists, names)
     files = "GGUF" if d.inspection.container == "gguf" else d.inspection.container
     via = f"{engine.name} {d.version} loads {files} files through {derive.engine}"
+    version: str | None
     if derive.versions is None:
         version = lst.versions_read[-1]
         via += f" (judged at {derive.engine} {version}, the newest release read)"
@@ -548,7 +550,7 @@ class ArchSupport:
     first: str | None
     last: str | None
     kind: str | None
-    versions_read: list[str]
+    versions_read: builtins.list[str]
     versions_of: str | None
     source: str | None
     status: str  # "loads", "converts", "removed", "never", "no-data", "derived:<engine>:<containers>"

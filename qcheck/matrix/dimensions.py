@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from qcheck.model import Inspection
 
 __all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "judge_dimensions",
-           "worst"]
+           "without_architecture", "worst"]
 
 #: the name of the weight-format dimension (the matrix rules' own verdict)
 WEIGHTS = "weights"
@@ -76,6 +76,11 @@ def _builtin() -> None:
 
 
 _builtin()
+
+
+def without_architecture() -> list[Dimension]:
+    """The registered dimensions minus the architecture (for synthetic format probes that name no model)."""
+    return [d for d in DIMENSIONS if d is not _architecture]
 
 
 def worst(statuses: Sequence[Status]) -> Status:

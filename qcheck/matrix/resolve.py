@@ -152,8 +152,8 @@ def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
 
 def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
                 options: dict[str, Any] | None = None, *, dimensions: bool = True) -> Verdict:
-    """The verdict for one (engine, GPU) combination, without suggestions (``dimensions=False``: the weight
-    format alone, for the format tables' synthetic probes, which stand for no model in particular)."""
+    """The verdict for one (engine, GPU) combination, without suggestions (``dimensions=False``: no architecture
+    dimension, for the format tables' synthetic probes, which stand for no model in particular)."""
     return resolve_with_types(matrix, inspection, request, target, options, dimensions=dimensions)[0]
 
 
@@ -162,15 +162,14 @@ def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRe
                        dimensions: bool = True) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
-    from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions
+    from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions, without_architecture
 
     verdict, types = _resolve_weights(matrix, inspection, request, target)
-    if not dimensions:
-        return verdict, types
     version, at, _ = select_version(request.engine, request.version)
     deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at,
                             dict(options or {}))
-    combine(verdict, judge_dimensions(deployment))
+    # a synthetic probe of the format tables stands for no model in particular: no architecture to judge
+    combine(verdict, judge_dimensions(deployment, None if dimensions else without_architecture()))
     return verdict, types
 
 
