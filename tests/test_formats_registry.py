@@ -255,7 +255,8 @@ def test_a_format_registered_at_run_time_flows_through_classify_text_and_the_mat
         try:
             matrix = load_matrix(root)
             verdict = resolve_one(matrix, insp, parse_engine_spec("eng", matrix), matrix.gpus.lookup("hopper"))
-            assert (verdict.status, verdict.kernel) == ("native", "TernaryLinear")
+            # the weight format is judged by the new rule; this ad-hoc matrix has no architecture data
+            assert (verdict.dimensions[0].status, verdict.kernel) == ("native", "TernaryLinear")
         finally:
             clear_cache()
     assert "ternary" not in REGISTRY and REGISTRY.family("ternary") is None

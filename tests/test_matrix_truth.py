@@ -129,12 +129,14 @@ def test_vllm_gpt_oss_on_gb10_has_a_range(files) -> None:
 
 def test_tensorrt_llm_block_fp8_on_sm120_but_not_sm121(files) -> None:
     """linear.py FP8BlockScalesLinearMethod.apply has an sm120 branch (PR #9687); sm121 misses it (#17126)."""
+    # the weight-format dimension; qcheck has no TensorRT-LLM architecture data, so the verdicts are unknown
     v, _ = check(files["fp8-block"], "tensorrt-llm", "rtx-5090")
-    assert v.status == "native" and "fp8_block_scaling_gemm" in text(v)
+    assert v.dimensions[0].status == "native" and "fp8_block_scaling_gemm" in text(v)
+    assert v.status == "unknown"
     assert cited(v, "linear.py")
     spark, _ = check(files["fp8-block"], "tensorrt-llm", "gb10")
     assert spark.status == "unsupported" and "17126" in text(spark)
-    assert check(files["fp8-block"], "tensorrt-llm", "h100")[0].status == "native"
+    assert check(files["fp8-block"], "tensorrt-llm", "h100")[0].dimensions[0].status == "native"
     assert check(files["fp8-block"], "tensorrt-llm", "l40s")[0].status == "unsupported"
 
 
@@ -147,8 +149,10 @@ def test_versions_older_than_the_data_are_unknown(files, engine: str, floor: str
     path = files["q8_0-gguf"] if engine.startswith("llama.cpp") else files["gptq"]
     v, result = check(path, engine, gpu)
     assert (v.status, v.rule_id) == ("unknown", "engine-version")
-    assert v.reasons == [f"{v.reasons[0].split(' is older')[0]} is older than any version the matrix data was "
-                         f"read at (oldest: {floor}): no rule says what it supports"]
+    assert v.reasons[0] == (f"{v.reasons[0].split(' is older')[0]} is older than any version the matrix data was "
+                            f"read at (oldest: {floor}): no rule says what it supports")
+    # the architecture data starts later than that version as well: it cannot say either
+    assert [r.split(":")[0] for r in v.reasons[1:]] == ["architecture"]
     assert result.exit_code == 1
     assert check_path(path, [engine], [gpu], allow_unknown=True).exit_code == 0
 
@@ -204,7 +208,7 @@ def test_vllm_wheels_have_no_kernels_for_pascal_and_dropped_volta_in_0_20(files)
     old_volta, _ = check(files["gptq"], "vllm==0.19.1", "v100")
     new_volta, _ = check(files["gptq"], "vllm==0.20.0", "v100")
     assert old_volta.status == "fallback" and new_volta.status == "unsupported"
-    assert [d.dimension for d in new_volta.dimensions] == ["weights", "build"]
+    assert [d.dimension for d in new_volta.dimensions] == ["weights", "architecture", "build"]
     assert check(files["gptq"], "vllm==0.19.1", "p40")[0].status == "unsupported"
     # capabilities the wheel covers through binary-compatible cubins or PTX are left to the rules
     assert check(files["gptq"], "vllm", "jetson-orin")[0].status == "native"  # sm87 runs sm80 cubins
