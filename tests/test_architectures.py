@@ -430,3 +430,18 @@ def test_real_installed_engines_are_read_without_importing_them(tmp_path, capsys
     assert (code, v["status"]) == (1, "unsupported")
     assert "does not register" in v["reasons"][0]
     assert module not in set(sys.modules) - before  # read as text, never imported
+
+
+def test_an_engine_that_loads_unlisted_names_another_way_is_unknown_not_unsupported(tmp_path, capsys,
+                                                                                    matrices) -> None:
+    """ExLlamaV2 loads an architecture it does not list as LlamaForCausalLM: such a name is not refused."""
+    text = FASTSERVE_ARCHS.replace('source = "example/fastserve: models/registry.py"',
+                                   'source = "example/fastserve: models/registry.py"\n'
+                                   'unlisted = "FastServe loads unlisted names as LlamaForCausalLM"')
+    (matrices / "architectures" / "fastserve.toml").write_text(text)
+    model = st_model(tmp_path, "MyLlamaForCausalLM", "llama")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "fastserve", "--gpu", "a100", "--json")
+    [v] = verdicts(out)
+    assert (code, v["status"]) == (1, "unknown")
+    assert v["reasons"][0] == ("architecture: architecture MyLlamaForCausalLM is not listed by FastServe in any "
+                               "release read (0.9.0 .. 0.33.0); FastServe loads unlisted names as LlamaForCausalLM")

@@ -97,6 +97,8 @@ class NameList:
     note: str = ""
     #: "load" (the engine loads these names) or "convert" (it converts them to its own format first)
     role: str = "load"
+    #: what the engine does with a name it does not list, when it does not refuse it (read from its source)
+    unlisted: str = ""
     #: version -> {name: kind}, oldest first
     seen: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -175,6 +177,8 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"role = {_q(lst.role)}")
         if lst.note:
             lines.append(f"note = {_q(lst.note)}")
+        if lst.unlisted:
+            lines.append(f"unlisted = {_q(lst.unlisted)}")
         lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]",
                   "# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)",
                   'arch = """']
@@ -366,9 +370,9 @@ def extract_mlx(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]
     return [lst], read
 
 
-def _extract_exllama(package: str, pattern: str, source: str, versions: Sequence[str]
+def _extract_exllama(package: str, pattern: str, source: str, versions: Sequence[str], unlisted: str = ""
                      ) -> tuple[list[NameList], dict[str, str]]:
-    lst = NameList("architectures", "hf-class", ["safetensors"], source)
+    lst = NameList("architectures", "hf-class", ["safetensors"], source, unlisted=unlisted)
     read = {}
     for v, path in _releases(package, versions, pip_wheel):
         arc = Archive(path)
@@ -382,7 +386,10 @@ def _extract_exllama(package: str, pattern: str, source: str, versions: Sequence
 
 def extract_exllamav2(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
     return _extract_exllama("exllamav2", r"exllamav2/architecture\.py$",
-                            "turboderp-org/exllamav2: exllamav2/architecture.py (arch_string == ... branches)", versions)
+                            "turboderp-org/exllamav2: exllamav2/architecture.py (arch_string == ... branches)", versions,
+                            unlisted="ExLlamaV2 loads an unlisted architecture as LlamaForCausalLM with a warning "
+                                     "(architecture.py: 'Loading as LlamaForCausalLM'), so only a Llama-shaped "
+                                     "model of that name loads")
 
 
 def extract_exllamav3(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:

@@ -39,7 +39,7 @@ CONTAINERS = ("gguf", "safetensors")
 FILE_KEYS = {"architectures", "list"}
 HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
-LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role"}
+LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted"}
 #: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
 DIR = "architectures"
 
@@ -66,6 +66,9 @@ class ArchList:
     parsed: tuple[Version, ...]
     arch: dict[str, ArchName]
     note: str | None = None
+    #: what the engine does with a name it does not list, when that is not a refusal (ExLlamaV2 loads it as
+    #: LlamaForCausalLM with a warning): such names are unknown, with this text as the reason
+    unlisted: str | None = None
     #: lower-cased name -> name, for case-insensitive lookups of user input (``qcheck matrix --arch``)
     folded: dict[str, str] = field(default_factory=dict)
 
@@ -225,7 +228,7 @@ def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Vers
     folded = {name.lower(): name for name in arch}
     return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
                     role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
-                    folded=folded)
+                    unlisted=entry.get("unlisted"), folded=folded)
 
 
 def _parse_rows(text: str, versions: tuple[str, ...], display: str, list_id: str) -> dict[str, ArchName]:
@@ -477,6 +480,10 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
             return Judgement(DIMENSION, "unknown", [
                 f"{label} {version} is older than any release read ({oldest}); {name} is not in any of them"],
                 [_source(data, lst, newest)])
+        if lst.unlisted:
+            return Judgement(DIMENSION, "unknown", [
+                f"{kind_word} {name} is not listed by {label} in any release read ({oldest} .. {newest}); "
+                f"{lst.unlisted}"], [_source(data, lst, newest)])
         return Judgement(DIMENSION, "unsupported", [
             f"{label} {version} does not load {kind_word} {name}: it is in no release read ({oldest} .. {newest})"],
             [_source(data, lst, newest)])
