@@ -94,6 +94,11 @@ def report_meta() -> dict[str, Any]:
 @click.option("--max-items", type=click.IntRange(1, None), default=None, help="Use only the first N items.")
 @click.option("--choice-metric", type=click.Choice(["acc", "acc_norm", "acc_bytes"]), default="acc",
               show_default=True, help="How choice items are judged (lm-eval: acc, acc_norm by chars, acc_bytes).")
+@click.option("--noise-floor", is_flag=True,
+              help="Also score the reference against itself in another dtype (bfloat16; float16 when the reference "
+                   "computes in bfloat16), shown beside the candidates so a KLD has a scale. Never gated.")
+@click.option("--noise-floor-dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="The dtype of the --noise-floor row (implies --noise-floor).")
 @click.option("--activation-quant", is_flag=True,
               help="Fake-quantise activations for W8A8/W4A4 formats (otherwise weights only).")
 @click.option("--tier", type=click.Choice(["near-lossless", "good", "acceptable"]), default=None,
@@ -113,7 +118,7 @@ def report_meta() -> dict[str, Any]:
 @limit_options
 def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...], reference_dtype: str, device: str,
             cache_dir: str | None, no_cache: bool, cache_topk: int | None, max_length: int, max_items: int | None,
-            choice_metric: str, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
+            choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
             limits: Limits, **threshold_values: Any) -> int:
     """Measure quantisation loss of each CANDIDATE against the unquantised REFERENCE, on your tasks.
@@ -129,7 +134,7 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
     2 the input could not be judged (bad task file, vocabulary/BOS mismatch, missing the eval extra).
     """
     from qcheck.eval.gate import Thresholds
-    from qcheck.eval.run import EvalConfig, run_eval
+    from qcheck.eval.run import EvalConfig, default_noise_floor_dtype, run_eval
     from qcheck.eval.stats import DEFAULT_SEED
 
     endpoint_flags = {k: threshold_values.pop(k) for k in ENDPOINT_FLAGS}
@@ -145,7 +150,9 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
                         cache_topk=cache_topk, max_length=max_length, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
-                        progress=show_progress)
+                        progress=show_progress,
+                        noise_floor=noise_floor_dtype or (default_noise_floor_dtype(reference_dtype) if noise_floor
+                                                          else None))
     on_event = None
     if show_progress:
         def on_event(message: str) -> None:

@@ -211,7 +211,12 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
     else:
         out.append("<p>No thresholds were set (<code>--tier</code>, <code>--max-kld</code> ...): the numbers are "
                    "measurements, nothing was gated.</p>")
-    out.append(_summary_table(cands, gated=bool(thr)))
+    noise = data.get("noise_floor") or {}
+    out.append(_summary_table(cands, gated=bool(thr), noise=noise if noise.get("metrics") else None))
+    if noise:
+        said = f"not measured: {noise['error']}" if noise.get("error") else noise.get("description")
+        out.append(f"<p>Noise floor: {_e(said)}. A KLD near it is what a precision change alone costs on these "
+                   "tasks.</p>")
     out.append("<h2>Per-token KL divergence</h2>")
     out.append(kld_histogram_svg(cands))
     out.append("<h2>Accuracy per task</h2>")
@@ -258,9 +263,15 @@ _ROWS: list[tuple[str, str, Any, Any]] = [
 ]
 
 
-def _summary_table(cands: list[dict[str, Any]], gated: bool) -> str:
-    """Metrics down, candidates across (fits a narrow page); a metric that failed its threshold is marked."""
-    head = "".join(f"<th>{_e(c['name'])}</th>" for c in cands)
+def _summary_table(cands: list[dict[str, Any]], gated: bool, noise: dict[str, Any] | None = None) -> str:
+    """Metrics down, candidates across (fits a narrow page); a metric that failed its threshold is marked.
+
+    ``noise`` (the ``--noise-floor`` record) is a last, muted column that is never gated."""
+    gated_count = len(cands)
+    if noise is not None:
+        cands = [*cands, {**noise, "gate": {"passed": True, "failures": []}}]
+    muted = ' class="muted"'
+    head = "".join(f"<th{muted if i >= gated_count else ''}>{_e(c['name'])}</th>" for i, c in enumerate(cands))
     rows = [f"<h2>Summary</h2><div class='scroll'><table class='summary'><tr><th>metric</th>{head}</tr>",
             "<tr><td>backend</td>" + "".join(f"<td>{_e(c['backend'])}</td>" for c in cands) + "</tr>"]
     for label, key, fmt, ci_fmt in _ROWS:
@@ -286,9 +297,10 @@ def _summary_table(cands: list[dict[str, Any]], gated: bool) -> str:
     rows.append(f"<tr><td>flips C→I / I→C</td>{''.join(flips)}</tr>")
     if gated:
         gate = "".join('<td><span class="pass">PASS</span></td>' if c["gate"]["passed"]
-                       else '<td><span class="fail">FAIL</span></td>' for c in cands)
+                       else '<td><span class="fail">FAIL</span></td>' for c in cands[:gated_count])
     else:
-        gate = "".join('<td><span class="muted">no threshold</span></td>' for _ in cands)
+        gate = "".join('<td><span class="muted">no threshold</span></td>' for _ in cands[:gated_count])
+    gate += '<td><span class="muted">not gated</span></td>' * (len(cands) - gated_count)
     rows.append(f"<tr><td>gate</td>{gate}</tr></table></div>")
     return "".join(rows)
 

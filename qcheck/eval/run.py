@@ -48,6 +48,8 @@ EVAL_SCHEMA = "qcheck.eval/1"
 ENCODER_VERSION = 1
 #: per-token KLD histogram bin edges (log-spaced, nats) for the report plots
 HIST_EDGES = [0.0, *[10 ** (e / 4) for e in range(-24, 5)]]
+#: dtypes ``--noise-floor`` can load the reference in
+NOISE_FLOOR_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -103,6 +105,8 @@ class EvalConfig:
     max_items: int | None = None
     limits: Limits = DEFAULT_LIMITS
     progress: bool = False
+    #: also score the reference itself in this dtype against the cached reference (``--noise-floor``); never gated
+    noise_floor: str | None = None
 
 
 @dataclass
@@ -142,6 +146,8 @@ class EvalResult:
     settings: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     kind: str = "eval"
+    #: ``--noise-floor``: the reference in another dtype, scored like a candidate; not part of the gate
+    noise_floor: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -154,7 +160,7 @@ class EvalResult:
         return {"schema": EVAL_SCHEMA, "reference": self.reference, "tasks": self.tasks,
                 "thresholds": self.thresholds.to_json(), "settings": self.settings,
                 "cache": self.cache.to_json(), "candidates": [c.to_json() for c in self.candidates],
-                "notes": self.notes, "exit_code": self.exit_code}
+                "noise_floor": self.noise_floor, "notes": self.notes, "exit_code": self.exit_code}
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -274,6 +280,11 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         raise UsageError("--cache-topk must be at least 1")
     if config.bootstrap < 100:
         raise UsageError("--bootstrap needs at least 100 replicates")
+    if config.noise_floor is not None and config.noise_floor not in NOISE_FLOOR_DTYPES:
+        raise UsageError(f"--noise-floor-dtype must be one of {', '.join(NOISE_FLOOR_DTYPES)}")
+    if config.noise_floor == config.reference_dtype:
+        raise UsageError(f"--noise-floor-dtype {config.noise_floor} is the reference's own dtype: pick another "
+                         "(the noise floor compares the reference with itself in a different precision)")
     specs = [CandidateSpec.parse(c) if isinstance(c, str) else c for c in config.candidates]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -345,10 +356,14 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
                                precision=precision_note(kind, config.cache_topk))
 
         results: list[CandidateResult] = []
+        noise: dict[str, Any] | None = None
         try:
             for spec in specs:
                 results.append(_run_candidate(spec, config, encoded, encoder, reader, ref_config, ref_vocab,
                                               progress, log))
+            if config.noise_floor:
+                log(f"noise floor: the reference in {config.noise_floor}")
+                noise = _noise_floor(config, encoded, encoder, reader, ref_config, ref_vocab, progress, log)
         finally:
             cache_info.requests_read = reader.reads
             reader.close()
@@ -361,7 +376,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
                 "max_items": config.max_items, "candidate_dtype": config.reference_dtype}
     return EvalResult(reference=ref_json, tasks=tasks.to_json() | {"tokens_per_item_limit": config.max_length},
                       candidates=results, cache=cache_info, thresholds=config.thresholds, settings=settings,
-                      notes=notes)
+                      notes=notes, noise_floor=noise)
 
 
 def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tokenizer: Any, root: Path, key: str,
@@ -519,6 +534,47 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
     finally:
         if spec.runner is None:
             runner.close()
+
+
+def default_noise_floor_dtype(reference_dtype: str) -> str:
+    """bfloat16 beside a float32 (or float16) reference, float16 beside a bfloat16 one."""
+    return "float16" if reference_dtype == "bfloat16" else "bfloat16"
+
+
+def _noise_floor(config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader, ref_config: Any,
+                 ref_vocab: VocabInfo, progress: _Progress, log: Callable[[str], None]) -> dict[str, Any]:
+    """The reference model itself, loaded in ``config.noise_floor``, scored against the cached reference.
+
+    Why: a KLD means little without the loss that mere precision causes on the same tasks; this row is that
+    scale. It is measured with no thresholds and never changes the gate or the exit code.
+    """
+    from dataclasses import replace
+
+    from qcheck.errors import QcheckError
+    from qcheck.eval.runners.reference import TransformersRunner, load_reference, vocab_info
+
+    dtype = config.noise_floor or default_noise_floor_dtype(config.reference_dtype)
+    name = f"noise floor ({dtype})"
+    model, _, device = load_reference(config.reference, dtype, config.device)
+    runner = TransformersRunner(model, vocab_info(model, encoder.tok, encoder.add_bos), name=name, device=device)
+    del model
+    record: dict[str, Any] = {"name": name, "dtype": dtype, "reference_dtype": config.reference_dtype,
+                              "backend": runner.backend,
+                              "description": f"the reference model computing in {dtype}, scored against the "
+                                             f"{config.reference_dtype} reference like a candidate; not gated"}
+    try:
+        quiet = replace(config, thresholds=Thresholds())
+        result = _run_candidate(CandidateSpec(name=name, runner=runner), quiet, encoded, encoder, reader, ref_config,
+                                ref_vocab, progress, log)
+    except QcheckError as exc:  # the noise floor never fails the run: say why it is missing
+        record["error"] = str(exc)
+        return record
+    finally:
+        runner.close()
+    data = result.to_json()
+    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings"):
+        record[key] = data[key]
+    return record
 
 
 def _cuda() -> bool:

@@ -63,6 +63,18 @@ def short_cache_path(path: str) -> str:
     return re.sub(r"(ref-[0-9a-f]{12})[0-9a-f]{20,}", r"\1…", path)
 
 
+def _summary_row(c: dict[str, Any], gate: str) -> list[str]:
+    """One row of the summary table, for a candidate or the noise floor."""
+    m, iv = c["metrics"], c["intervals"]
+    kld = _num(m.get("kld_mean")) + _ci(iv.get("kld_mean"))
+    if m.get("kld_kind") == "lower-bound":
+        kld = "≥" + kld
+    acc = "-" if m.get("accuracy") is None else f"{_pct(m.get('accuracy_reference'))}→{_pct(m.get('accuracy'))}"
+    flips = "-" if m.get("flips") is None else f"{m.get('flips_c_to_i_count', 0)}/{m.get('flips_i_to_c_count', 0)}"
+    return [c["name"], kld, _num(m.get("kld_p99")), _pct(m.get("top1_agreement")), _num(m.get("ppl_ratio")),
+            _pct(m.get("delta_p_rms"), 2), acc, flips, _pct(m.get("greedy_agreement"), 0), gate]
+
+
 def render(result: Any) -> str:
     data = result.to_json() if hasattr(result, "to_json") else result
     ref = data["reference"]
@@ -88,16 +100,18 @@ def render(result: Any) -> str:
               "flips C→I/I→C", "greedy", "gate"]
     rows = [header]
     for c in data["candidates"]:
-        m, iv = c["metrics"], c["intervals"]
-        kld = _num(m.get("kld_mean")) + _ci(iv.get("kld_mean"))
-        if m.get("kld_kind") == "lower-bound":
-            kld = "≥" + kld
-        acc = "-" if m.get("accuracy") is None else f"{_pct(m.get('accuracy_reference'))}→{_pct(m.get('accuracy'))}"
-        flips = "-" if m.get("flips") is None else f"{m.get('flips_c_to_i_count', 0)}/{m.get('flips_i_to_c_count', 0)}"
-        rows.append([c["name"], kld, _num(m.get("kld_p99")), _pct(m.get("top1_agreement")),
-                     _num(m.get("ppl_ratio")), _pct(m.get("delta_p_rms"), 2), acc, flips,
-                     _pct(m.get("greedy_agreement"), 0), "PASS" if c["gate"]["passed"] else "FAIL"])
+        rows.append(_summary_row(c, "PASS" if c["gate"]["passed"] else "FAIL"))
+    noise = data.get("noise_floor")
+    if noise and noise.get("metrics"):
+        rows.append(_summary_row(noise, "not gated"))
     lines.extend(_fitted(rows))
+    if noise:
+        lines.append("")
+        if noise.get("error"):
+            lines.append(f"noise floor: not measured: {noise['error']}")
+        else:
+            lines.append(f"noise floor: {noise['description']}. A KLD near this row is what a precision "
+                         "change alone costs on these tasks.")
 
     tasks_seen = sorted({t for c in data["candidates"] for t in c.get("per_task", {})})
     if len(tasks_seen) > 1:
