@@ -298,7 +298,8 @@ def test_mutated_responses_parse_or_fail_cleanly(fake, style):
     from transformers import AutoTokenizer
 
     from qcheck.eval.runners.base import ScoreRequest, VocabInfo
-    from qcheck.eval.runners.endpoint import EndpointRunner, _Unsupported
+    from qcheck.eval.runners.endpoint import EndpointRunner, echo, prompt_logprobs, sglang
+    from qcheck.eval.runners.endpoint.wire import Unsupported
 
     fake.behaviour.style = style
     tok = AutoTokenizer.from_pretrained(str(tiny_reference()))
@@ -308,15 +309,15 @@ def test_mutated_responses_parse_or_fail_cleanly(fake, style):
     req = ScoreRequest("k", ids, 2)
     if style == "sglang":
         _, valid, _ = fake.respond("/generate", {"input_ids": list(ids), "top_logprobs_num": 5})
-        parse = runner._parse_sglang
+        def parse(data, req): return sglang.parse(runner, data, req)
     elif style == "vllm":
         _, valid, _ = fake.respond("/v1/completions", {"model": fake.behaviour.model, "prompt": list(ids),
                                                        "prompt_logprobs": 5})
-        parse = runner._parse_prompt_logprobs
+        def parse(data, req): return prompt_logprobs.parse(runner, data, req)
     else:
         _, valid, _ = fake.respond("/v1/completions", {"model": fake.behaviour.model, "prompt": list(ids),
                                                        "echo": True, "logprobs": 5, "max_tokens": 1})
-        parse = runner._parse_echo
+        def parse(data, req): return echo.parse(runner, data, req)
     assert len(parse(valid, req)) == req.n_rows
     rng = random.Random(1234)
     outcomes = Counter()
@@ -324,7 +325,7 @@ def test_mutated_responses_parse_or_fail_cleanly(fake, style):
         data = _mutate(valid, rng)
         try:
             rows = parse(data, req)
-        except (QcheckError, _Unsupported):
+        except (QcheckError, Unsupported):
             outcomes["refused"] += 1
             continue
         assert len(rows) == req.n_rows
@@ -341,6 +342,7 @@ def test_string_keyed_top_k_resolution_and_its_argmax_rule(fake):
 
     from qcheck.eval.runners.base import ScoreRequest, VocabInfo
     from qcheck.eval.runners.endpoint import EndpointRunner
+    from qcheck.eval.runners.endpoint.echo import parse as parse_echo
 
     tok = AutoTokenizer.from_pretrained(str(tiny_reference()))
     vocab = VocabInfo(len(tok), tok.bos_token_id, True, (tok.eos_token_id,))
@@ -359,24 +361,24 @@ def test_string_keyed_top_k_resolution_and_its_argmax_rule(fake):
                                           "top_logprobs": [None, top, {}]}}],
                 "usage": {"completion_tokens": 1}}
 
-    peaked = runner._parse_echo(echo({strings.strings[c]: math.log(0.7), "": math.log(0.15),
+    peaked = parse_echo(runner, echo({strings.strings[c]: math.log(0.7), "": math.log(0.15),
                                       strings.strings[b]: math.log(0.1)}), req)[0]
     assert peaked.greedy == c and dict(peaked.topk) == pytest.approx({c: math.log(0.7), b: math.log(0.1)})
-    flat = runner._parse_echo(echo({strings.strings[c]: math.log(0.3), "": math.log(0.25),
+    flat = parse_echo(runner, echo({strings.strings[c]: math.log(0.3), "": math.log(0.25),
                                     strings.strings[b]: math.log(0.1)}), req)[0]
     assert flat.greedy == -1  # 0.3 < the 0.6 left unaccounted: an ambiguous token could be the argmax
     assert flat.target == pytest.approx(math.log(0.1))
-    clean = runner._parse_echo(echo({strings.strings[c]: math.log(0.3), strings.strings[a]: math.log(0.2),
+    clean = parse_echo(runner, echo({strings.strings[c]: math.log(0.3), strings.strings[a]: math.log(0.2),
                                      strings.strings[b]: math.log(0.1)}), req)[0]
     assert clean.greedy == c  # every key resolved: the returned top-k holds the argmax
-    wrong = runner._parse_echo(echo({strings.strings[c]: math.log(0.7)}, token_b=strings.strings[c]), req)[0]
+    wrong = parse_echo(runner, echo({strings.strings[c]: math.log(0.7)}, token_b=strings.strings[c]), req)[0]
     assert wrong.topk == [(b, pytest.approx(math.log(0.1)))] and wrong.greedy == -1
     assert runner.string_mismatches == 1
     short = echo({})
     for key in ("tokens", "token_logprobs", "top_logprobs"):
         del short["choices"][0]["logprobs"][key][0]  # the server saw one token fewer than the reference sent
     with pytest.raises(InputError, match="echoed 1 prompt tokens where the reference has 3; first divergence"):
-        runner._parse_echo(short, req)
+        parse_echo(runner, short, req)
 
 
 # ---------------------------------------------------------------------------------------- credentials

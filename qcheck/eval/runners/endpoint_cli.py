@@ -1,6 +1,6 @@
 """``qcheck eval`` flags for endpoint candidates, turned into ``NAME=endpoint:URL#options`` candidate strings.
 
-Kept apart from ``endpoint.py`` so the command module stays a thin list of flags.
+Kept apart from ``qcheck.eval.runners.endpoint`` so the command module stays a thin list of flags.
 """
 
 from __future__ import annotations

@@ -46,6 +46,16 @@ from qcheck.eval.runners.base import (
     TokenScores,
     VocabInfo,
 )
+from qcheck.eval.runners.endpoint import echo, prompt_logprobs, sglang
+from qcheck.eval.runners.endpoint.generate import generate_one
+from qcheck.eval.runners.endpoint.wire import (
+    MAX_TOP_K,
+    Row,
+    TokenStrings,
+    Unsupported,
+    divergence_message,
+    first_divergence,
+)
 from qcheck.eval.runners.http import (
     RETRY_STATUSES,
     EndpointError,
@@ -74,7 +84,6 @@ MODE_ORDER = {
 #: llama-cpp-python's validation errors), so probes only retry what is clearly transient
 PROBE_RETRY = RETRY_STATUSES - {500}
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
-MAX_TOP_K = 1000
 
 
 @dataclass
@@ -136,53 +145,11 @@ class EndpointOptions:
             self.url = self.url[:-3]
 
 
-class _Unsupported(Exception):
-    """A probe found that the server cannot do this mode (the reason is the message)."""
+#: scoring mode -> the module that speaks its wire protocol (``request`` and ``parse``); ``generate`` is separate
+PROTOCOLS: dict[str, Any] = {"prompt_logprobs": prompt_logprobs, "sglang": sglang, "echo": echo}
 
-
-class TokenStrings:
-    """Map the *strings* some servers key their top-k by (llama-cpp-python, OpenAI legacy echo) back to ids.
-
-    A string is used only when exactly one id of the reference vocabulary decodes to it; ambiguous entries
-    (partial UTF-8 bytes, special tokens) are left out of the top-k set, which keeps the bucketed KL a valid
-    lower bound (a coarser partition), and a row whose top-1 is ambiguous counts as a top-1 disagreement.
-    """
-
-    def __init__(self, tokenizer: Any, vocab_size: int):
-        self.tok = tokenizer
-        special = set(getattr(tokenizer, "all_special_ids", []) or [])
-        self.strings: list[str] = []
-        counts: dict[str, list[int]] = {}
-        for i in range(vocab_size):
-            s = "" if i in special else self._decode_one(i)
-            self.strings.append(s)
-            counts.setdefault(s, []).append(i)
-        self.unique = {s: ids[0] for s, ids in counts.items() if len(ids) == 1}
-
-    def _decode_one(self, i: int) -> str:
-        try:
-            s = self.tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        except (TypeError, ValueError, OverflowError):
-            return ""
-        piece = self.tok.convert_ids_to_tokens(i)
-        if isinstance(piece, str) and piece.startswith("▁") and not s.startswith(" "):
-            s = " " + s  # SentencePiece: llama.cpp keeps the word-initial space inside a sentence
-        return s.replace("\ufffd", "")
-
-    def resolve(self, key: str) -> int | None:
-        if key.startswith("token_id:"):
-            try:
-                return int(key[9:])
-            except ValueError:
-                return None
-        return self.unique.get(key)
-
-
-@dataclass
-class _Row:
-    target: float  # NaN when the server did not return this position
-    topk: list[tuple[int, float]]  # resolved (id, log-prob), most likely first
-    greedy: int  # -1 when the top-1 could not be resolved to an id
+#: names tests and callers import from here
+_Unsupported = Unsupported
 
 
 class EndpointRunner:
@@ -263,7 +230,7 @@ class EndpointRunner:
         for path in candidates:
             try:
                 tokens = self._tokenize_at(path, PROBE_TEXT)
-            except (EndpointError, _Unsupported):
+            except (EndpointError, Unsupported):
                 continue
             bos = self.reference.bos_token_id
             return path, bool(tokens and bos is not None and tokens[0] == bos)
@@ -279,7 +246,7 @@ class EndpointRunner:
         data = self.client.post(path, body, retry_statuses=PROBE_RETRY)
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise _Unsupported(f"{path} returned no token ids")
+            raise Unsupported(f"{path} returned no token ids")
         return tokens
 
     def _probe(self) -> tuple[str, str, str | None]:
@@ -298,7 +265,7 @@ class EndpointRunner:
                     continue
                 try:
                     rows = self._score_one(req, mode, fmt, probe=True)
-                except _Unsupported as exc:
+                except Unsupported as exc:
                     reasons.append(f"{mode}/{fmt}: {exc}")
                     continue
                 except EndpointError as exc:
@@ -315,13 +282,13 @@ class EndpointRunner:
         gen = GenerateRequest(key="qcheck-probe", prompt_ids=probe_ids, max_new_tokens=1)
         try:
             try:
-                self._generate_one(gen, fmt)
-            except (EndpointError, _Unsupported):
+                generate_one(self, gen, fmt)
+            except (EndpointError, Unsupported):
                 if fmt == "text":
                     raise
                 fmt = "text"
-                self._generate_one(gen, fmt)
-        except _Unsupported as exc:
+                generate_one(self, gen, fmt)
+        except Unsupported as exc:
             raise EndpointError(f"endpoint {self.opts.url}: no usable completion ({exc}); "
                                 f"log-probs: {'; '.join(reasons)}") from None
         reason = reasons[0] if reasons else "mode generate requested"
@@ -340,13 +307,21 @@ class EndpointRunner:
                   "top_k": self.opts.top_k, "flavour": self.flavour, "state": 1}
         return state_path(root, config)
 
+    @property
+    def top_k(self) -> int:
+        return self.opts.top_k
+
+    @property
+    def url(self) -> str:
+        return self.opts.url
+
     # ------------------------------------------------------------------ prompts and alignment
     def strings(self) -> TokenStrings:
         if self._strings is None:
             self._strings = TokenStrings(self.tok, self.reference.vocab_size)
         return self._strings
 
-    def _text_for(self, ids: tuple[int, ...]) -> str:
+    def text_for(self, ids: tuple[int, ...]) -> str:
         """The prompt text whose server-side tokenisation should be exactly ``ids`` (checked before use)."""
         bos = self.reference.bos_token_id
         body = ids
@@ -359,239 +334,30 @@ class EndpointRunner:
             body = ids[1:]
         return self.tok.decode(list(body), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def _verify_text(self, ids: tuple[int, ...], text: str, key: str) -> None:
+    def verify_text(self, ids: tuple[int, ...], text: str, key: str) -> None:
         if ids in self._verified or self.tokenize_path is None:
             return
         got = self._tokenize_at(self.tokenize_path, text)
-        diverge = _first_divergence(ids, got)
+        diverge = first_divergence(ids, got)
         if diverge is not None:
-            raise InputError(_divergence_message(ids, got, diverge, self.strings()),
+            raise InputError(divergence_message(ids, got, diverge, self.strings()),
                              where=f"candidate {self.name}, request {key}")
         self._verified.add(ids)
 
     # ------------------------------------------------------------------ scoring
-    def _score_one(self, req: ScoreRequest, mode: str, fmt: str, probe: bool = False) -> list[_Row]:
+    def _score_one(self, req: ScoreRequest, mode: str, fmt: str, probe: bool = False) -> list[Row]:
+        """One scoring request in the wire protocol of ``mode`` (token ids, or text checked against them)."""
+        protocol = PROTOCOLS[mode]
         ids = tuple(req.input_ids)
-        k = self.opts.top_k
-        retry = PROBE_RETRY if probe else RETRY_STATUSES
-        if mode == "sglang":
-            body: dict[str, Any] = {"input_ids": list(ids), "return_logprob": True, "logprob_start_len": 0,
-                                    "top_logprobs_num": k, "sampling_params": {"max_new_tokens": 0, "temperature": 0}}
-            if self.model:
-                body["model"] = self.model
-            data = self.client.post("/generate", body, retry_statuses=retry)
-            return self._parse_sglang(data, req)
         prompt: Any = list(ids)
-        if fmt == "text":
-            prompt = self._text_for(ids)
-            self._verify_text(ids, prompt, req.key)
-        body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "top_p": 1, "n": 1,
-                "stream": False}
-        if mode == "prompt_logprobs":
-            body["prompt_logprobs"] = k
-            data = self.client.post("/v1/completions", body, retry_statuses=retry)
-            return self._parse_prompt_logprobs(data, req)
-        body.update({"echo": True, "logprobs": k})
-        if self.flavour == "vllm":
-            body["return_tokens_as_token_ids"] = True  # keys "token_id:N": exact ids instead of strings
-        if self.flavour == "llama-cpp-python":
-            body.update({"repeat_penalty": 1.0, "top_k": 0, "min_p": 0})
-        data = self.client.post("/v1/completions", body, retry_statuses=retry)
-        return self._parse_echo(data, req)
+        if protocol.TEXT_PROMPTS and fmt == "text":
+            prompt = self.text_for(ids)
+            self.verify_text(ids, prompt, req.key)
+        path, body = protocol.request(self, prompt)
+        data = self.client.post(path, body, retry_statuses=PROBE_RETRY if probe else RETRY_STATUSES)
+        return protocol.parse(self, data, req)
 
-    def _choice(self, data: Any) -> dict[str, Any]:
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise _Unsupported("the response has no choices")
-        return choices[0]
-
-    def _parse_prompt_logprobs(self, data: Any, req: ScoreRequest) -> list[_Row]:
-        choice = self._choice(data)
-        plp = choice.get("prompt_logprobs")
-        if not isinstance(plp, list):
-            raise _Unsupported("the response has no prompt_logprobs")
-        ids = req.input_ids
-        returned_ids = choice.get("prompt_token_ids") or (data.get("prompt_token_ids") if isinstance(data, dict)
-                                                          else None)
-        if isinstance(returned_ids, list) and list(returned_ids) != list(ids):
-            at = _first_divergence(ids, returned_ids)
-            raise InputError(_divergence_message(ids, returned_ids, at or 0, self.strings()),
-                             where=f"candidate {self.name}, request {req.key}")
-        if len(plp) != len(ids):
-            raise InputError(f"the endpoint returned {len(plp)} prompt positions for {len(ids)} tokens",
-                             where=f"candidate {self.name}, request {req.key}")
-        rows = []
-        for p in range(req.start, len(ids)):
-            entry = plp[p]
-            if not isinstance(entry, dict):
-                rows.append(_Row(math.nan, [], -1))
-                continue
-            pairs: list[tuple[int, float, int]] = []
-            target = math.nan
-            for key, val in entry.items():
-                tid = _int_key(key)
-                lp, rank = _lp_rank(val)
-                if tid is None or lp is None or not 0 <= tid < self.reference.vocab_size:
-                    continue
-                lp = _logprob(lp, f"candidate {self.name}, request {req.key}, position {p}")
-                if tid == ids[p]:
-                    target = lp
-                if rank is None or rank <= self.opts.top_k:
-                    pairs.append((tid, lp, rank or 0))
-            pairs.sort(key=lambda t: -t[1])
-            rows.append(_Row(target, [(t, v) for t, v, _ in pairs[: self.opts.top_k]],
-                             pairs[0][0] if pairs else -1))
-        return rows
-
-    def _parse_sglang(self, data: Any, req: ScoreRequest) -> list[_Row]:
-        if isinstance(data, list):
-            data = data[0] if data else {}
-        meta = data.get("meta_info") if isinstance(data, dict) else None
-        if not isinstance(meta, dict) or not isinstance(meta.get("input_token_logprobs"), list):
-            raise _Unsupported("the response has no meta_info.input_token_logprobs")
-        tok_lp = meta["input_token_logprobs"]
-        top_lp = meta.get("input_top_logprobs")
-        if not isinstance(top_lp, list):
-            top_lp = [None] * len(tok_lp)
-        ids = req.input_ids
-        if len(tok_lp) != len(ids):
-            raise InputError(f"the endpoint returned {len(tok_lp)} input positions for {len(ids)} tokens",
-                             where=f"candidate {self.name}, request {req.key}")
-        rows = []
-        for p in range(req.start, len(ids)):
-            entry = tok_lp[p]
-            target = math.nan
-            if isinstance(entry, list) and len(entry) >= 2 and entry[0] is not None:
-                if entry[1] != ids[p]:
-                    got = [e[1] if isinstance(e, list) and len(e) > 1 and isinstance(e[1], int) else -1
-                           for e in tok_lp]
-                    raise InputError(_divergence_message(ids, got, p, self.strings()),
-                                     where=f"candidate {self.name}, request {req.key}")
-                target = _logprob(entry[0], f"candidate {self.name}, request {req.key}, position {p}")
-            tops = top_lp[p] if p < len(top_lp) else None
-            tops = tops if isinstance(tops, list) else []
-            where = f"candidate {self.name}, request {req.key}, position {p}"
-            pairs = sorted(((int(t[1]), _logprob(t[0], where)) for t in tops[: 4 * MAX_TOP_K]
-                            if isinstance(t, list) and len(t) >= 2 and t[0] is not None and isinstance(t[1], int)
-                            and 0 <= t[1] < self.reference.vocab_size), key=lambda t: -t[1])[: self.opts.top_k]
-            rows.append(_Row(target, pairs, pairs[0][0] if pairs else -1))
-        return rows
-
-    def _parse_echo(self, data: Any, req: ScoreRequest) -> list[_Row]:
-        choice = self._choice(data)
-        lp = choice.get("logprobs")
-        if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
-            raise _Unsupported("the response has no echoed logprobs")
-        tokens = lp.get("tokens") or []
-        token_lps = lp["token_logprobs"]
-        tops = lp.get("top_logprobs")
-        if not isinstance(tops, list):
-            tops = [None] * len(token_lps)
-        usage = data.get("usage") if isinstance(data, dict) else None
-        n_gen = usage.get("completion_tokens", 1) if isinstance(usage, dict) else 1
-        n_gen = 0 if n_gen == 0 else 1  # max_tokens is 1
-        if not isinstance(tokens, list):
-            tokens = []
-        ids = req.input_ids
-        n_echo = len(token_lps) - n_gen
-        offset = len(ids) - n_echo
-        bos = self.reference.bos_token_id
-        if offset == 1 and ids and ids[0] != bos and self._echo_is_shifted(ids, tokens, token_lps):
-            return self._parse_shifted_echo(req, tops)
-        if not (offset == 0 or (offset == 1 and ids and ids[0] == bos)):
-            # the server saw a different token sequence: show where, from the echoed token strings
-            strings = self.strings()
-            expected = [strings.strings[i] for i in ids[(1 if ids and ids[0] == bos else 0):]]
-            got = [str(t) for t in tokens[:n_echo]]
-            at = _first_divergence(expected, got) or 0
-            raise InputError(f"the endpoint echoed {n_echo} prompt tokens where the reference has {len(ids)}; first "
-                             f"divergence at token {at}: reference {expected[at:at + 3]!r}, endpoint "
-                             f"{got[at:at + 3]!r}; refusing to compare different token sequences",
-                             where=f"candidate {self.name}, request {req.key}")
-        strings = self.strings() if not _all_token_id_keys(tops) else None
-        rows = []
-        for p in range(req.start, len(ids)):
-            e = p - offset
-            value = token_lps[e] if 0 <= e < len(token_lps) else None
-            where = f"candidate {self.name}, request {req.key}, position {p}"
-            target = math.nan if value is None else _logprob(value, where)
-            top = tops[e] if 0 <= e < len(tops) else None
-            if strings is not None and 0 <= e < len(tokens) and isinstance(tokens[e], str):
-                named = strings.resolve(tokens[e])
-                if named is not None and named != ids[p]:
-                    # the server renders this token as another token's string: its top-k strings cannot be
-                    # trusted here, so keep only what is known by position (a coarser, still valid, partition)
-                    self.string_mismatches += 1
-                    top = None
-            resolved: dict[int, float] = {}
-            ambiguous = not isinstance(top, dict) or not top  # no (trusted) top-k: the argmax is unknown
-            if isinstance(top, dict):
-                for key, val in list(top.items())[: 4 * MAX_TOP_K]:
-                    if val is None:
-                        continue
-                    val = _logprob(val, where)
-                    tid = strings.resolve(str(key)) if strings is not None else _int_key(key)
-                    if tid is None or not 0 <= tid < self.reference.vocab_size:
-                        ambiguous = True  # its id is unknown, and a string shared by several tokens hides values
-                        continue
-                    resolved[tid] = float(val)
-            if not math.isnan(target):
-                resolved[int(ids[p])] = target  # known by position, whatever its string
-            pairs = sorted(resolved.items(), key=lambda t: -t[1])
-            greedy = -1
-            if pairs:
-                # the top resolved token is the argmax unless an unresolved one could outweigh it: impossible when
-                # nothing was unresolved, or when its probability exceeds all the mass the resolved ones leave
-                rest = 1.0 - sum(math.exp(v) for _, v in pairs)
-                if not ambiguous or math.exp(pairs[0][1]) >= rest:
-                    greedy = pairs[0][0]
-            rows.append(_Row(target, pairs[: self.opts.top_k + 1], greedy))
-        return rows
-
-    def _echo_is_shifted(self, ids: tuple[int, ...], tokens: list[Any], token_lps: list[Any]) -> bool:
-        """llama-cpp-python's echo when the model adds no BOS (Qwen-style tokenizers): one entry per prompt token
-        and none for the generated one, and entry j holds the logits *after* token j (its echo code drops a
-        leading BOS and assumes there was one). Recognised by the entries' strings being exactly the prompt's."""
-        if len(token_lps) != len(ids) or len(tokens) != len(ids):
-            return False
-        strings = self.strings().strings
-        return all(isinstance(t, str) and t == strings[i] for t, i in zip(tokens, ids, strict=True)
-                   if strings[i])  # special tokens render as "" here: their strings prove nothing
-
-    def _parse_shifted_echo(self, req: ScoreRequest, tops: list[Any]) -> list[_Row]:
-        """Rows from a shifted echo: position p (predicting ``ids[p]``) is entry p-1's top-k, keyed by strings;
-        the token's log-prob is known only when the server listed it there (entry j also lists token j's
-        string with its value in that same row, which is a valid entry of the distribution, so it is kept).
-        The entries' own ``token_logprobs`` belong to no position and are never used."""
-        self.shifted_echo = True
-        strings = self.strings()
-        ids = req.input_ids
-        rows = []
-        for p in range(req.start, len(ids)):
-            where = f"candidate {self.name}, request {req.key}, position {p}"
-            top = tops[p - 1] if 0 <= p - 1 < len(tops) else None
-            resolved: dict[int, float] = {}
-            ambiguous = not isinstance(top, dict) or not top
-            if isinstance(top, dict):
-                for key, val in list(top.items())[: 4 * MAX_TOP_K + 1]:
-                    if val is None:
-                        continue
-                    tid = strings.resolve(str(key))
-                    if tid is None or not 0 <= tid < self.reference.vocab_size:
-                        ambiguous = True
-                        continue
-                    resolved[tid] = _logprob(val, where)
-            target = resolved.get(int(ids[p]), math.nan)
-            pairs = sorted(resolved.items(), key=lambda t: -t[1])
-            greedy = -1
-            if pairs:
-                rest = 1.0 - sum(math.exp(v) for _, v in pairs)
-                if not ambiguous or math.exp(pairs[0][1]) >= rest:
-                    greedy = pairs[0][0]
-            rows.append(_Row(target, pairs[: self.opts.top_k + 1], greedy))
-        return rows
-
-    def _to_scores(self, req: ScoreRequest, rows: list[_Row]) -> TokenScores:
+    def _to_scores(self, req: ScoreRequest, rows: list[Row]) -> TokenScores:
         n = req.n_rows
         if len(rows) != n:
             raise InputError(f"the endpoint returned {len(rows)} rows for {n} positions",
@@ -608,40 +374,6 @@ class EndpointRunner:
         return TokenScores(target_logprobs=target, topk_ids=ids, topk_logprobs=lps, greedy_ids=greedy)
 
     # ------------------------------------------------------------------ generation
-    def _generate_one(self, req: GenerateRequest, fmt: str) -> tuple[Generation, bool]:
-        """(greedy continuation, whether its ids had to be re-derived from text that lost tokens)."""
-        ids = tuple(req.prompt_ids)
-        prompt: Any = list(ids)
-        if fmt == "text":
-            prompt = self._text_for(ids)
-            self._verify_text(ids, prompt, req.key)
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": req.max_new_tokens,
-                                "temperature": 0, "top_p": 1, "n": 1, "stream": False}
-        if self.flavour in ("llama-cpp-python", "llama-server"):
-            body.update({"repeat_penalty": 1.0, "top_k": 1, "min_p": 0})
-        if self.flavour == "vllm":
-            body["return_token_ids"] = True
-        data = self.client.post("/v1/completions", body)
-        choice = self._choice(data)
-        text = choice.get("text")
-        if not isinstance(text, str):
-            raise EndpointError(f"endpoint {self.opts.url}: the completion has no text")
-        token_ids = choice.get("token_ids")
-        lossy = False
-        if isinstance(token_ids, list) and all(isinstance(t, int) and 0 <= t < self.reference.vocab_size
-                                               for t in token_ids):
-            new = list(token_ids)
-        else:
-            new = list(self.tok(text, add_special_tokens=False)["input_ids"])
-            usage = data.get("usage") if isinstance(data, dict) else None
-            count = usage.get("completion_tokens") if isinstance(usage, dict) else None
-            # the text does not re-tokenise to as many tokens as the server generated (e.g. it dropped a partial
-            # UTF-8 character): the ids below are not the engine's
-            lossy = isinstance(count, int) and count != len(new)
-            if choice.get("finish_reason") == "stop" and req.stop_ids and len(new) < req.max_new_tokens:
-                new.append(req.stop_ids[0])  # the server stopped on end-of-sequence, which the reference records
-        return Generation(token_ids=new[: req.max_new_tokens], text=text), lossy
-
     # ------------------------------------------------------------------ protocol
     def vocab(self) -> VocabInfo:
         """The reference's token space: endpoints do not publish theirs; token alignment is checked per request."""
@@ -656,15 +388,15 @@ class EndpointRunner:
     def _fetch_score(self, req: ScoreRequest) -> dict[str, Any]:
         try:
             rows = self._score_one(req, self.mode, self.prompt_format)
-        except _Unsupported as exc:  # worked for the probe, not for this request: a malformed answer
+        except Unsupported as exc:  # worked for the probe, not for this request: a malformed answer
             raise InputError(f"malformed response: {exc}", where=f"candidate {self.name}, request {req.key}") from None
         return {"t": [None if math.isnan(r.target) else r.target for r in rows],
                 "k": [[[t, v] for t, v in r.topk] for r in rows], "g": [r.greedy for r in rows]}
 
     def _fetch_gen(self, req: GenerateRequest) -> dict[str, Any]:
         try:
-            gen, lossy = self._generate_one(req, self.prompt_format)
-        except _Unsupported as exc:
+            gen, lossy = generate_one(self, req, self.prompt_format)
+        except Unsupported as exc:
             raise InputError(f"malformed response: {exc}", where=f"candidate {self.name}, request {req.key}") from None
         return {"ids": gen.token_ids, "text": gen.text, "lossy": lossy}
 
@@ -695,7 +427,7 @@ class EndpointRunner:
             if rec is None:
                 rec = self._fetch_score(req)
                 self.state.put(rid, rec)
-            rows = [_Row(math.nan if t is None else float(t), [(int(a), float(b)) for a, b in k], int(g))
+            rows = [Row(math.nan if t is None else float(t), [(int(a), float(b)) for a, b in k], int(g))
                     for t, k, g in zip(rec["t"], rec["k"], rec["g"], strict=True)]
             missing = [i for i, r in enumerate(rows) if math.isnan(r.target)]
             if missing and self.shifted_echo and req.key in self._text_keys:
@@ -756,66 +488,6 @@ class EndpointRunner:
 
     def close(self) -> None:
         """Nothing to free: the resume file is appended and flushed as each request finishes."""
-
-
-#: log-probs above this are invalid (float rounding of log 1 aside)
-MAX_LOGPROB = 1e-3
-
-
-def _logprob(value: Any, where: str) -> float:
-    """A server's log-prob as a float, or an InputError: NaN, infinities and positive values are never valid."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"the endpoint returned a log-prob that is not a number ({str(value)[:40]!r})", where=where)
-    v = float(value)
-    if math.isnan(v) or v > MAX_LOGPROB or v == math.inf:
-        raise InputError(f"the endpoint returned an invalid log-prob {v!r}", where=where)
-    return max(v, -1e4)
-
-
-def _int_key(key: Any) -> int | None:
-    if isinstance(key, int):
-        return key
-    text = str(key)
-    if text.startswith("token_id:"):
-        text = text[9:]
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _lp_rank(val: Any) -> tuple[float | None, int | None]:
-    if isinstance(val, (int, float)):
-        return float(val), None
-    if isinstance(val, dict) and isinstance(val.get("logprob"), (int, float)):
-        rank = val.get("rank")
-        return float(val["logprob"]), int(rank) if isinstance(rank, int) else None
-    return None, None
-
-
-def _all_token_id_keys(tops: Sequence[Any]) -> bool:
-    for top in tops:
-        if isinstance(top, dict) and top:
-            return all(str(k).startswith("token_id:") for k in top)
-    return False
-
-
-def _first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _divergence_message(expected: Sequence[int], got: Sequence[int], at: int, strings: TokenStrings) -> str:
-    def show(seq: Sequence[Any]) -> str:
-        part = list(seq[at:at + 3])
-        return ", ".join(f"{t} {strings.strings[t]!r}" if isinstance(t, int) and 0 <= t < len(strings.strings)
-                         else repr(t)[:20] for t in part) or "end"
-
-    return (f"the endpoint tokenises the prompt differently from the reference: first divergence at token {at} "
-            f"of {len(expected)} (reference: {show(expected)}; endpoint: {show(got)}); refusing to compare "
-            "different token sequences")
 
 
 def present_rows(ref: Any, cand: TokenScores, targets: Sequence[int]) -> tuple[Any, TokenScores, np.ndarray]:
