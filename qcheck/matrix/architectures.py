@@ -125,9 +125,9 @@ def all_architecture_files(root: Path) -> list[str]:
 
 
 def _load(root: Path, path: Path, engine: str) -> ArchData:
-    from qcheck.matrix.loader import _display, _read_toml
+    from qcheck.matrix.files import display, read_toml
 
-    return validate(_read_toml(root, path), _display(root, path), engine)
+    return validate(read_toml(root, path), display(root, path), engine)
 
 
 def clear_cache() -> None:

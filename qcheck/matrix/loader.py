@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
 from qcheck.formats import REGISTRY
 from qcheck.matrix.conditions import compile_hardware, compile_match
+from qcheck.matrix.files import display as _display
+from qcheck.matrix.files import read_toml as _read_toml
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
     BACKEND_KEYS,
@@ -56,10 +57,6 @@ _CC_VALUE = re.compile(r"^\d{1,2}\.\d$")
 if TYPE_CHECKING:
     from packaging.version import Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 _RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SOURCE_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -121,23 +118,6 @@ def clear_cache() -> None:
 
     _CACHE.clear()
     architectures.clear_cache()
-
-
-def _display(root: Path, file: Path) -> str:
-    try:
-        return f"{root.name}/{file.relative_to(root).as_posix()}"
-    except ValueError:
-        return str(file)
-
-
-def _read_toml(root: Path, file: Path) -> dict[str, Any]:
-    try:
-        with file.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise MatrixDataError(_display(root, file), "toml-syntax", str(exc)) from None
-    except OSError as exc:
-        raise MatrixDataError(_display(root, file), "toml-syntax", f"cannot read: {exc.strerror}") from None
 
 
 def _load(root: Path) -> Matrix:
