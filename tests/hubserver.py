@@ -274,10 +274,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if not head and body:
+            # record before writing: the client may read the log the moment its last byte arrives, before
+            # this thread runs again (recording after the write made the log racy)
+            entry.sent = len(body)
             try:
                 self.wfile.write(body)
-                entry.sent = len(body)
             except (BrokenPipeError, ConnectionResetError):
+                entry.sent = 0
                 self.close_connection = True
 
     def _error(self, entry: LoggedRequest, status: int, code: str | None, message: str, *,
@@ -412,10 +415,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             while pos < size:
                 chunk = _read(data, pos, min(size, pos + (1 << 20)))
+                entry.sent = pos + len(chunk)  # before the write, as in _send: the log is never behind the client
                 self.wfile.write(chunk)
                 pos += len(chunk)
-                entry.sent = pos
         except (BrokenPipeError, ConnectionResetError):
+            entry.sent = pos
             self.close_connection = True
 
 

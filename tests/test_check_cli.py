@@ -57,7 +57,7 @@ def run(*args: str, matrices: Path | None = TEST_MATRIX, cwd: Path | None = None
     env.pop("QCHECK_DEBUG", None)
     if matrices is not None:
         env["QCHECK_MATRICES"] = str(matrices)
-    return subprocess.run([PY, "-m", "qcheck", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return subprocess.run([PY, "-m", "qcheck", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=180)
 
 
 def save(path: Path, inspection: Inspection) -> str:
@@ -210,7 +210,7 @@ def test_check_imports_no_heavy_modules(fp8: str) -> None:
         "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
     )
     env = {**os.environ, "QCHECK_MATRICES": str(TEST_MATRIX)}
-    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY=\n" in proc.stderr or proc.stderr.strip().endswith("HEAVY=")
 
@@ -226,7 +226,7 @@ def test_check_imports_no_heavy_modules_on_shipped_matrix() -> None:
         "run_check(insp, [], ['h100', 'rtx-4090', 'mi300x', 'm3-max', 'cpu'], matrix=m)\n"
         "print('MODULES=' + ','.join(sorted(x for x in ('torch', 'transformers', 'numpy') if x in sys.modules)))\n"
     )
-    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "MODULES="
 
@@ -288,7 +288,7 @@ def test_real_files_check_without_heavy_imports(tmp_path: Path) -> None:
         "print('CODES=%s HEAVY=%s' % (codes, heavy), file=sys.stderr)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "QCHECK_MATRICES"}
-    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=180)
     assert proc.stderr.strip().splitlines()[-1] == "CODES=[0, 0] HEAVY=[]", proc.stderr
     reports = [json.loads(chunk) for chunk in proc.stdout.replace("}\n{", "}\n\x00{").split("\x00")]
     assert [r["inspection"]["quantization"]["method"] for r in reports] == ["gguf", "fp8"]

@@ -26,9 +26,8 @@ from qcheck.source import LocalFileSet
 from tests.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
 
 MEMORY_CAP = 200 * 1024 * 1024
-HANG_GUARD_S = 60
+HANG_GUARD_S = 180  # a kill switch for a hang, far above the ~1 s a case takes even on a loaded machine
 ROOT = Path(__file__).resolve().parents[1]
-CLI_READY = (ROOT / "qcheck" / "cli" / "inspect_cmd.py").exists()
 
 
 @dataclass
@@ -321,7 +320,6 @@ def _assert_cli_rejects(out: subprocess.CompletedProcess[str], pattern: str) -> 
     assert _matches(pattern, lines[0]), lines[0]
 
 
-@pytest.mark.skipif(not CLI_READY, reason="qcheck/cli/inspect_cmd.py (the inspect command) does not exist yet")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_cli_rejects(case: Case, tmp_path: Path) -> None:
     path = tmp_path / f"{case.id}.gguf"
@@ -357,5 +355,4 @@ def test_split_set_rejects(name: str, tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         load_gguf(LocalFileSet(tmp_path), names[0])
     assert _matches(pattern, str(info.value)), str(info.value)
-    if CLI_READY:
-        _assert_cli_rejects(_run_cli(tmp_path / names[0]), pattern)
+    _assert_cli_rejects(_run_cli(tmp_path / names[0]), pattern)

@@ -25,7 +25,7 @@ def _run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 def _env(hub, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
-    env.update({"HF_ENDPOINT": hub.endpoint, "QCHECK_HUB_BACKOFF": "0.01", "QCHECK_HUB_TIMEOUT": "0.4",
+    env.update({"HF_ENDPOINT": hub.endpoint, "QCHECK_HUB_BACKOFF": "0.01", "QCHECK_HUB_TIMEOUT": "10",
                 "QCHECK_HUB_RETRIES": "2"})
     env.update(extra)
     return env
@@ -124,12 +124,13 @@ def test_5xx_is_retried_then_reported(hub):
         load_checkpoint("org/down")
 
 
-def test_timeouts_are_retried_then_reported(hub):
+def test_timeouts_are_retried_then_reported(hub, monkeypatch):
+    monkeypatch.setenv("QCHECK_HUB_TIMEOUT", "1")  # the injected timeout sleeps 30 s: never answered in time
     hub.add_repo("org/slow", sharded_repo(1))
     hub.inject(r"^/api/models/org/slow", "timeout", times=1)
     assert len(load_checkpoint("org/slow").tensors) == 18
     hub.inject(r"^/api/models/org/slow", "timeout", times=100)
-    with pytest.raises(NetworkError, match=r"timed out after 0.4 s reading repo info .* 3 attempts; raise it with "
+    with pytest.raises(NetworkError, match=r"timed out after 1 s reading repo info .* 3 attempts; raise it with "
                                            r"QCHECK_HUB_TIMEOUT"):
         load_checkpoint("org/slow")
 

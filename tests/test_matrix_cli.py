@@ -24,7 +24,7 @@ TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 def run(*args: str, matrices: Path = TEST_MATRIX) -> subprocess.CompletedProcess:
     env = {**os.environ, "QCHECK_MATRICES": str(matrices)}
     return subprocess.run([sys.executable, "-m", "qcheck", "matrix", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+                          env=env, timeout=180)
 
 
 def test_probes_cover_every_canonical_method() -> None:

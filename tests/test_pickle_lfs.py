@@ -81,7 +81,7 @@ def test_fixtures_are_live_exploits(tmp_path):
         payload = tmp_path / f"{name}.pkl"
         payload.write_bytes(build(touch(marker)))
         subprocess.run([sys.executable, "-c", "import pickle,sys; pickle.loads(open(sys.argv[1],'rb').read())",
-                        str(payload)], check=True, timeout=60)
+                        str(payload)], check=True, timeout=180)
         assert marker.exists(), name
 
 
@@ -351,10 +351,8 @@ def test_malformed_lfs_pointer(tmp_path, text, pattern):
     assert not isinstance(info.value, LfsPointerError)
 
 
-INSPECT_CMD = REPO / "qcheck" / "cli" / "inspect_cmd.py"
 
 
-@pytest.mark.skipif(not INSPECT_CMD.exists(), reason="qcheck/cli/inspect_cmd.py not written yet")
 @pytest.mark.parametrize("kind", ["pickle", "lfs"])
 def test_cli_inspect_pickle_and_pointer_exit_2(tmp_path, kind):
     marker = tmp_path / "ran"

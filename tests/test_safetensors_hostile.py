@@ -226,12 +226,10 @@ def test_not_a_checkpoint_never_echoes_its_bytes(tmp_path):
         load_checkpoint(str(path))
 
 
-INSPECT_CMD = REPO / "qcheck" / "cli" / "inspect_cmd.py"
 CLI_CASES = ["17-length-2^64-1", "18-not-utf8", "19-duplicate-tensor", "21-appended-polyglot",
              "22-deep-nesting-in-shape", "21-shape-product-overflow"]
 
 
-@pytest.mark.skipif(not INSPECT_CMD.exists(), reason="qcheck/cli/inspect_cmd.py not written yet")
 @pytest.mark.parametrize("case_id", CLI_CASES)
 def test_cli_inspect_exit_2_one_line(case_id, tmp_path):
     data = next(c[1] for c in CASES if c[0] == case_id)

@@ -1,0 +1,57 @@
+"""Suite-wide settings: the hypothesis profiles, and under ``CI=true`` a skip is a failure.
+
+A CI run must not go green by accident: if an extra fails to install, ``importorskip`` would turn its tests into
+skips and the run would still pass. On CI (``CI`` set to ``true``/``1``/``yes``, as GitHub Actions and ``.ci/run``
+do) every skip, at collection or at run time, is reported as a failure that names the reason. Locally skips stay
+skips (``-rs`` lists them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ON_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+# No deadline anywhere: a per-example wall-clock limit is a flake on a loaded machine, not a test.
+settings.register_profile("dev", deadline=None)
+# CI: the same examples on every run (derandomised: a red run is reproducible, never a lottery), no example
+# database (nothing written into the checkout), and no timing-based health checks.
+settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ON_CI else "dev"))
+
+SKIP_IS_FAILURE = ("skipped under CI=true, where a skip is a failure (a missing extra or tool must not pass "
+                   "silently; install it, or run without CI=true to allow skips)")
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr: Any = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def _fail_the_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    report.outcome = "failed"
+    report.longrepr = f"{report.nodeid}: {SKIP_IS_FAILURE}: {_skip_reason(report)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if ON_CI and report.skipped and not hasattr(report, "wasxfail"):
+        _fail_the_skip(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if ON_CI and report.skipped:  # a module-level importorskip / skip(allow_module_level=True)
+        _fail_the_skip(report)
