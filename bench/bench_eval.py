@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny-model builders: tests/support/
 
 
 def build_model(path: Path, vocab: int, hidden: int, layers: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from qcheck.testing.tiny_llama import build_tokenizer
+    from support.tiny_llama import build_tokenizer
 
     tok = build_tokenizer(512)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
@@ -135,7 +138,7 @@ def main() -> None:
 
         if args.skip_reuse:
             return
-        from qcheck.testing.gguf_export import export_gguf
+        from support.gguf_export import export_gguf
 
         cands = []
         for t in ("Q8_0", "Q5_0", "Q4_0"):

@@ -27,7 +27,7 @@ TESTS = os.path.join(HERE, "..", "tests")
 def build_repo(shards: int, tensors: int) -> tuple[dict[str, object], int]:
     """A DeepSeek-V3-sized listing: ``shards`` FP8 shards of ``tensors`` expert weights each (headers only)."""
     sys.path.insert(0, TESTS)
-    from hubserver import CONFIG, VirtualFile, safetensors_header
+    from support.hubserver import CONFIG, VirtualFile, safetensors_header
 
     files: dict[str, object] = {"config.json": json.dumps(CONFIG).encode()}
     weight_map: dict[str, str] = {}
@@ -47,7 +47,7 @@ def build_repo(shards: int, tensors: int) -> tuple[dict[str, object], int]:
 def serve(conn, shards: int, tensors: int, latency: float, redirect: bool) -> None:
     """Child process: run the FakeHub and answer ("count"|"clear"|"stop") commands over ``conn``."""
     sys.path.insert(0, TESTS)
-    from hubserver import FakeHub
+    from support.hubserver import FakeHub
 
     files, header_bytes = build_repo(shards, tensors)
     hub = FakeHub(latency=0.0, redirect_lfs=redirect).start()

@@ -23,10 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support/
 
 from qcheck.errors import InputError  # noqa: E402
 from qcheck.readers.gguf import read_gguf_header  # noqa: E402
-from tests.gguf_helpers import BytesSource  # noqa: E402
+from support.gguf_helpers import BytesSource  # noqa: E402
 from tests.test_gguf_fuzz import INTERESTING, SEEDS, _consistent  # noqa: E402
 
 VOCAB = (ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf").read_bytes()

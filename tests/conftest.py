@@ -1,4 +1,4 @@
-"""Suite-wide settings: the hypothesis profiles, and under ``CI=true`` a skip is a failure.
+"""Suite-wide settings: the hypothesis profiles, under ``CI=true`` a skip is a failure, and the ``hub`` fixture.
 
 A CI run must not go green by accident: if an extra fails to install, ``importorskip`` would turn its tests into
 skips and the run would still pass. On CI (``CI`` set to ``true``/``1``/``yes``, as GitHub Actions and ``.ci/run``
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from support.hubserver import FakeHub
 
 ON_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
@@ -55,3 +56,23 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     report: pytest.CollectReport = outcome.get_result()
     if ON_CI and report.skipped:  # a module-level importorskip / skip(allow_module_level=True)
         _fail_the_skip(report)
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeHub]:
+    """A running FakeHub on 127.0.0.1; the environment points huggingface_hub and qcheck at it, with no token,
+    fast retries, and a client timeout far above any answer of the fake Hub (10 s: a loaded CI machine must not
+    turn a slow answer into a retry); the timeout tests shorten it themselves."""
+    server = FakeHub(timeout_sleep=30.0).start()  # an injected timeout outlasts any client timeout
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("QCHECK_HUB_BACKOFF", "0.01")
+    monkeypatch.setenv("QCHECK_HUB_TIMEOUT", "10")
+    monkeypatch.setenv("QCHECK_HUB_RETRIES", "2")
+    try:
+        yield server
+    finally:
+        server.stop()

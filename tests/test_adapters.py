@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import torch
 from safetensors.torch import save_file
-from test_inspect_cli import INSPECTION_SCHEMA
+from support.contract import validate
 
 from qcheck.errors import InputError
 from qcheck.inspect import inspect_path
@@ -26,7 +26,6 @@ from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one
 from qcheck.matrix.schema import MatrixDataError, Target
 from qcheck.model import Adapter
 
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub on 127.0.0.1 selected through HF_ENDPOINT
 
 PY = sys.executable
 HIDDEN, KV, INTER, LAYERS = 64, 16, 128, 2
@@ -121,7 +120,7 @@ def test_inspect_reads_the_adapter_and_recomputes_it_from_tensors(tmp_path: Path
     assert sorted(f.name for f in insp.files) == ["adapter_config.json", "adapter_model.safetensors"]
     assert insp.warnings == []
     data = insp.to_json()
-    jsonschema.validate(data, INSPECTION_SCHEMA)
+    validate(data, "inspection")
     jsonschema.validate(data["adapter"], ADAPTER_SCHEMA)
 
 
@@ -253,7 +252,7 @@ def test_inspect_text_and_json_cli(tmp_path: Path) -> None:
     r = run("inspect", str(path), "--json")
     assert r.returncode == 0
     data = json.loads(r.stdout)
-    jsonschema.validate(data, INSPECTION_SCHEMA)
+    validate(data, "inspection")
     assert data["adapter"]["rank"] == 16 and data["adapter"]["target_modules"] == ["q_proj", "v_proj"]
 
 

@@ -12,45 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from qcheck.check import CheckResult, inspection_from_json, verdict_fails
 from qcheck.errors import InputError
 from qcheck.model import Inspection, Quantization, Verdict
+from support.contract import validate
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 PY = sys.executable
-
-VERDICT_SCHEMA = {
-    "type": "object",
-    "required": ["engine", "engine_version", "gpu", "arch", "compute_capability", "status", "kernel", "requires",
-                 "reasons", "suggestions", "sources"],
-    "properties": {
-        "engine": {"type": "string"},
-        "engine_version": {"type": "string"},
-        "gpu": {"type": ["string", "null"]},
-        "arch": {"type": ["string", "null"]},
-        "compute_capability": {"type": ["string", "null"]},
-        "status": {"enum": ["native", "fallback", "unsupported", "unknown"]},
-        "kernel": {"type": ["string", "null"]},
-        "requires": {"type": "array", "items": {"type": "string"}},
-        "reasons": {"type": "array", "items": {"type": "string"}},
-        "suggestions": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-        "sources": {"type": "array", "items": {"type": "object", "required": ["ref", "version"]}},
-    },
-}
-CHECK_SCHEMA = {
-    "type": "object",
-    "required": ["schema", "inspection", "verdicts", "exit_code"],
-    "properties": {
-        "schema": {"const": "qcheck.check/1"},
-        "inspection": {"type": "object", "required": ["schema", "path", "container", "quantization"]},
-        "verdicts": {"type": "array", "items": VERDICT_SCHEMA},
-        "exit_code": {"enum": [0, 1]},
-    },
-}
-
 
 def run(*args: str, matrices: Path | None = TEST_MATRIX, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
@@ -125,7 +95,7 @@ def test_json_output_and_file(fp8: str, tmp_path: Path) -> None:
     proc = run("check", fp8, "--engine", "fastserve", "--gpu", "t4", "--gpu", "v100", "--json")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    jsonschema.validate(data, CHECK_SCHEMA)
+    validate(data, "check")
     assert data["exit_code"] == 1
     assert [(v["gpu"], v["status"]) for v in data["verdicts"]] == [("t4", "fallback"), ("v100", "unsupported")]
     assert data["verdicts"][1]["reasons"] == ["fp8 needs compute capability 7.5; v100 is sm70"]
@@ -269,8 +239,8 @@ def test_inspection_from_json_rejects_wrong_types(patch: dict, where: str) -> No
 def test_real_files_check_without_heavy_imports(tmp_path: Path) -> None:
     """The whole real path (reader -> classifier -> shipped matrix) on a GGUF file and a safetensors model
     directory imports neither torch, transformers nor numpy."""
-    import builders
-    from gguf_helpers import Q, write_gguf
+    from support import builders
+    from support.gguf_helpers import Q, write_gguf
 
     [gguf_file] = write_gguf(tmp_path / "m-Q4_K_M.gguf", [("blk.0.attn_q.weight", (256, 256), Q.Q4_K),
                                                           ("output_norm.weight", (256,), Q.F32)], file_type=15)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-import builders as b
+from support import builders as b
 
 from qcheck.classify import classify
 from qcheck.model import Checkpoint

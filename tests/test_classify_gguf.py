@@ -3,9 +3,16 @@ types, the tensor-type histogram, whole-file bits/weight, model numbers, splits 
 
 from __future__ import annotations
 
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from qcheck.classify import classify
 from qcheck.model import Checkpoint, SourceFile, TensorInfo
 from qcheck.readers.gguf_tables import TENSOR_TYPE_IDS, TENSOR_TYPES
+from support.contract import validate
+from support.strategies import JSON_VALUES
 
 
 def _tensor(name: str, dtype: str, shape: tuple[int, ...]) -> TensorInfo:
@@ -83,3 +90,21 @@ def test_moe_split_and_unknown_file_type() -> None:
     assert insp.vocab_size == 2
     assert insp.quantization.gguf_file_type == "unknown(999)"
     assert any("999" in w for w in insp.warnings)
+
+
+# ---------------------------------------------------------------------- hostile metadata
+# Any JSON value under any of these keys, any tensor types: the classifier never crashes and its record fits
+# the public JSON contract (qcheck/schemas/inspection.schema.json).
+GGUF_KEYS = ["general.architecture", "general.file_type", "general.name", "llama.context_length", "llama.block_count",
+             "llama.embedding_length", "llama.attention.head_count", "llama.attention.head_count_kv",
+             "llama.expert_count", "llama.expert_used_count", "split.count", "tokenizer.ggml.tokens", "llama.vocab_size"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(edits=st.dictionaries(st.sampled_from(GGUF_KEYS), JSON_VALUES, max_size=6),
+       types=st.lists(st.sampled_from(["Q4_K", "Q6_K", "F32", "F16", "unknown(77)", "MXFP4", "Q8_0"]), min_size=0,
+                      max_size=5))
+def test_gguf_metadata_never_crashes(edits, types) -> None:
+    ck = _ckpt(dict(zip(["attn_q", "attn_k", "ffn_up", "output", "token_embd"], types, strict=False)), {**MD, **edits})
+    data = json.loads(json.dumps(classify(ck).to_json()))
+    validate(data, "inspection")

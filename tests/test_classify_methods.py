@@ -3,10 +3,17 @@ producer writes (tests/builders.py), field by field."""
 
 from __future__ import annotations
 
-import builders as b
+from support import builders as b
+import copy
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qcheck.classify import classify
+from support.contract import validate
+from support.strategies import JSON_VALUES
 
 LOGICAL = b.DEFAULT.logical_parameters()
 
@@ -157,3 +164,37 @@ def test_type_stats_add_up() -> None:
     assert sum(r["bytes"] for r in insp.type_stats) == fx.data_bytes
     assert sum(r["tensors"] for r in insp.type_stats) == len(fx.tensors)
     assert insp.type_stats[0]["type"] == "U8"  # largest first
+
+
+# ---------------------------------------------------------------------- hostile configs and tensors
+# Hostile input is normal input: configs with wrong types and tensors with odd shapes/dtypes never crash the
+# classifier, and what it returns still fits the public JSON contract (qcheck/schemas/inspection.schema.json).
+DTYPES = st.sampled_from(["F8_E4M3", "U8", "I32", "U32", "I8", "F4", "F8_E8M0", "BF16", "F16", "F32", "I16",
+                          "F6_E2M3", "X9", "I64"])
+SHAPES = st.lists(st.integers(0, 300), min_size=0, max_size=4).map(tuple)
+KEYS = ["quant_method", "bits", "group_size", "config_groups", "format", "ignore", "weight_block_size", "quant_algo",
+        "desc_act", "sym", "zero_point", "version", "kv_cache_scheme", "global_quant_config", "load_in_4bit",
+        "mode", "quant_type", "quant_config", "dynamic", "modules_to_not_convert", "activation_scheme"]
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(sorted(CASES)),
+       config_edits=st.lists(st.tuples(st.sampled_from(KEYS), JSON_VALUES), max_size=4),
+       tensor_edits=st.lists(st.tuples(st.integers(0, 10_000), DTYPES, SHAPES), max_size=6),
+       whole_config=st.one_of(st.none(), JSON_VALUES))
+def test_classifier_never_crashes(case, config_edits, tensor_edits, whole_config) -> None:
+    fx = copy.deepcopy(CASES[case][0]())
+    cfg = fx.configs.setdefault("config.json", {})
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict):
+        for key, value in config_edits:
+            quant[key] = value
+    if whole_config is not None:
+        cfg["quantization_config" if config_edits else "quantization"] = whole_config
+    names = list(fx.tensors)
+    for index, dtype, shape in tensor_edits:
+        name = names[index % len(names)]
+        fx.tensors[name] = (dtype if dtype in b.BITS else "U8", shape)
+    insp = classify(fx.checkpoint())
+    data = json.loads(json.dumps(insp.to_json()))
+    validate(data, "inspection")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builders import Shape, fp8_block_deepseek, quark_fp8_fixture
+from support.builders import Shape, fp8_block_deepseek, quark_fp8_fixture
 
 from qcheck.classify import classify
 

@@ -1,4 +1,4 @@
-"""Dequantisers round-trip: pack a known weight in the producer's layout (qcheck.packing), dequantise it
+"""Dequantisers round-trip: pack a known weight in the producer's layout (support.packing), dequantise it
 (qcheck.eval.dequant), and compare with an independent computation of the ideal grid value of every
 element from the *original* float weight (scalar loops / torch's own FP8 cast), and with the reference
 libraries where they run on CPU (transformers' gpt-oss MXFP4 decoder, compressed-tensors)."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from qcheck import packing as P
+from support import packing as P
 from qcheck.errors import InputError
 
 torch = pytest.importorskip("torch")

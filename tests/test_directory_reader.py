@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gguf_helpers import Q, write_gguf
-from hubserver import sharded_repo
+from support.gguf_helpers import Q, write_gguf
+from support.hubserver import sharded_repo
 from safetensors.torch import save_file
 
 from qcheck.errors import InputError
@@ -17,7 +17,6 @@ from qcheck.readers import load_checkpoint, load_from_fileset, looks_like_repo_i
 from qcheck.readers.directory import gguf_groups
 from qcheck.source import FileEntry, LocalFileSet
 
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a fake Hub on 127.0.0.1 selected through HF_ENDPOINT
 
 
 def write_json(path: Path, obj: object) -> None:

@@ -10,7 +10,7 @@ import math
 from collections import Counter
 
 import pytest
-from eval_helpers import TASK_LINES, task_file, tiny_gguf, tiny_reference
+from support.eval_helpers import ABS, REL, TASK_LINES, task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError, QcheckError, RemoteError
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
@@ -32,7 +32,7 @@ def _private_cache(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def engine():
-    from engine_fake_server import FakeEngine
+    from support.engine_fake_server import FakeEngine
     from transformers import AutoTokenizer
 
     eng = FakeEngine(str(tiny_gguf("Q8_0")), AutoTokenizer.from_pretrained(str(tiny_reference())))
@@ -42,7 +42,7 @@ def engine():
 
 @pytest.fixture()
 def fake(engine):
-    from engine_fake_server import FakeServer
+    from support.engine_fake_server import FakeServer
 
     with FakeServer(engine) as srv:
         yield srv
@@ -422,7 +422,7 @@ def test_options_parse_and_validate():
 
 
 def test_unreachable_endpoint_is_exit_2(cache):
-    from llamaserver import free_port
+    from support.llamaserver import free_port
 
     with pytest.raises(RemoteError, match=r"127\.0\.0\.1"):
         evaluate(cache, [f"x={ep(f'http://127.0.0.1:{free_port()}', retries=0)}"], max_items=1)
@@ -432,8 +432,7 @@ def test_unreachable_endpoint_is_exit_2(cache):
 def test_real_llama_cpp_python_server_end_to_end_agrees_with_in_process_and_simulated(cache, capsys):
     """``qcheck eval`` against llama-cpp-python's OpenAI server (echo + logprobs over text prompts checked with
     /extras/tokenize), beside the in-process llama.cpp and simulated candidates of the same GGUF."""
-    from llamaserver import llama_server, server_available
-    from test_engine_llamacpp import ABS, REL
+    from support.llamaserver import llama_server, server_available
 
     from qcheck.cli import main
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_helpers import task_file, tiny_gguf, tiny_reference
+from support.eval_helpers import ABS, REL, task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError, QcheckError
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
@@ -18,10 +18,6 @@ from qcheck.eval.runners.base import GenerateRequest, ScoreRequest
 llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
-#: The stated tolerance between llama.cpp's kernels and the simulated candidate on the same GGUF (docs/engines.md):
-#: |KLD_llama.cpp - KLD_simulated| <= REL * KLD_simulated + ABS nats/token. The gap is by design: llama.cpp's CPU
-#: kernels quantise activations to Q8_0 blocks for Q4_0/Q8_0 dot products, the simulation keeps them in float32.
-REL, ABS = 0.10, 0.005
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +82,8 @@ def _ref_rows(model_dir, ids):
 def peaked(tmp_path_factory):
     """A tiny Llama with larger weights (init_std 0.3): its next-token distributions are peaked like a trained
     model's (mean top-1 probability about 0.55), where the flat default model's are nearly uniform."""
-    from qcheck.testing.gguf_export import export_gguf
-    from qcheck.testing.tiny_llama import make_tiny_llama
+    from support.gguf_export import export_gguf
+    from support.tiny_llama import make_tiny_llama
 
     root = tmp_path_factory.mktemp("peaked")
     model_dir = make_tiny_llama(root / "ref", seed=1, hidden_size=256, intermediate=512, init_std=0.3)
@@ -200,8 +196,8 @@ def test_context_overflow_is_reported_not_crashed():
 
 
 def test_vocabulary_mismatch_stops_the_run(tmp_path):
-    from qcheck.testing.gguf_export import export_gguf
-    from qcheck.testing.tiny_llama import make_tiny_llama
+    from support.gguf_export import export_gguf
+    from support.tiny_llama import make_tiny_llama
 
     other = make_tiny_llama(tmp_path / "other", seed=3, vocab_size=300)
     wrong = export_gguf(other, tmp_path / "other.gguf", "Q8_0")

@@ -14,7 +14,7 @@ from qcheck.eval.tasks import TaskItem
 
 @functools.lru_cache(maxsize=2)
 def tokenizer(with_bos: bool):
-    from qcheck.testing.tiny_llama import build_tokenizer
+    from support.tiny_llama import build_tokenizer
 
     tok = build_tokenizer(512)
     if not with_bos:  # a GPT-2 style tokenizer: no BOS is added

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_helpers import task_file, tiny_gguf, tiny_reference
+from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError
 from qcheck.eval.gate import Thresholds
@@ -192,8 +192,8 @@ def test_bos_and_vocabulary_mismatch_stop_the_run(first_run, ref, ggufs, tmp_pat
     with pytest.raises(InputError, match="BOS handling differs"):
         run_eval(EvalConfig(reference=config.reference, tasks=config.tasks, cache_dir=config.cache_dir,
                             candidates=[CandidateSpec("nobos", runner=runner)]))
-    from qcheck.testing.gguf_export import export_gguf
-    from qcheck.testing.tiny_llama import make_tiny_llama
+    from support.gguf_export import export_gguf
+    from support.tiny_llama import make_tiny_llama
 
     other = make_tiny_llama(tmp_path / "other", hidden_size=256, intermediate=512, layers=2, heads=4, kv_heads=2,
                             vocab_size=400)
@@ -280,7 +280,7 @@ def test_eval_modules_import_without_torch_and_missing_torch_is_exit_2(first_run
 def test_activation_quant_is_reported_and_adds_loss(first_run, ref, tmp_path):
     from safetensors.numpy import load_file
 
-    from qcheck.packing import quantize_model, write_checkpoint
+    from support.packing import quantize_model, write_checkpoint
 
     config, _ = first_run
     qc = quantize_model(load_file(ref / "model.safetensors"), "int8-w8a8-ct", dtype="F32")

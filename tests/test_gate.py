@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import junitparser
 import pytest
-from gate_helpers import (
+from support.gate_helpers import (
     PY,
     SARIF_SCHEMA,
     bf16_dir,

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import junitparser
 import pytest
-from gate_helpers import TEST_MATRIX, qcheck
+from support.gate_helpers import TEST_MATRIX, qcheck
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from eval_helpers import task_file, tiny_gguf, tiny_reference
+from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 from qcheck.gate import run_gate
 from qcheck.matrix import load_matrix

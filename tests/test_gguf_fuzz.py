@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from qcheck.errors import InputError
 from qcheck.readers.gguf import GGUFHeader, read_gguf_header
-from tests.gguf_helpers import BytesSource, Q, valid_raw, write_gguf
+from support.gguf_helpers import BytesSource, Q, valid_raw, write_gguf
 
 INTERESTING = [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 14, 31, 32, 33, 42, 63, 64, 77, 255, 256, 1023, 1024,
                2**15, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63,

@@ -29,7 +29,7 @@ from qcheck.readers.gguf import (
 )
 from qcheck.readers.gguf_meta import model_keys
 from qcheck.source import LocalFileSet, LocalFileSource
-from tests.gguf_helpers import (
+from support.gguf_helpers import (
     BytesSource,
     Q,
     RawGGUF,

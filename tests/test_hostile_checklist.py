@@ -29,21 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import builders as b
+from support import builders as b
 import pytest
 from gguf.constants import GGUFValueType as V
 
-from tests.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
-from tests.test_gguf_hostile import CASES as GGUF_TABLE
-from tests.test_pickle_lfs import (
-    POINTER,
-    central_entry,
-    system_via_global,
-    system_via_stack_global_memo,
-    torch_zip_with,
-)
-from tests.test_safetensors_hostile import CASES as ST_TABLE
-from tests.test_safetensors_hostile import bloat
+from support.gguf_cases import CASES as GGUF_TABLE
+from support.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
+from support.pickles import POINTER, central_entry, system_via_global, system_via_stack_global_memo, torch_zip_with
+from support.safetensors_cases import CASES as ST_TABLE
+from support.safetensors_cases import bloat
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_CAP = 200 * 1024 * 1024

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from gguf_helpers import Q, write_gguf
-from hubserver import gguf_bytes
+from support.gguf_helpers import Q, write_gguf
+from support.hubserver import gguf_bytes
 
 from qcheck.cli import main
 
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub selected through HF_ENDPOINT
 
 SPLIT_1 = "Q4_K_M/m-Q4_K_M-00001-of-00002.gguf"
 SPLIT_2 = "Q4_K_M/m-Q4_K_M-00002-of-00002.gguf"

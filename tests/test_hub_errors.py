@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from hubserver import TOKEN, gguf_bytes, sharded_repo
+from support.hubserver import TOKEN, gguf_bytes, sharded_repo
 
 from qcheck.errors import QcheckError, RemoteError
 from qcheck.hub import GatedRepoError, NetworkError, NotFoundError, RateLimitedError, resolve_target
 from qcheck.readers import load_checkpoint
 
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub selected through HF_ENDPOINT
 
 
 def _run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

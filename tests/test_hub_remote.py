@@ -7,13 +7,12 @@ import json
 import os
 
 import pytest
-from hubserver import CONFIG, TOKEN, VirtualFile, gguf_bytes, llama_tensors, safetensors_header, sharded_repo
+from support.hubserver import CONFIG, TOKEN, VirtualFile, gguf_bytes, llama_tensors, safetensors_header, sharded_repo
 
 from qcheck.hub import resolve_target, resolve_targets
 from qcheck.hub.source import FIRST_READ, HubFileSource
 from qcheck.readers import load_checkpoint
 
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub selected through HF_ENDPOINT
 
 SHARD = 5_000_000_000
 

@@ -9,63 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import builders as b
-import jsonschema
+from support import builders as b
 import pytest
 
 from qcheck.cli import main
+from support.contract import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 VOCAB_GGUF = ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf"
 TINY_LLAMA_PARAMS = 2 * 256 * 128 + 2 * (128 * 128 * 2 + 64 * 128 * 2 + 3 * 256 * 128) + 5 * 128
-
-#: DESIGN.md's dtype words, plus the other lower-case words qcheck can name (never free text)
-DTYPE_WORDS = ["float8_e4m3", "float8_e5m2", "e8m0", "fp4_e2m1", "int4", "int8", "bfloat16", "float16", "float32",
-               "float8_e4m3fnuz", "float8_e5m2fnuz", "fp6_e2m3", "fp6_e3m2", "float64", "nf4", "bool", "complex64",
-               *[f"{u}int{n}" for u in ("", "u") for n in (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)], None]
-METHODS = ["none", "gguf", "fp8", "nvfp4", "mxfp4", "mxfp6", "mxfp8", "awq", "gptq", "int8", "int4", "bitsandbytes",
-           "mlx", "exl2", "exl3", "hqq", "torchao", "aqlm", "unknown"]
-
-#: DESIGN.md "JSON (--json), minimum fields" for inspect, with the field conventions as types/enums
-INSPECTION_SCHEMA = {
-    "type": "object",
-    "required": ["schema", "path", "container", "architecture", "parameters", "size_bytes", "quantization",
-                 "warnings"],
-    "properties": {
-        "schema": {"const": "qcheck.inspection/1"},
-        "path": {"type": "string"},
-        "container": {"enum": ["gguf", "safetensors", "pickle"]},
-        "architecture": {"type": ["string", "null"]},
-        "parameters": {"type": ["integer", "null"], "minimum": 0},
-        "size_bytes": {"type": ["integer", "null"], "minimum": 0},
-        "warnings": {"type": "array", "items": {"type": "string"}},
-        "findings": {"type": "array", "items": {"type": "object", "required": ["kind", "where", "message"]}},
-        "quantization": {
-            "type": "object",
-            "required": ["method", "producer", "weight_bits", "bits_per_weight", "group_size", "block_size",
-                         "weight_dtype", "scale_dtype", "activation_dtype", "kv_cache_dtype", "excluded",
-                         "gguf_file_type", "tensor_types"],
-            "properties": {
-                "method": {"enum": METHODS},
-                "producer": {"type": ["string", "null"]},
-                "weight_bits": {"type": ["integer", "null"], "minimum": 1},
-                "bits_per_weight": {"type": ["number", "null"], "exclusiveMinimum": 0},
-                "group_size": {"anyOf": [{"type": "null"}, {"const": -1}, {"type": "integer", "minimum": 1}]},
-                "block_size": {"anyOf": [{"type": "null"}, {"type": "array", "items": {"type": "integer"},
-                                                            "minItems": 2, "maxItems": 2}]},
-                "weight_dtype": {"enum": DTYPE_WORDS},
-                "scale_dtype": {"enum": DTYPE_WORDS},
-                "activation_dtype": {"enum": DTYPE_WORDS},
-                "kv_cache_dtype": {"enum": DTYPE_WORDS},
-                "excluded": {"type": "array", "items": {"type": "string"}},
-                "gguf_file_type": {"anyOf": [{"type": "null"},
-                                             {"type": "string", "not": {"pattern": "^MOSTLY_"}}]},
-                "tensor_types": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
-            },
-        },
-    },
-}
 
 #: example -> fields asserted in its JSON
 EXPECTED = {
@@ -103,7 +56,7 @@ def test_examples_json(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "inspect", str(EXAMPLES / name), "--json")
     assert (code, err) == (0, "")
     data = json.loads(out)
-    jsonschema.validate(data, INSPECTION_SCHEMA)
+    validate(data, "inspection")
     assert data["exit_code"] == 0
     q = data["quantization"]
     assert {k: q[k] for k in EXPECTED[name]} == EXPECTED[name]
@@ -165,7 +118,7 @@ def test_vocab_only_gguf_from_llama_cpp(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = run(capsys, "inspect", str(VOCAB_GGUF), "--json")
     assert code == 0
     data = json.loads(out)
-    jsonschema.validate(data, INSPECTION_SCHEMA)
+    validate(data, "inspection")
     assert (data["architecture"], data["name"], data["vocab_size"], data["context_length"]) == \
         ("llama", "llama-spm", 32000, 4096)
     assert (data["num_layers"], data["hidden_size"], data["num_attention_heads"], data["head_dim"]) == \
@@ -184,7 +137,7 @@ def test_header_only_fixtures_through_readers(tmp_path: Path, capsys: pytest.Cap
         code, out, _ = run(capsys, "inspect", str(d), "--json")
         assert code == 0, build.__name__
         data = json.loads(out)
-        jsonschema.validate(data, INSPECTION_SCHEMA)
+        validate(data, "inspection")
         from qcheck.classify import classify
 
         direct = classify(fx.checkpoint(str(d))).to_json()
@@ -213,7 +166,7 @@ def test_pickle_json_mode_prints_inspection_and_exits_2(tmp_path: Path, capsys: 
     code, out, err = run(capsys, "inspect", str(path), "--json")
     assert code == 2 and err == ""
     data = json.loads(out)
-    jsonschema.validate(data, INSPECTION_SCHEMA)
+    validate(data, "inspection")
     assert data["exit_code"] == 2
     assert (data["container"], data["quantization"]["method"]) == ("pickle", "unknown")
     assert data["pickle_globals"] == ["posix.system"]

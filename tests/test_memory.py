@@ -251,10 +251,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
 
 
 def test_check_fills_verdict_memory_from_the_cli(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from hubserver import gguf_bytes
+    from support.hubserver import gguf_bytes
 
     path = tmp_path / "m-Q8_0.gguf"
     gguf_bytes(str(path))  # llama: 2 layers, 8 heads, 2 KV heads, 64 wide -> head_dim 8

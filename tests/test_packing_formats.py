@@ -1,4 +1,4 @@
-"""qcheck.packing: scalar encodings and bit layouts checked against torch, compressed-tensors and scalar
+"""support.packing: scalar encodings and bit layouts checked against torch, compressed-tensors and scalar
 transcriptions of the producers' packing loops (AutoAWQ, AutoGPTQ, MLX)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qcheck import packing as P
+from support import packing as P
 
 torch = pytest.importorskip("torch")
 

@@ -8,9 +8,9 @@ explanation the user needs. Sources are the issue numbers quoted in the research
 
 from __future__ import annotations
 
-import builders as b
+from support import builders as b
 import pytest
-from gguf_helpers import Q, tensor_info, valid_raw, write_gguf
+from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 from qcheck.check import CheckResult, check_path
 from qcheck.model import Verdict

@@ -25,49 +25,17 @@ from qcheck.readers import load_checkpoint, sniff
 from qcheck.readers.lfs import is_lfs_pointer, parse_lfs_pointer
 from qcheck.readers.pickle import LEGACY_MAGIC, WARNING, is_dangerous_global, scan_pickle
 from qcheck.source import LocalFileSource
+from support.pickles import (
+    MALICIOUS,
+    POINTER,
+    builtin_exec,
+    central_entry,
+    system_via_global,
+    system_via_stack_global_memo,
+    torch_zip_with,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def short_unicode(text: str) -> bytes:
-    raw = text.encode()
-    return b"\x8c" + bytes([len(raw)]) + raw
-
-
-def system_via_global(command: str) -> bytes:
-    """Protocol 0: GLOBAL 'os system', MARK, STRING, TUPLE, REDUCE."""
-    return b"cos\nsystem\n(S'" + command.encode() + b"'\ntR."
-
-
-def system_via_stack_global_memo(command: str) -> bytes:
-    """Protocol 4: the operands of STACK_GLOBAL are pushed, memoised, popped, then fetched back from the memo,
-    so a scanner that only looks at the two opcodes before STACK_GLOBAL sees BINGETs, not strings."""
-    return (b"\x80\x04" + short_unicode("os") + b"\x94" + b"0" + short_unicode("system") + b"\x94" + b"0"
-            + short_unicode("decoy") + b"0"
-            + b"h\x00h\x01\x93" + short_unicode(command) + b"\x85R.")
-
-
-def system_via_inst(command: str) -> bytes:
-    """Protocol 0 INST: MARK, args, then 'i module\\nname\\n' builds the object by calling the class."""
-    return b"(S'" + command.encode() + b"'\nios\nsystem\n."
-
-
-def system_via_put_get(command: str) -> bytes:
-    """Text-mode memo (PUT/GET) feeding STACK_GLOBAL (the unpickler accepts any opcode whatever the protocol)."""
-    return (b"Vos\np0\n0Vsystem\np1\n0g0\ng1\n\x93(V" + command.encode() + b"\ntR.")
-
-
-def builtin_exec(code: str) -> bytes:
-    """``__builtin__`` is renamed to ``builtins`` by the unpickler for protocol 0-2."""
-    return b"c__builtin__\nexec\n(V" + code.encode() + b"\ntR."
-
-
-MALICIOUS = {
-    "global": (system_via_global, "os.system"),
-    "stack-global-memo": (system_via_stack_global_memo, "os.system"),
-    "inst": (system_via_inst, "os.system"),
-    "put-get": (system_via_put_get, "os.system"),
-}
 
 
 def touch(marker: Path) -> str:
@@ -143,32 +111,6 @@ def test_real_torch_save_files(tmp_path, legacy):
     assert ck.warnings == [WARNING]
     assert [(f.name, f.kind, f.size_bytes) for f in ck.files] == [("pytorch_model.bin", "pickle",
                                                                    path.stat().st_size)]
-
-
-def torch_zip_with(tmp_path: Path, data_pkl: bytes, extra: dict[str, bytes] | None = None,
-                   compress: int = zipfile.ZIP_STORED) -> Path:
-    """A real torch.save zip with its data.pkl replaced (and optional extra entries)."""
-    original = tmp_path / "orig.pt"
-    torch.save({"w": torch.zeros(2)}, original)
-    path = tmp_path / "model.pt"
-    with zipfile.ZipFile(original) as src, zipfile.ZipFile(path, "w") as dst:
-        for info in src.infolist():
-            data = data_pkl if info.filename.endswith("/data.pkl") else src.read(info)
-            dst.writestr(info.filename, data, compress_type=compress)
-        for name, data in (extra or {}).items():
-            dst.writestr(name, data)
-    return path
-
-
-def central_entry(raw: bytes, name: bytes) -> int:
-    """Offset of the central-directory record for ``name``."""
-    pos = 0
-    while True:
-        pos = raw.index(b"PK\x01\x02", pos)
-        n_len = struct.unpack_from("<H", raw, pos + 28)[0]
-        if raw[pos + 46:pos + 46 + n_len] == name:
-            return pos
-        pos += 4
 
 
 def test_malicious_data_pkl_in_torch_zip(tmp_path):
@@ -307,10 +249,6 @@ def test_allowlist(name, dangerous):
 
 # --- Git LFS pointers --------------------------------------------------------------------------------
 
-POINTER = ("version https://git-lfs.github.com/spec/v1\n"
-           "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
-           "size 16060522496\n")
-
 
 def test_lfs_pointer_parse():
     assert is_lfs_pointer(POINTER.encode())
@@ -349,8 +287,6 @@ def test_malformed_lfs_pointer(tmp_path, text, pattern):
     with pytest.raises(InputError, match=pattern) as info:
         load_checkpoint(str(path))
     assert not isinstance(info.value, LfsPointerError)
-
-
 
 
 @pytest.mark.parametrize("kind", ["pickle", "lfs"])
@@ -423,7 +359,7 @@ def test_opcode_budget(tmp_path, monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux")
 @pytest.mark.parametrize("case", ["mark-flood", "bomb", "big-binbytes"])
 def test_hostile_pickles_in_bounded_memory(tmp_path, case):
-    from test_safetensors_hostile import run_bounded
+    from support.safetensors_cases import run_bounded
 
     if case == "mark-flood":  # a million MARKs: the simulated stack is capped
         data = b"\x80\x02" + b"(" * 2_000_000 + b"."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gate_helpers import TEST_MATRIX, bf16_dir, q4_gguf, qcheck
+from support.gate_helpers import TEST_MATRIX, bf16_dir, q4_gguf, qcheck
 
 from qcheck.errors import UsageError
 from qcheck.policy import PolicyError, find_policy, load_policy, starter_policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from gate_helpers import TEST_MATRIX, fp8_dir, malformed_safetensors, q4_gguf, qcheck
+from support.gate_helpers import TEST_MATRIX, fp8_dir, malformed_safetensors, q4_gguf, qcheck
 
 from qcheck.report import github
 from qcheck.report.findings import RULES, Finding

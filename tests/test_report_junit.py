@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import junitparser
 import pytest
-from gate_helpers import TEST_MATRIX, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf
+from support.gate_helpers import TEST_MATRIX, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf
 
 from qcheck.check import check_path
 from qcheck.matrix import load_matrix
@@ -138,7 +138,7 @@ def test_hostile_strings_stay_well_formed_xml(tmp_path):
 def test_check_cli_writes_every_report_and_keeps_its_exit_code(tmp_path):
     import json
 
-    from gate_helpers import qcheck
+    from support.gate_helpers import qcheck
 
     fp8_dir(tmp_path / "fp8")
     base = qcheck("check", "fp8", "--engine", "tinycpp", "--gpu", "cpu", cwd=tmp_path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gate_helpers import TEST_MATRIX, fp8_dir
+from support.gate_helpers import TEST_MATRIX, fp8_dir
 
 from qcheck.check import check_path
 from qcheck.matrix import load_matrix

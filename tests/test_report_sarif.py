@@ -11,7 +11,7 @@ import json
 
 import jsonschema
 import pytest
-from gate_helpers import (
+from support.gate_helpers import (
     SARIF_SCHEMA,
     TEST_MATRIX,
     bf16_dir,

@@ -1,5 +1,5 @@
 """qcheck.eval.simulate on real checkpoints: a tiny Llama quantised into every producer layout (written to
-disk by qcheck.packing), read back through qcheck's readers and classifier, dequantised into the reference
+disk by support.packing), read back through qcheck's readers and classifier, dequantised into the reference
 architecture's parameters. Checked against the direct dequantisation of the in-memory packed tensors,
 against transformers' own loaders (compressed-tensors, fine-grained FP8, GGUF) and, for GGUF F32, against
 the original weights bit for bit."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qcheck import packing as P
+from support import packing as P
 from qcheck.errors import InputError
 
 torch = pytest.importorskip("torch")
@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 from qcheck.eval import simulate  # noqa: E402
 from qcheck.eval.dequant import awq, fp4, gptq, mlx  # noqa: E402
-from qcheck.testing.gguf_export import export_gguf  # noqa: E402
-from qcheck.testing.tiny_llama import make_tiny_llama  # noqa: E402
+from support.gguf_export import export_gguf  # noqa: E402
+from support.tiny_llama import make_tiny_llama  # noqa: E402
 
 GROUPED = {"awq": 64, "gptq": 64, "int4-ct": 64, "int8-ct": 64, "mlx": 64}
 

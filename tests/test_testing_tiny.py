@@ -1,5 +1,6 @@
-"""qcheck.testing: the tiny Llama is real and deterministic, and its GGUF export loads in transformers and
-in real llama.cpp (llama-cpp-python) with the same tokens and logits."""
+"""The tiny test models (tests/support/tiny_llama.py, gguf_export.py): the tiny Llama is real and deterministic,
+and its GGUF export loads in transformers and in real llama.cpp (llama-cpp-python) with the same tokens and
+logits."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from qcheck.testing.gguf_export import export_gguf, llama_permute, llama_unpermute  # noqa: E402
-from qcheck.testing.tiny_llama import make_tiny_llama  # noqa: E402
+from support.gguf_export import export_gguf, llama_permute, llama_unpermute  # noqa: E402
+from support.tiny_llama import make_tiny_llama  # noqa: E402
 
 TEXT = "The quick brown fox. Le renard brun! Быстрая лиса 敏捷的狐狸 12+30=42"
 

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import builders
+from support import builders
 from gguf.constants import GGMLQuantizationType as Q
-from gguf_helpers import write_gguf
+from support.gguf_helpers import write_gguf
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
