@@ -1,6 +1,6 @@
 """Benchmark ``qcheck eval``: harness overhead against a bare transformers loop, and reference-cache reuse.
 
-    /work/venv/bin/python bench/bench_eval.py [--vocab 32000] [--hidden 256] [--layers 2] [--repeat 5] [--threads 1]
+    python bench/bench_eval.py [--vocab 32000] [--hidden 256] [--layers 2] [--repeat 5] [--threads 1]
 
 1. Overhead. One candidate (already loaded, so only the eval work is timed) is scored with ``run_eval``
    against a warm reference cache, and the same model runs a bare loop over the same token ids doing only

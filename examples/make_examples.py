@@ -365,7 +365,7 @@ def write_readme(root: Path) -> None:
     text += ("\nThe full report for one of them (`qcheck inspect tiny-llama-gptq`):\n\n```\n"
              + _inspect_text(root, "tiny-llama-gptq") + "```\n\n"
              "`qcheck inspect PATH --json` prints the `qcheck.inspection/1` JSON record of the same\n"
-             "(fields in DESIGN.md).\n")
+             "(fields in docs/design.md).\n")
     text += EVAL_HEAD
     for args, comment in EVAL_RUNS:
         text += f"\n{comment}\n\n```\n$ qcheck {' '.join(args)}\n{_eval_text(root, args)}```\n"

@@ -2,7 +2,7 @@
 
 The checkpoint is inspected (headers only) or read back from a saved ``qcheck inspect --json`` record,
 the ``--engine``/``--gpu`` values are resolved against the matrix, and every combination gets a Verdict.
-Exit codes (DESIGN.md): 0 all run, 1 any cannot run / unknown (unless allowed) / fallback when native
+Exit codes (docs/design.md): 0 all run, 1 any cannot run / unknown (unless allowed) / fallback when native
 is required, 2 input not judged (raised as QcheckError before any result exists).
 """
 

@@ -3,7 +3,7 @@
 Every model is inspected once (headers only) and judged on every target; a model that cannot be read is
 recorded as an error and the others are still judged, so one report shows everything. Exit code:
 2 when any model (or the quality gate) could not be judged, else 1 when any verdict, memory fit or quality
-threshold fails, else 0 (DESIGN.md exit codes; the format never changes it).
+threshold fails, else 0 (docs/design.md exit codes; the format never changes it).
 """
 
 from __future__ import annotations

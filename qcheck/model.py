@@ -2,7 +2,7 @@
 
 Readers produce a ``Checkpoint`` (what the headers say, nothing interpreted); the classifier turns it
 into an ``Inspection`` (what the checkpoint *is*); the matrix turns an Inspection into ``Verdict``s.
-The ``to_json`` methods are the public contract in DESIGN.md: add fields, never rename or drop them.
+The ``to_json`` methods are the public contract in docs/design.md: add fields, never rename or drop them.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Checkpoint:
 
 @dataclass
 class Quantization:
-    method: str = "none"  # a canonical method from DESIGN.md
+    method: str = "none"  # a canonical method from docs/design.md
     producer: str | None = None
     weight_bits: int | None = None
     bits_per_weight: float | None = None

@@ -1,5 +1,5 @@
 """Every canonical method classified from the tensor names, dtypes, shapes and config fields its
-producer writes (tests/builders.py), field by field."""
+producer writes (tests/support/builders.py), field by field."""
 
 from __future__ import annotations
 

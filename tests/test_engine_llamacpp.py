@@ -91,7 +91,7 @@ def peaked(tmp_path_factory):
 
 
 def test_topk_lower_bound_is_below_full_kld_and_close_at_20(peaked):
-    """research evals.md §5.7: the bucketed KL over the candidate's top-k (+ rest) is <= the full KL at every
+    """docs/research/evals.md §5.7: the bucketed KL over the candidate's top-k (+ rest) is <= the full KL at every
     position, never decreases as k grows, equals it at k = V, and at k = 20 is within 10 % of it on a peaked
     model with a near-lossless candidate (Q8_0 under llama.cpp; measured 95 %, reference tail mass ~3 %)."""
     from transformers import AutoTokenizer

@@ -44,7 +44,7 @@ def test_paired_delta_and_mde():
     se = math.sqrt(14 - 36 / 100) / 100
     assert iv.low == pytest.approx(-0.06 - 1.959964 * se, abs=1e-6)
     assert iv.high == pytest.approx(-0.06 + 1.959964 * se, abs=1e-6)
-    # research evals.md §2 example: ρ_d = 0.10, m = 1000 -> δ* ≈ 2.8 pp
+    # docs/research/evals.md §2 example: ρ_d = 0.10, m = 1000 -> δ* ≈ 2.8 pp
     assert stats.paired_mde(0.10, 1000) == pytest.approx(0.0280, abs=2e-4)
 
 

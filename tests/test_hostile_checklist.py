@@ -1,4 +1,4 @@
-"""The hostile-file checklist (research/peers.md §3.6, cases 1-25) end to end, through the CLI.
+"""The hostile-file checklist (docs/research/peers.md §3.6, cases 1-25) end to end, through the CLI.
 
 One generated fixture per checklist case and sub-case. Each runs as ``python -m qcheck inspect PATH -o
 out.json`` and ``python -m qcheck check PATH --engine vllm --gpu h100 -o out.json`` in a child process

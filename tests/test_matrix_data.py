@@ -1,6 +1,6 @@
 """Data-level tests of the shipped matrix (matrices/): the GPU catalogue, per-engine coverage of every
 canonical method, sources with versions, version boundaries and the fine-grained cells the research
-calls out (research/matrix.md). The resolver is the real one; inspections are built as the classifier
+calls out (docs/research/matrix.md). The resolver is the real one; inspections are built as the classifier
 would report them.
 """
 

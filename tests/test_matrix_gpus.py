@@ -107,7 +107,7 @@ def test_oldest_first_and_cheapest_product(table) -> None:
      ("T4", "turing"), ("V100", "volta"), ("A100", "ampere"), ("L40S", "ada"), ("B200", "blackwell")],
 )
 def test_design_examples_resolve_on_shipped_data(name: str, arch: str) -> None:
-    """DESIGN.md's own --gpu examples must work against the shipped gpus.toml."""
+    """docs/design.md's own --gpu examples must work against the shipped gpus.toml."""
     target = load_matrix().gpus.lookup(name)
     assert target.arch.id == arch
     if target.arch.vendor == "nvidia":

@@ -1,6 +1,6 @@
-"""The known pain points (shared/research/matrix.md §10), written as the user met them.
+"""The known pain points (docs/research/matrix.md §10), written as the user met them.
 
-Each test builds the checkpoint as a real file (safetensors headers + config.json from tests/builders.py,
+Each test builds the checkpoint as a real file (safetensors headers + config.json from tests/support/builders.py,
 GGUF files through gguf-py's writer), runs it through the real pipeline (readers -> classifier ->
 shipped matrix) for the engine and GPU of the report, and asserts the status and the words of the
 explanation the user needs. Sources are the issue numbers quoted in the research notes.

@@ -2,7 +2,7 @@
 
 try-repo installs the hook the way users get it (``language: python``: pip installs this repository into
 a fresh virtualenv), from a temporary git repository holding the current working tree's package files
-(try-repo on /work/main itself would only see committed and tracked files). The repository under test
+(try-repo on the checkout itself would only see committed and tracked files). The repository under test
 holds a real GGUF file, a real safetensors file, a malformed safetensors file, a Git LFS pointer and a
 safetensors index.
 """

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import ast
+import functools
+import re
+import subprocess
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -21,3 +24,76 @@ def test_test_modules_never_import_each_other() -> None:
             offenders += [f"{path.name}:{node.lineno} imports {n}" for n in names
                           if n.split(".")[-1].startswith("test_") or n.startswith("tests.")]
     assert offenders == []
+
+
+# ------------------------------------------------------------------------------------------ docs stand alone
+ROOT = TESTS.parent
+#: the research notes are copies of outside sources' facts; they cite other projects' paths, not ours
+EXTERNAL_NOTES = ("docs/research/",)
+#: a path of this repository named in a text (a file under one of our top-level folders)
+OUR_PATH = re.compile(r"(?<![\w/.-])((?:qcheck|tests|examples|bench|evals|matrices|\.ci)/[\w./-]*[\w-]\.(?:md|py|toml|"
+                      r"jsonl?|ya?ml|sh)|docs/(?:research/)?[\w-]+\.md)\b")
+#: "owner/project: path" cites another project's file
+OTHER_REPO = re.compile(r"[\w.-]+/[\w.-]+:\s*$")
+#: places outside the repository that design-phase notes pointed at
+OUTSIDE = re.compile(r"/work/|\.\./shared|shared/research|(?<![\w/.-])(?:research/)?(?:formats|peers|evals)\.md"
+                     r"|(?<![\w/.-])research/(?:formats|matrix|evals|peers)\.md|DESIGN\.md")
+SECTION_REF = re.compile(r"(docs/research/[\w-]+\.md|docs/design\.md)\s*§\s*(\d+(?:\.\d+)*)")
+
+
+@functools.cache
+def _tracked_texts() -> dict[str, str]:
+    listing = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    texts = {}
+    for name in listing.decode().split("\0"):
+        path = ROOT / name
+        if not name or not path.is_file():
+            continue
+        try:
+            texts[name] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue  # binary fixtures
+    return texts
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    """Code, data and docs cite the design notes and research in docs/ (design.md, research/*.md), never files
+    that only existed beside the repository while it was written."""
+    outside = []
+    for name, text in _tracked_texts().items():
+        if name.startswith(EXTERNAL_NOTES) or name == "tests/test_repository.py":
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            outside += [f"{name}:{number}: {m.group(0)!r}" for m in OUTSIDE.finditer(line)
+                        if not line[:m.start()].endswith("docs/")]
+    assert outside == []
+
+
+def test_paths_named_in_the_repository_exist() -> None:
+    """A file of this repository named in a doc, a comment or data exists (files move; references follow)."""
+    missing = []
+    for name, text in _tracked_texts().items():
+        if name.startswith(EXTERNAL_NOTES) or name == "tests/test_repository.py":
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if "assert" in line:  # tests name made-up paths in expected messages
+                continue
+            missing += [f"{name}:{number}: {m.group(1)}" for m in OUR_PATH.finditer(line)
+                        if not (ROOT / m.group(1)).exists() and not OTHER_REPO.search(line[:m.start()])]
+    assert missing == []
+
+
+def test_cited_sections_exist() -> None:
+    """``docs/research/formats.md §4.8`` names a heading that exists in that file."""
+    headings: dict[str, set[str]] = {}
+    bad = []
+    for name, text in _tracked_texts().items():
+        for number, line in enumerate(text.splitlines(), 1):
+            for m in SECTION_REF.finditer(line):
+                doc, section = m.group(1), m.group(2)
+                if doc not in headings:
+                    lines = (ROOT / doc).read_text(encoding="utf-8").splitlines() if (ROOT / doc).exists() else []
+                    headings[doc] = {h.group(1) for h in (re.match(r"#+\s+(\d+(?:\.\d+)*)\b", x) for x in lines) if h}
+                if section not in headings[doc]:
+                    bad.append(f"{name}:{number}: {doc} §{section}")
+    assert bad == []

@@ -1,5 +1,5 @@
 """bitsandbytes: NF4/FP4 (``weight`` U8 flat + ``weight.absmax`` + ``weight.quant_map`` +
-``weight.quant_state.bitsandbytes__{nf4,fp4}``) and LLM.int8 (``weight`` I8 + ``SCB``) (formats.md §4.8).
+``weight.quant_state.bitsandbytes__{nf4,fp4}``) and LLM.int8 (``weight`` I8 + ``SCB``) (docs/research/formats.md §4.8).
 
 The packed 4-bit weight is flat ``[(n+1)//2, 1]``, so the logical count is bytes x 2; the blocksize is
 ``n / absmax elements``.

@@ -1,4 +1,4 @@
-"""compressed-tensors (llm-compressor) configs and the integer layouts it writes (formats.md §4.2).
+"""compressed-tensors (llm-compressor) configs and the integer layouts it writes (docs/research/formats.md §4.2).
 
 Tensor side: ``weight_packed`` I32 ``[out, in*bits/32]`` + ``weight_scale [out, in/group]``
 (``pack-quantized``), and int8 ``weight`` + ``weight_scale`` (``int-quantized``; also Quark/ModelOpt

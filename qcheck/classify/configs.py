@@ -1,6 +1,6 @@
 """Finding the quantisation config: config.json, nested text/llm configs, and the side files.
 
-Producers put it in different places (formats.md §1, §7.2): ``quantization_config`` at the top level
+Producers put it in different places (docs/research/formats.md §1, §7.2): ``quantization_config`` at the top level
 or under ``text_config``/``llm_config`` (multimodal), ``compression_config`` (old compressed-tensors),
 ``quantization`` (MLX, no ``quant_method``), ``hf_quant_config.json`` (ModelOpt),
 ``quantize_config.json``/``quant_config.json`` (GPTQ/AWQ), ``quantization_config.json`` (EXL3).
@@ -108,7 +108,7 @@ def as_int(value: Any) -> int | None:
     return typed_int(value)
 
 
-#: every key name a method uses for "modules left unquantised" (formats.md §7.3)
+#: every key name a method uses for "modules left unquantised" (docs/research/formats.md §7, item 3)
 EXCLUDE_KEYS = ("ignore", "exclude_modules", "modules_to_not_convert", "ignored_layers", "llm_int8_skip_modules",
                 "skip_modules", "exclude", "linear_weights_not_to_quantize")
 

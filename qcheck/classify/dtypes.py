@@ -1,4 +1,4 @@
-"""Canonical dtype words (DESIGN.md): one spelling for every way files and configs name a dtype.
+"""Canonical dtype words (docs/design.md): one spelling for every way files and configs name a dtype.
 
 safetensors writes ``F8_E4M3``, torch writes ``float8_e4m3fn``, configs write ``e4m3``, ``fp8_e4m3``,
 ``torch.bfloat16`` or ``bf16``; the public JSON uses one lower-case word for each.

@@ -1,4 +1,4 @@
-"""ExLlamaV2 (EXL2) and ExLlamaV3 (EXL3) checkpoints (formats.md §4.10).
+"""ExLlamaV2 (EXL2) and ExLlamaV3 (EXL3) checkpoints (docs/research/formats.md §4.10).
 
 EXL2: ``q_weight`` I32 ``[rows, out]`` + ``q_invperm [in]`` + ``q_scale``/``q_scale_max``/``q_groups``;
 bits vary per layer and are ``32 * rows / in``. EXL3: ``trellis`` I16 ``[in/16, out/16, 16*K]``, K bits

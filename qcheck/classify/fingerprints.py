@@ -1,4 +1,4 @@
-"""Which method a set of tensors is, without any config (formats.md §6), and which family reads a config.
+"""Which method a set of tensors is, without any config (docs/research/formats.md §6), and which family reads a config.
 
 The scanners and the ``quant_method`` -> family table come from the format registry (``qcheck.formats``):
 scanners run in ``scan_rank`` order, most specific first (a bitsandbytes ``quant_state`` beats a plain U8

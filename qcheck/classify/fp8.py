@@ -1,5 +1,5 @@
 """FP8 weights (E4M3/E5M2): per-tensor, per-channel, 128x128 block (DeepSeek ``weight_scale_inv``),
-and the ``fp8`` / ``fbgemm_fp8`` configs (formats.md §4.1).
+and the ``fp8`` / ``fbgemm_fp8`` configs (docs/research/formats.md §4.1).
 
 Granularity is read from the scale's shape: 1 element -> per-tensor; ``[out]``/``[out,1]`` ->
 per-channel; ``[ceil(out/b0), ceil(in/b1)]`` -> block; ``[out, in/g]`` -> group. U8/E8M0 scales with

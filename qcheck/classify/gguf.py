@@ -1,5 +1,5 @@
 """GGUF files: llama.cpp tensor types, ``general.file_type`` (declared or guessed the llama.cpp way),
-whole-file bits/weight and the model numbers from ``{arch}.*`` keys (formats.md §5)."""
+whole-file bits/weight and the model numbers from ``{arch}.*`` keys (docs/research/formats.md §5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GPTQ and AWQ integer packs (``qweight``/``qzeros``/``scales`` [+``g_idx``]) and their configs
-(formats.md §4.6, §4.7).
+(docs/research/formats.md §4.6, §4.7).
 
 GPTQ packs along the input rows: ``qweight [in*bits/32, out]``, ``g_idx [in]``. AutoAWQ GEMM packs
 along the output columns: ``qweight [in, out*bits/32]``. Both have ``scales [in/group, out]``. So

@@ -1,6 +1,6 @@
 """MLX (mlx-lm) quantisation: U32 ``weight`` + ``scales`` (+ ``biases`` for affine), config block
 ``quantization: {group_size, bits, mode}`` with per-module overrides and no ``quant_method``
-(formats.md §4.9). transformers' ``metal`` method uses the same packing with ``qbiases``.
+(docs/research/formats.md §4.9). transformers' ``metal`` method uses the same packing with ``qbiases``.
 """
 
 from __future__ import annotations

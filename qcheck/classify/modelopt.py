@@ -1,5 +1,5 @@
 """NVIDIA ModelOpt (TensorRT Model Optimizer): ``hf_quant_config.json`` and ``quant_method: modelopt``
-(formats.md §4.3), plus its INT4-AWQ layout (U8 packed along the output dim).
+(docs/research/formats.md §4.3), plus its INT4-AWQ layout (U8 packed along the output dim).
 
 ``quant_algo`` names the scheme (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, NVFP4_AWQ,
 W4A16_AWQ, W4A8_AWQ, W8A16, W8A8_SQ_PER_CHANNEL, W4A8_NVFP4_FP8, W4A8_MXFP4_FP8, MXFP8,

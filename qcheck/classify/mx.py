@@ -1,5 +1,5 @@
 """4-bit floating point packs: NVFP4 (E2M1 + E4M3 scale per 16), MXFP4/MXFP6 (E8M0 scale per 32),
-in the ModelOpt, compressed-tensors, gpt-oss and native-dtype layouts (formats.md §4.4, §4.5).
+in the ModelOpt, compressed-tensors, gpt-oss and native-dtype layouts (docs/research/formats.md §4.4, §4.5).
 
 Header rule: a U8 weight holds two FP4 values per byte, so ``in = 2 * packed_cols``; the scale's last
 dim gives the group (``in / scale_cols``) and its dtype tells NVFP4 (F8_E4M3) from MX (U8/F8_E8M0).

@@ -1,5 +1,5 @@
 """Less common methods: HQQ, torchao, AQLM, AMD Quark, quanto/EETQ, and quant_method strings qcheck
-knows by name only (formats.md §4.11-§4.14)."""
+knows by name only (docs/research/formats.md §4.11-§4.14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The logical parameter count, as a model card states it (DESIGN.md ``parameters``).
+"""The logical parameter count, as a model card states it (docs/design.md ``parameters``).
 
 Packed weights count unpacked (a U8 NVFP4 byte is 2 parameters, an I32 GPTQ word 32/bits); scales,
 zero points, ``g_idx``, KV-cache scales and other side tensors are not parameters at all.

@@ -14,7 +14,7 @@ Two encodings (``kind`` in the report):
 
 ``full-u16`` (default)
     Every row keeps the full vocabulary as 16-bit quantised log-probs, the layout of llama.cpp's
-    ``--kl-divergence-base`` file (research evals.md §1.2): per row a float32 ``scale`` and float32
+    ``--kl-divergence-base`` file (docs/research/evals.md §1.2): per row a float32 ``scale`` and float32
     ``min_log_prob`` and ``V`` uint16 codes, ``log p = scale * q + min_log_prob``. We use a 24-nat window
     below the row's top log-prob where llama.cpp uses 16: every log-prob within the window is stored to
     within ±24/131070 = ±1.83e-4 nats; log-probs below it are raised to the floor (their total mass is at
@@ -22,7 +22,7 @@ Two encodings (``kind`` in the report):
     of an identical candidate is ~1e-8, never negative. Size: ``2 * V + 16`` bytes per scored token.
 ``topk``
     (``--cache-topk K``) The reference's top-K ids (int32) and log-probs (float32) and the tail mass
-    ``1 - Σ top-K``; KL divergence against it is the bucketed lower bound (research evals.md §5.7).
+    ``1 - Σ top-K``; KL divergence against it is the bucketed lower bound (docs/research/evals.md §5.7).
     Size: ``8 * K + 8`` bytes per scored token.
 
 Both keep, per row, the exact float32 log-prob of the actual next token and the argmax id, so NLL, Δp,

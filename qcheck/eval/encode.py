@@ -1,7 +1,7 @@
 """Tokenise task items once, with the reference's tokenizer, into the requests every runner scores.
 
 Why here and only here: the reference and every candidate must score the *same token ids* (research
-evals.md §6.3); re-tokenising on the candidate side is the commonest source of spurious KL divergence.
+docs/research/evals.md §6.3); re-tokenising on the candidate side is the commonest source of spurious KL divergence.
 Choice items are split the way lm-evaluation-harness ``_encode_pair`` does it: trailing spaces of the
 context move into the continuation, ``context + continuation`` is encoded as a whole and cut at
 ``len(encode(context))``.

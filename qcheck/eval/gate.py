@@ -6,7 +6,7 @@ that is ``None`` is not checked. With ``use_intervals`` the gate is conservative
 unfavourable end of each 95 % interval (upper bound of KLD and PPL ratio, lower bound of agreement,
 accuracy delta and recovery) instead of the point estimate.
 
-Tier defaults follow research/evals.md §7 (published llama.cpp scale for LLaMA-3-8B on wikitext:
+Tier defaults follow docs/research/evals.md §7 (published llama.cpp scale for LLaMA-3-8B on wikitext:
 q8_0 mean KLD 0.0014 / same-top-p 97.7 %, q6_K 0.0055 / 96.0 %, q4_K_M 0.031 / 91.9 %, q3_K_M 0.10,
 q2_K 0.445 / 71.1 %; tools/perplexity/README.md, llama.cpp PR #6936).
 """
@@ -23,11 +23,11 @@ from qcheck.errors import UsageError
 #: name -> (thresholds, where the numbers come from)
 TIERS: dict[str, tuple[dict[str, float], str]] = {
     "near-lossless": ({"max_kld": 0.005, "min_top1": 0.97},
-                      "research/evals.md §7: FP8, q8_0, q6_K class (LLaMA-3-8B q8_0 0.0014/97.7 %, q6_K 0.0055/96.0 %)"),
+                      "docs/research/evals.md §7: FP8, q8_0, q6_K class (LLaMA-3-8B q8_0 0.0014/97.7 %, q6_K 0.0055/96.0 %)"),
     "good": ({"max_kld": 0.03, "min_top1": 0.92},
-             "research/evals.md §7: q4_K_M / W4A16 class (LLaMA-3-8B q4_K_M 0.031/91.9 %)"),
+             "docs/research/evals.md §7: q4_K_M / W4A16 class (LLaMA-3-8B q4_K_M 0.031/91.9 %)"),
     "acceptable": ({"max_kld": 0.1, "min_top1": 0.88},
-                   "research/evals.md §7: the boundary of 'degraded' (mean KLD > 0.1, top-1 < 88 %; q3_K_M 0.10)"),
+                   "docs/research/evals.md §7: the boundary of 'degraded' (mean KLD > 0.1, top-1 < 88 %; q3_K_M 0.10)"),
 }
 
 #: threshold name -> (metric it reads, direction, interval end used with use_intervals, valid range)
@@ -191,7 +191,7 @@ def evaluate(thresholds: Thresholds, metrics: dict[str, Any], intervals: dict[st
 
 
 def resolution_warnings(thresholds: Thresholds, metrics: dict[str, Any], intervals: dict[str, Any]) -> list[str]:
-    """Warn when the task set is too small to tell the metric from its threshold (research evals.md §2, §7)."""
+    """Warn when the task set is too small to tell the metric from its threshold (docs/research/evals.md §2, §7)."""
     from qcheck.eval.stats import paired_mde
 
     out: list[str] = []

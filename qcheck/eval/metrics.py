@@ -1,4 +1,4 @@
-"""Quality-loss metrics of one candidate against the reference (research evals.md §1.4, §3.2, §5.7, §7).
+"""Quality-loss metrics of one candidate against the reference (docs/research/evals.md §1.4, §3.2, §5.7, §7).
 
 Per scored token t (teacher-forced on the same token ids, y_t the actual next token):
 
@@ -31,7 +31,7 @@ from qcheck.eval.tasks import TaskItem
 
 #: log-probs below this are treated as this (float32 exp underflows near −103.9)
 LOG_FLOOR = -103.0
-#: smallest candidate rest-bucket mass in the bucketed KL (research evals.md §5.7: q_R = max(ε, ...))
+#: smallest candidate rest-bucket mass in the bucketed KL (docs/research/evals.md §5.7: q_R = max(ε, ...))
 REST_EPS = 1e-10
 CHOICE_METRICS = ("acc", "acc_norm", "acc_bytes")
 
@@ -54,7 +54,7 @@ def bucketed_kl(ref_lp: np.ndarray, cand_lp: np.ndarray, valid: np.ndarray) -> t
     """Bucketed KL over the set S given per row (columns where ``valid``) plus one rest bucket.
 
     ``ref_lp``/``cand_lp`` (n, m) are log-probs of the tokens of S on each side. Returns (KL_S, p_R).
-    0 ≤ KL_S ≤ KL(P‖Q) when both sides' values are exact (research evals.md §5.7); probabilities summing
+    0 ≤ KL_S ≤ KL(P‖Q) when both sides' values are exact (docs/research/evals.md §5.7); probabilities summing
     above 1 through float rounding are clamped.
     """
     ref_lp = np.maximum(np.asarray(ref_lp, dtype=np.float64), LOG_FLOOR)

@@ -1,6 +1,6 @@
 """Orchestration of ``qcheck eval``: tasks -> reference (cached) -> candidates -> metrics -> gate -> EvalResult.
 
-Why this shape (DESIGN.md "eval" data flow): the reference is computed once per (model, tasks, tokenizer,
+Why this shape (docs/design.md "eval" data flow): the reference is computed once per (model, tasks, tokenizer,
 settings) and cached on disk; each candidate is then streamed item by item against the cached rows, one
 candidate loaded at a time, so N candidates cost N candidate passes and memory stays bounded by one item.
 
@@ -518,7 +518,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
                                f"reference (median relative RMS error {median:.3g}): this is what the format does to "
                                "these weights, not a loading error")
         if metrics.get("kld_kind") == "lower-bound":
-            notes.append("KL divergence is the bucketed lower bound over top-k sets (research evals.md §5.7)")
+            notes.append("KL divergence is the bucketed lower bound over top-k sets (docs/research/evals.md §5.7)")
         gate = evaluate(config.thresholds, metrics, intervals)
         warnings = resolution_warnings(config.thresholds, metrics, intervals)
         if extreme_warning:

@@ -1,6 +1,6 @@
 """Paired statistics for the eval gate: cluster bootstrap, Wilson, McNemar exact, paired MDE.
 
-Why these (research/evals.md §7): tokens within a document are correlated, so the CI of mean KL divergence
+Why these (docs/research/evals.md §7): tokens within a document are correlated, so the CI of mean KL divergence
 resamples documents, not tokens (llama.cpp's ± assumes i.i.d. tokens and is optimistic). Accuracy
 differences between two models scored on the same items are paired, so McNemar's exact test on the
 discordant pairs is the right test, not two independent binomials. Pure Python + numpy; no scipy.
@@ -93,7 +93,7 @@ def paired_accuracy_delta(b: int, c: int, n: int, level: float = 0.95) -> tuple[
 
 
 def paired_mde(disagreement: float, m: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest accuracy difference detectable with ``m`` paired items (research evals.md §2):
+    """Smallest accuracy difference detectable with ``m`` paired items (docs/research/evals.md §2):
 
     δ* = (z_{1-α/2} + z_{1-β}) * sqrt(ρ_d / m); ρ_d = 0.10, m = 1000 gives ≈ 0.028.
     """

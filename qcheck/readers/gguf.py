@@ -4,10 +4,10 @@ It reads the KV metadata and the tensor infos and never touches tensor data, so 
 header-only download and over HTTP range reads (see ``qcheck.readers.binary.Cursor``). gguf-py's
 ``GGUFReader`` is not used: it memory-maps the whole file, trusts the counts in it, builds numpy
 views of every tensor and fails on tensor types newer than the installed package
-(research/formats.md §5.6).
+(docs/research/formats.md §5.6).
 
 Every count, length, dimension and offset is checked before use, following ggml's own loader
-(``ggml/src/gguf.cpp``) and the hostile-file checklist in research/peers.md §3.6. Bad input raises
+(``ggml/src/gguf.cpp``) and the hostile-file checklist in docs/research/peers.md §3.6. Bad input raises
 ``InputError`` naming the byte offset, key or tensor. Large metadata arrays (tokens, merges, scores)
 are skipped, their string lengths still validated, and kept as ``ArraySummary`` unless the caller
 asks for them by name.

@@ -3,7 +3,7 @@
 SARIF, GitHub annotations, JUnit and Markdown all need the same thing: "what is wrong, how bad, where".
 They get it from here, computed from ``result.to_json()`` only (the public contract), so every format
 agrees with the JSON and with each other. Rule ids never change meaning once shipped: code scanning
-tracks alerts by them (research/peers.md §4.2).
+tracks alerts by them (docs/research/peers.md §4.2).
 """
 
 from __future__ import annotations

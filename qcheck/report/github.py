@@ -2,7 +2,7 @@
 Markdown summary appended to ``$GITHUB_STEP_SUMMARY``.
 
 GitHub shows at most 10 error, 10 warning and 10 notice annotations per step and drops the rest silently
-(research/peers.md §4.3), so the most severe findings go first, each level is capped at 10, and a last
+(docs/research/peers.md §4.3), so the most severe findings go first, each level is capped at 10, and a last
 notice says how many more are in the step summary. Escaping follows the workflow-command rules
 (actions/toolkit ``command.ts``): message data escapes ``%``, CR and LF; property values also ``:`` and ``,``.
 """

@@ -3,7 +3,7 @@
 One run, every qcheck rule listed in a fixed order (so ``ruleIndex`` and ``ruleId`` are stable across runs),
 one result per finding. A model file has no lines, so the physical location is the model file (a model
 directory's ``config.json``) and the tensor or metadata key goes in ``logicalLocations``
-(research/peers.md §4.2). ``partialFingerprints`` keeps alerts from being duplicated between runs.
+(docs/research/peers.md §4.2). ``partialFingerprints`` keeps alerts from being duplicated between runs.
 """
 
 from __future__ import annotations

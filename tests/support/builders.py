@@ -1,6 +1,6 @@
 """Header-only fixture builders: real safetensors headers (data bytes all zero, written sparse) and
 real config JSON, with the tensor names, dtypes, shapes and config fields each producer writes
-(shared/research/formats.md §3-§7). Other tests may reuse them.
+(docs/research/formats.md §3-§7). Other tests may reuse them.
 
 A ``Fixture`` can be written to a directory (``write``) for end-to-end tests through the readers and
 the CLI, or turned straight into a ``Checkpoint`` (``checkpoint``) for classifier unit tests.

@@ -1,7 +1,7 @@
 """Shared builders for the CI-gate and report tests: real model files, the test matrix, the CLI.
 
-Models are real headers (safetensors written by tests/builders.py, GGUF by gguf-py through
-tests/gguf_helpers.py); verdicts come from the small, stable test matrix in tests/data/matrices, where
+Models are real headers (safetensors written by tests/support/builders.py, GGUF by gguf-py through
+tests/support/gguf_helpers.py); verdicts come from the small, stable test matrix in tests/data/matrices, where
 tinycpp runs GGUF natively on cpu, fastserve runs BF16 natively and FP8 through Marlin on Ampere, and a
 gpt-oss MXFP4 checkpoint has no sourced rule (unknown).
 """

@@ -321,7 +321,7 @@ def pack_fp8_modelopt(w: np.ndarray, prefix: str, *, per_channel: bool = False,
                       input_scale: float | None = None) -> Tensors:
     """NVIDIA ModelOpt FP8 (``quant_algo: FP8``): ``weight`` F8_E4M3, ``weight_scale`` F32 scalar and
     ``input_scale`` F32 scalar (static activations); ``FP8_PER_CHANNEL_PER_TOKEN``: ``weight_scale`` F32 [out],
-    no ``input_scale`` (formats.md §4.3; vLLM ``ModelOptFp8LinearMethod``). Dequant: fp8 * scale."""
+    no ``input_scale`` (docs/research/formats.md §4.3; vLLM ``ModelOptFp8LinearMethod``). Dequant: fp8 * scale."""
     w = _check_2d(w, prefix)
     if per_channel:
         scale = _nonzero(np.abs(w).max(axis=1) / FP8_E4M3_MAX)

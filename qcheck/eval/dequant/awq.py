@@ -1,6 +1,6 @@
 """AutoAWQ GEMM weights: ``qweight`` I32 [in, out/8] packed along the output axis in AWQ's interleaved
 nibble order, ``qzeros`` I32 [in/g, out/8] in the same order, ``scales`` [in/g, out]; W = (q - z) * s
-(formats.md §4.7; AutoAWQ ``WQLinear_GEMM``; transformers/vLLM ``AWQ_REVERSE_ORDER``)."""
+(docs/research/formats.md §4.7; AutoAWQ ``WQLinear_GEMM``; transformers/vLLM ``AWQ_REVERSE_ORDER``)."""
 
 from __future__ import annotations
 

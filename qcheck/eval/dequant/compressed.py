@@ -1,7 +1,7 @@
 """compressed-tensors integer weights: ``pack-quantized`` (``weight_packed`` I32 dense little-endian bit
 stream of offset-binary codes, ``weight_shape``, ``weight_scale``, optional ``weight_zero_point`` packed
 along the output axis and ``weight_g_idx``) and ``int-quantized`` (``weight`` I8 + ``weight_scale``).
-W = (q - zp) * scale per group (``compressors/pack_quantized``; formats.md §4.2)."""
+W = (q - zp) * scale per group (``compressors/pack_quantized``; docs/research/formats.md §4.2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """4-bit floating point weights: NVFP4 (E2M1 + E4M3 scale per 16 + FP32 global) from ModelOpt and
 compressed-tensors, and MXFP4 (E2M1 + E8M0 scale per 32) from gpt-oss (``*_blocks``/``*_scales``) and
-compressed-tensors. Two E2M1 codes per byte, low nibble first (formats.md §4.3-§4.5)."""
+compressed-tensors. Two E2M1 codes per byte, low nibble first (docs/research/formats.md §4.3-§4.5)."""
 
 from __future__ import annotations
 

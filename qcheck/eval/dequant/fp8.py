@@ -1,6 +1,6 @@
 """FP8 weights: per-tensor, per-channel, per-group, 2-D block (DeepSeek ``weight_scale_inv``, compressed-tensors
 ``block``, ModelOpt ``FP8_PB_WO``) and MXFP8 (E8M0 scale per 32). Dequant is always ``fp8 value * scale``
-broadcast over the scale's granularity, which the scale's shape identifies (formats.md §4.1, §4.2)."""
+broadcast over the scale's granularity, which the scale's shape identifies (docs/research/formats.md §4.1, §4.2)."""
 
 from __future__ import annotations
 

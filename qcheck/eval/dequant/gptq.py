@@ -2,7 +2,7 @@
 axis as a little-endian bit stream (3-bit values straddle words, AutoGPTQ's 3-bit branch), ``qzeros`` I32
 [ngroups, out*bits/32], ``scales`` [ngroups, out], ``g_idx`` I32 [in] (act-order may make it non-monotonic). v1 (``checkpoint_format: gptq``) stores zero - 1: the value used is
 ((stored + 1) & (2**bits - 1)) as AutoGPTQ's kernels compute it; ``gptq_v2`` stores the zero itself.
-W[:, i] = (q[i] - z[g_idx[i]]) * s[g_idx[i]] (formats.md §4.6)."""
+W[:, i] = (q[i] - z[g_idx[i]]) * s[g_idx[i]] (docs/research/formats.md §4.6)."""
 
 from __future__ import annotations
 

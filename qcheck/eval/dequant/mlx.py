@@ -1,5 +1,5 @@
 """mlx-lm weights. Affine: ``weight`` U32 [out, in*bits/32] (dense little-endian bit stream), ``scales`` and
-``biases`` [out, in/group]; W = q * scale + bias (mlx ``affine_dequantize``; formats.md §4.9). Microscaling
+``biases`` [out, in/group]; W = q * scale + bias (mlx ``affine_dequantize``; docs/research/formats.md §4.9). Microscaling
 modes ``mxfp4`` / ``mxfp8``: the U32 words hold E2M1 nibbles / E4M3 bytes in little-endian order and
 ``scales`` are U8 E8M0 per 32 (mlx ``dequantize_scale``), no biases."""
 

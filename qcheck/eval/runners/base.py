@@ -39,7 +39,7 @@ A runner has:
     Frees the model (the harness runs candidates one after another to bound memory).
 
 Metrics handle both row kinds: full rows give exact KL divergence; top-k rows give the bucketed lower bound
-of research/evals.md §5.7 (labelled as a lower bound in the report). See ``qcheck.eval.metrics``.
+of docs/research/evals.md §5.7 (labelled as a lower bound in the report). See ``qcheck.eval.metrics``.
 """
 
 from __future__ import annotations

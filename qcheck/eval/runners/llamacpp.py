@@ -2,7 +2,7 @@
 
 Why: simulated dequantisation shows what the *weights* lost; llama.cpp also quantises activations for its
 integer dot products (e.g. ``Q8_K``/``Q8_0`` activation blocks on CPU), fuses ops and accumulates in its own
-order. This runner returns the engine's own full-vocabulary logits (``logits_all=True``, research evals.md
+order. This runner returns the engine's own full-vocabulary logits (``logits_all=True``, docs/research/evals.md
 §1.7 item 2), so KL divergence against the reference is exact, not a top-k bound.
 
 Install: qcheck's ``llamacpp`` extra (``pip install '.[llamacpp]'`` in a checkout). Candidates are given as ``--candidate [NAME=]llamacpp:PATH.gguf``.

@@ -4,7 +4,7 @@ architecture.
 Why: on a CPU-only machine this is the faithful way to measure *weight* quantisation error for every
 format (GGUF, FP8, NVFP4, MXFP4, AWQ, GPTQ, compressed-tensors, MLX): the weights equal what the real
 kernels multiply with. It does not reproduce activation quantisation unless ``--activation-quant`` asks for
-fake-quant, nor the engines' accumulation order (research evals.md §6.1, §6.2). The dequantisation itself
+fake-quant, nor the engines' accumulation order (docs/research/evals.md §6.1, §6.2). The dequantisation itself
 is ``qcheck.eval.simulate`` (the dequantiser engineer's module).
 """
 

@@ -1,9 +1,9 @@
 """An OpenAI-compatible HTTP endpoint as an eval candidate: vLLM, SGLang, llama-cpp-python's server, llama.cpp's
-llama-server, Ollama, hosted providers (research evals.md §5).
+llama-server, Ollama, hosted providers (docs/research/evals.md §5).
 
 Why: the number that matters is the one from the engine a user will deploy, with its kernels. Servers return
 at most the top-k log-probs per position, so KL divergence is the exact *lower bound* of the bucketed partition
-{candidate's top-k} ∪ {rest} (research evals.md §5.7; computed by ``qcheck.eval.metrics``), labelled as such.
+{candidate's top-k} ∪ {rest} (docs/research/evals.md §5.7; computed by ``qcheck.eval.metrics``), labelled as such.
 
 How a candidate is scored, in the order the capability probe tries them (``mode``):
 
