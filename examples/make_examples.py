@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from support import packing  # noqa: E402
 from support.gguf_export import llama_permute  # noqa: E402
+
 SEED = 20260601
 
 LLAMA = {

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
 from support.hubserver import FakeHub
 
 ON_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")

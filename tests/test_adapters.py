@@ -17,7 +17,6 @@ import jsonschema
 import pytest
 import torch
 from safetensors.torch import save_file
-from support.contract import validate
 
 from qcheck.errors import InputError
 from qcheck.inspect import inspect_path
@@ -25,7 +24,7 @@ from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one
 from qcheck.matrix.schema import MatrixDataError, Target
 from qcheck.model import Adapter
-
+from support.contract import validate
 
 PY = sys.executable
 HIDDEN, KV, INTER, LAYERS = 64, 16, 128, 2

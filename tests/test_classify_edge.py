@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import copy
 
-from support import builders as b
-
 from qcheck.classify import classify
 from qcheck.model import Checkpoint
+from support import builders as b
 
 LOGICAL = b.DEFAULT.logical_parameters()
 

@@ -3,7 +3,6 @@ producer writes (tests/support/builders.py), field by field."""
 
 from __future__ import annotations
 
-from support import builders as b
 import copy
 import json
 
@@ -12,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qcheck.classify import classify
+from support import builders as b
 from support.contract import validate
 from support.strategies import JSON_VALUES
 

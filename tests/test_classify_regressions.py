@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from support.builders import Shape, fp8_block_deepseek, quark_fp8_fixture
-
 from qcheck.classify import classify
+from support.builders import Shape, fp8_block_deepseek, quark_fp8_fixture
 
 
 def test_one_block_fp8_scales_are_block_scales_not_per_tensor():

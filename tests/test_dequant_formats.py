@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from support import packing as P
 from qcheck.errors import InputError
+from support import packing as P
 
 torch = pytest.importorskip("torch")
 

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.gguf_helpers import Q, write_gguf
-from support.hubserver import sharded_repo
 from safetensors.torch import save_file
 
 from qcheck.errors import InputError
@@ -16,7 +14,8 @@ from qcheck.limits import Limits
 from qcheck.readers import load_checkpoint, load_from_fileset, looks_like_repo_id
 from qcheck.readers.directory import gguf_groups
 from qcheck.source import FileEntry, LocalFileSet
-
+from support.gguf_helpers import Q, write_gguf
+from support.hubserver import sharded_repo
 
 
 def write_json(path: Path, obj: object) -> None:

@@ -10,12 +10,12 @@ import math
 from collections import Counter
 
 import pytest
-from support.eval_helpers import ABS, REL, TASK_LINES, task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError, QcheckError, RemoteError
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
 from qcheck.eval.runners.endpoint import EndpointOptions
 from qcheck.eval.runners.http import EndpointError, ResumeState, redact
+from support.eval_helpers import ABS, REL, TASK_LINES, task_file, tiny_gguf, tiny_reference
 
 llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -32,8 +32,9 @@ def _private_cache(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def engine():
-    from support.engine_fake_server import FakeEngine
     from transformers import AutoTokenizer
+
+    from support.engine_fake_server import FakeEngine
 
     eng = FakeEngine(str(tiny_gguf("Q8_0")), AutoTokenizer.from_pretrained(str(tiny_reference())))
     yield eng
@@ -432,9 +433,8 @@ def test_unreachable_endpoint_is_exit_2(cache):
 def test_real_llama_cpp_python_server_end_to_end_agrees_with_in_process_and_simulated(cache, capsys):
     """``qcheck eval`` against llama-cpp-python's OpenAI server (echo + logprobs over text prompts checked with
     /extras/tokenize), beside the in-process llama.cpp and simulated candidates of the same GGUF."""
-    from support.llamaserver import llama_server, server_available
-
     from qcheck.cli import main
+    from support.llamaserver import llama_server, server_available
 
     reason = server_available()
     if reason:

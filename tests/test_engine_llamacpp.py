@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.eval_helpers import ABS, REL, task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError, QcheckError
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
 from qcheck.eval.runners.base import GenerateRequest, ScoreRequest
+from support.eval_helpers import ABS, REL, task_file, tiny_gguf, tiny_reference
 
 llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]

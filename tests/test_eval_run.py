@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 from qcheck.errors import InputError
 from qcheck.eval.gate import Thresholds
@@ -26,6 +25,8 @@ from qcheck.eval.runners.base import (
     TokenScores,
     VocabInfo,
 )
+from support.contract import validate
+from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 pytestmark = pytest.mark.slow
 
@@ -224,6 +225,7 @@ def test_cli_json_text_html_and_exit_codes(first_run, ggufs, tmp_path, capsys):
                               "--json", "--report", str(html_path)], capsys)
     assert code == 0, err
     data = json.loads(out)
+    validate(data, "eval")
     assert data["exit_code"] == 0 and data["candidates"][0]["gate"]["passed"] is True
     assert data["thresholds"]["min_top1"] == 0.5 and data["cache"]["hit"] is True
     assert err == ""  # no progress bars or transformers chatter with --json

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from support.contract import validate
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 REFERENCE = EXAMPLES / "tiny-llama-bf16"
 #: the README command, run in examples/
@@ -45,7 +47,9 @@ def readme_run(cache) -> dict:
                           cwd=EXAMPLES, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    return json.loads(proc.stdout)
+    data = json.loads(proc.stdout)
+    validate(data, "eval")
+    return data
 
 
 def kld(data: dict) -> dict[str, float]:

@@ -11,6 +11,8 @@ from pathlib import Path
 import jsonschema
 import junitparser
 import pytest
+
+from support.contract import validate
 from support.gate_helpers import (
     PY,
     SARIF_SCHEMA,
@@ -40,6 +42,8 @@ def _gate(project: Path, policy: str, *args: str):
     (project / "qcheck.toml").write_text(policy)
     proc = qcheck("gate", "--json", *args, cwd=project)
     data = json.loads(proc.stdout) if proc.stdout.startswith("{") else None
+    if data is not None:
+        validate(data, "gate")
     return proc, data
 
 
@@ -183,6 +187,7 @@ def test_init_writes_a_policy_the_gate_accepts(project):
     proc = qcheck("gate", "--json", cwd=project, matrix=False)
     assert proc.returncode in (0, 1), proc.stderr  # a valid policy: judged, whatever the verdicts
     data = json.loads(proc.stdout)
+    validate(data, "gate")
     assert [m["status"] for m in data["models"]] == ["judged"] * 3
     assert {v["engine"] for m in data["models"] for v in m["verdicts"]} == {"llama.cpp", "vllm"}
     q4 = next(m for m in data["models"] if m["name"] == "q4.gguf")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.gate_helpers import PY, env, malformed_safetensors, q4_gguf
 
 ROOT = Path(__file__).resolve().parent.parent

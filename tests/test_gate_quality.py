@@ -6,23 +6,25 @@ Run in-process (one torch import for the module); the CLI path of ``gate`` is co
 
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import junitparser
 import pytest
+
 from support.gate_helpers import TEST_MATRIX, qcheck
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from support.eval_helpers import task_file, tiny_gguf, tiny_reference
-
 from qcheck.gate import run_gate
 from qcheck.matrix import load_matrix
 from qcheck.policy import load_policy
 from qcheck.report import junit, markdown, text
+from support.contract import validate
+from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,8 @@ def test_quality_gate_pass_and_fail(project, monkeypatch):
     # a threshold between the two: Q8_0 passes, Q4_0 fails -> exit 1, one failing JUnit case
     result = _run(project, POLICY + f"max-kld = {(q8 + q4) / 2}\n", monkeypatch)
     assert result.exit_code == 1
-    data = result.to_json()
+    data = json.loads(json.dumps(result.to_json()))
+    validate(data, "gate")
     assert data["summary"]["quality_failed"] is True and data["summary"]["failing"] == 0
     assert data["quality"]["eval"]["cache"]["hit"] is True  # the reference was computed once
     xml = junitparser.JUnitXml.fromstring(junit.render(result).split("\n", 1)[1])

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest

@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import builders as b
 import pytest
 from gguf.constants import GGUFValueType as V
 
+from support import builders as b
 from support.gguf_cases import CASES as GGUF_TABLE
 from support.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
 from support.pickles import POINTER, central_entry, system_via_global, system_via_stack_global_memo, torch_zip_with
@@ -433,7 +433,7 @@ def run_qcheck(args: list[str], workdir: Path, limits: dict[str, int] | None = N
             proc.wait()
             pytest.fail(f"qcheck {' '.join(args)} still running after {KILL_AFTER_S} s")
         wall = time.perf_counter() - start
-    hwm, cpu = (hwm_path.read_text().split() + ["0", "0"])[:2] if hwm_path.exists() else ("0", "0")
+    hwm, cpu = [*hwm_path.read_text().split(), "0", "0"][:2] if hwm_path.exists() else ("0", "0")
     return Run(proc.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"), wall,
                float(cpu), int(hwm))
 

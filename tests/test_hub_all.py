@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from support.gguf_helpers import Q, write_gguf
-from support.hubserver import gguf_bytes
 
 from qcheck.cli import main
-
+from support.contract import validate
+from support.gguf_helpers import Q, write_gguf
+from support.hubserver import gguf_bytes
 
 SPLIT_1 = "Q4_K_M/m-Q4_K_M-00001-of-00002.gguf"
 SPLIT_2 = "Q4_K_M/m-Q4_K_M-00002-of-00002.gguf"
@@ -65,6 +65,7 @@ def test_repo_with_several_models_and_a_gpu_answers_which_quant_fits(three_model
 def test_check_all_judges_every_model_and_exits_with_the_worst(three_models, hub, capsys):
     code, out, err = run(capsys, "check", "org/three-GGUF", "--all", "--engine", "vllm", "--gpu", "h100", "--json")
     data = json.loads(out)
+    validate(data, "check-set")
     assert err == ""
     assert data["schema"] == "qcheck.check-set/1" and data["target"] == "org/three-GGUF"
     paths = [r["inspection"]["path"] for r in data["results"]]
@@ -105,6 +106,7 @@ def test_one_model_without_all_keeps_todays_object(three_models, capsys):
 def test_inspect_all_and_memory_with_all(three_models, capsys):
     code, out, _ = run(capsys, "inspect", "org/three-GGUF", "--all", "--json")
     data = json.loads(out)
+    validate(data, "inspection-set")
     assert code == 0 and data["schema"] == "qcheck.inspection-set/1" and data["exit_code"] == 0
     assert [r["schema"] for r in data["results"]] == ["qcheck.inspection/1"] * 3
     assert [r["quantization"]["gguf_file_type"] for r in data["results"]] == ["Q4_K_M", "Q8_0", "F32"]
@@ -154,6 +156,7 @@ def test_local_directory_with_two_gguf_files(tmp_path, capsys):
                                     str(d / "m-TQ1_0.gguf"): ("TQ1_0", "unsupported")}
     code, out, _ = run(capsys, "check", str(d), "--all", "-e", "vllm", "-g", "h100", "--json")
     data = json.loads(out)
+    validate(data, "check-set")
     assert data["schema"] == "qcheck.check-set/1" and data["target"] == str(d)
     assert [r["inspection"]["path"] for r in data["results"]] == [str(d / "m-Q8_0.gguf"), str(d / "m-TQ1_0.gguf")]
     assert [r["exit_code"] for r in data["results"]] == [0, 1] and code == data["exit_code"] == 1

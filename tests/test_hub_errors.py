@@ -9,12 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from support.hubserver import TOKEN, gguf_bytes, sharded_repo
 
 from qcheck.errors import QcheckError, RemoteError
 from qcheck.hub import GatedRepoError, NetworkError, NotFoundError, RateLimitedError, resolve_target
 from qcheck.readers import load_checkpoint
-
+from support.hubserver import TOKEN, gguf_bytes, sharded_repo
 
 
 def _run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -7,12 +7,19 @@ import json
 import os
 
 import pytest
-from support.hubserver import CONFIG, TOKEN, VirtualFile, gguf_bytes, llama_tensors, safetensors_header, sharded_repo
 
 from qcheck.hub import resolve_target, resolve_targets
 from qcheck.hub.source import FIRST_READ, HubFileSource
 from qcheck.readers import load_checkpoint
-
+from support.hubserver import (
+    CONFIG,
+    TOKEN,
+    VirtualFile,
+    gguf_bytes,
+    llama_tensors,
+    safetensors_header,
+    sharded_repo,
+)
 
 SHARD = 5_000_000_000
 

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import builders as b
 import pytest
 
 from qcheck.cli import main
+from support import builders as b
 from support.contract import validate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,7 @@ from qcheck.matrix.resolve import parse_engine_spec
 from qcheck.matrix.schema import METHODS
 from qcheck.matrix.table import build_matrix
 from qcheck.model import Inspection, Quantization
+from support.contract import validate
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 
@@ -63,6 +64,7 @@ def test_requirements_are_starred() -> None:
 def test_all_versions_and_json() -> None:
     proc = run("--method", "gguf", "--engine", "fastserve", "--gpu", "h100", "--all-versions", "--json")
     data = json.loads(proc.stdout)
+    validate(data, "matrix")
     assert data["schema"] == "qcheck.matrix/1"
     first = data["tables"][0]
     assert first["title"] == "gguf: Q4_K_M (Q4_K + Q6_K + F32)"
@@ -75,6 +77,7 @@ def test_all_versions_and_json() -> None:
 
 def test_providers_get_a_hosted_column() -> None:
     proc = run("--method", "none", "--json")
+    validate(json.loads(proc.stdout), "matrix")
     table = json.loads(proc.stdout)["tables"][0]
     assert table["columns"][-1] == "hosted"
     rows = {r["engine"]: r for r in table["rows"]}

@@ -8,12 +8,12 @@ explanation the user needs. Sources are the issue numbers quoted in the research
 
 from __future__ import annotations
 
-from support import builders as b
 import pytest
-from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 from qcheck.check import CheckResult, check_path
 from qcheck.model import Verdict
+from support import builders as b
+from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 H = 256  # hidden size of the GGUF test tensors (multiple of every block size)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.gate_helpers import TEST_MATRIX, bf16_dir, q4_gguf, qcheck
 
 from qcheck.errors import UsageError
 from qcheck.policy import PolicyError, find_policy, load_policy, starter_policy
+from support.gate_helpers import TEST_MATRIX, bf16_dir, q4_gguf, qcheck
 
 GOOD_TARGET = '[[targets]]\nengine = "tinycpp"\ngpu = ["cpu"]\n'
 

@@ -15,9 +15,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from support import builders
 import pytest
-from support.gate_helpers import PY, bf16_dir, env, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf, qcheck
+
+from support import builders
+from support.gate_helpers import (
+    PY,
+    bf16_dir,
+    env,
+    fp8_dir,
+    lfs_pointer,
+    malformed_safetensors,
+    q4_gguf,
+    qcheck,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_FILES = ("qcheck", "matrices", "evals", "pyproject.toml", "README.md", ".pre-commit-hooks.yaml")

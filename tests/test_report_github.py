@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.gate_helpers import TEST_MATRIX, fp8_dir, malformed_safetensors, q4_gguf, qcheck
 
 from qcheck.report import github
 from qcheck.report.findings import RULES, Finding
+from support.gate_helpers import TEST_MATRIX, fp8_dir, malformed_safetensors, q4_gguf, qcheck
 
 
 def _unescape(text: str) -> str:

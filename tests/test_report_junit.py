@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 
 import junitparser
 import pytest
-from support.gate_helpers import TEST_MATRIX, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf
 
 from qcheck.check import check_path
 from qcheck.matrix import load_matrix
 from qcheck.report import junit
+from support.gate_helpers import TEST_MATRIX, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf
 
 
 @pytest.fixture

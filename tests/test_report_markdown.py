@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from support.gate_helpers import TEST_MATRIX, fp8_dir
 
 from qcheck.check import check_path
 from qcheck.matrix import load_matrix
 from qcheck.report import markdown
+from support.gate_helpers import TEST_MATRIX, fp8_dir
 
 
 @pytest.fixture

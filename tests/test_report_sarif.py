@@ -11,6 +11,11 @@ import json
 
 import jsonschema
 import pytest
+
+from qcheck.check import check_path
+from qcheck.matrix import load_matrix
+from qcheck.report import sarif
+from qcheck.report.findings import RULES
 from support.gate_helpers import (
     SARIF_SCHEMA,
     TEST_MATRIX,
@@ -20,11 +25,6 @@ from support.gate_helpers import (
     mxfp4_dir,
     q4_gguf,
 )
-
-from qcheck.check import check_path
-from qcheck.matrix import load_matrix
-from qcheck.report import sarif
-from qcheck.report.findings import RULES
 
 
 @pytest.fixture(scope="module")

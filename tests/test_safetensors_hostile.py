@@ -4,9 +4,7 @@ the CLI as exit code 2 with one stderr line and no traceback."""
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import packing as P
 from qcheck.errors import InputError
+from support import packing as P
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -13,8 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import builders
 from gguf.constants import GGMLQuantizationType as Q
+
+from support import builders
 from support.gguf_helpers import write_gguf
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"

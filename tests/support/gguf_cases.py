@@ -3,6 +3,7 @@ with the message the reader must give. Shared by the GGUF reader tests and the h
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from gguf.constants import GGUFValueType as V

@@ -1,0 +1,96 @@
+"""The JSON contract as files: every schema under ``qcheck/schemas/`` is a valid draft 2020-12 schema that
+the outputs are checked against (the real outputs are validated where each command is tested: test_inspect_cli,
+test_check_cli, test_hub_all, test_matrix_cli, test_gate, test_eval_run, test_examples_eval, test_gate_quality).
+Here: the schemas themselves, and that they reject what the contract does not allow."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from qcheck.cli import main
+from qcheck.matrix.schema import METHODS
+from support.contract import SCHEMAS, schema, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate"]
+
+
+def test_every_output_has_a_schema_file() -> None:
+    assert sorted(p.name for p in SCHEMAS.glob("*.schema.json")) == sorted(f"{n}.schema.json" for n in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_schema_is_valid_draft_2020_12(name: str) -> None:
+    s = schema(name)
+    jsonschema.Draft202012Validator.check_schema(s)
+    assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert s["$id"] == f"urn:qcheck:schema:{name}"
+    assert s["properties"]["schema"]["const"] == f"qcheck.{name}/1"
+    assert f"qcheck.{name}/1" in s["title"]
+
+
+def test_the_method_enum_is_the_matrix_method_list() -> None:
+    """A new quantisation method is a contract change: its id goes into inspection.schema.json too."""
+    enum = schema("inspection")["$defs"]["quantization"]["properties"]["method"]["enum"]
+    assert enum == list(METHODS)
+
+
+def _check_json(capsys: pytest.CaptureFixture[str]) -> dict:
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(ROOT / "examples" / "tiny-llama-nvfp4"), "--engine", "vllm", "--gpu", "h100", "--json"])
+    assert exc.value.code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_real_check_fits_and_deviations_do_not(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _check_json(capsys)
+    validate(data, "check")
+    bad: list[tuple[str, dict]] = []
+    for label, path, value in [
+        ("unknown top-level field", (), ("surprise", 1)),
+        ("unknown verdict field", ("verdicts", 0), ("surprise", 1)),
+        ("unknown inspection field", ("inspection",), ("surprise", 1)),
+        ("unknown quantization field", ("inspection", "quantization"), ("surprise", 1)),
+        ("status outside the four", ("verdicts", 0), ("status", "maybe")),
+        ("method outside the list", ("inspection", "quantization"), ("method", "fp3")),
+        ("dtype word not lower case", ("inspection", "quantization"), ("weight_dtype", "FP4")),
+        ("exit code 2 in a check record", (), ("exit_code", 2)),
+        ("group size 0", ("inspection", "quantization"), ("group_size", 0)),
+    ]:
+        doc = copy.deepcopy(data)
+        target = doc
+        for key in path:
+            target = target[key]
+        target[value[0]] = value[1]
+        bad.append((label, doc))
+    missing = copy.deepcopy(data)
+    del missing["verdicts"][0]["sources"]
+    bad.append(("verdict without sources", missing))
+    for label, doc in bad:
+        with pytest.raises(jsonschema.ValidationError):
+            validate(doc, "check")
+        print("rejected:", label)
+
+
+def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFixture[str]) -> None:
+    """Gate records embed check verdicts plus ``fails``; the check schema's verdict stays closed."""
+    verdict = _check_json(capsys)["verdicts"][0]
+    data = {"schema": "qcheck.gate/1", "policy": {"file": None, "models": [], "targets": [], "memory": None,
+                                                  "quality": None, "lfs_pointers": "error"},
+            "summary": {"models": 1, "judged": 1, "errors": 0, "skipped": 0, "verdicts": 1, "failing": 0,
+                        "quality_failed": False, "quality_error": False},
+            "models": [{"name": "m", "path": "m", "status": "judged", "error": None, "error_kind": None,
+                        "inspection": None, "verdicts": [{**verdict, "fails": False}], "failing": 0}],
+            "quality": None, "exit_code": 0}
+    validate(data, "gate")
+    data["models"][0]["verdicts"][0]["surprise"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="surprise"):
+        validate(data, "gate")
+    del data["models"][0]["verdicts"][0]["surprise"], data["models"][0]["verdicts"][0]["fails"]
+    with pytest.raises(jsonschema.ValidationError, match="fails"):
+        validate(data, "gate")
