@@ -45,7 +45,7 @@ ENGINE_GPUS = ("h100", "a100")
 def _builders() -> Any:
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO))
-    import builders
+    from support import builders
 
     return builders
 
