@@ -15,6 +15,7 @@ from qcheck.matrix.loader import clear_cache, load_matrix
 from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one, select_version
 from qcheck.matrix.schema import MatrixDataError
 from qcheck.model import Inspection, Quantization
+from support.matrix_sweep import rule_ties
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 
@@ -272,6 +273,9 @@ sources = ["fp8_py"]
         mm = load_matrix(root)  # loads fine: the clash only shows when both rules match
         with pytest.raises(MatrixDataError) as info:
             resolve_one(mm, st("fp8"), parse_engine_spec("fastserve", mm), mm.gpus.lookup("h100"))
+        # the sweeps of the shipped data (support.matrix_sweep) find the same clash without building verdicts
+        ties, _ = rule_ties(mm, {"fp8": [st("fp8")]}, [mm.gpus.lookup("h100"), mm.gpus.lookup("t4")])
+        assert ties == {str(info.value)}
     finally:
         clear_cache()
     message = str(info.value)

@@ -10,6 +10,7 @@ from qcheck.matrix.probes import PROBES
 from qcheck.matrix.resolve import EngineRequest, resolve_one
 from qcheck.matrix.schema import METHODS, Target
 from qcheck.model import Inspection, Quantization
+from support.matrix_sweep import rule_ties
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +72,9 @@ def test_every_pair_of_gguf_types_resolves(shipped) -> None:
 
     types = [t.name for t in GGMLQuantizationType]
     targets = [Target(a.id, a, cc) for a in shipped.gpus.archs.values() for cc in (a.ccs or (None,))]
-    resolved = 0
-    for engine in shipped.engines.values():
-        for backend in [None, *engine.backends]:
-            request = EngineRequest(engine, None, backend)
-            for pair in itertools.combinations(types, 2):
-                quant = Quantization(method="gguf", tensor_types={pair[0]: 1, pair[1]: 1, "F32": 1})
-                inspection = Inspection(path="x.gguf", container="gguf", quantization=quant)
-                for target in targets if engine.needs_gpu else [None]:
-                    resolve_one(shipped, inspection, request, target)  # raises MatrixDataError on a clash
-                    resolved += 1
-    assert resolved > len(types) * (len(types) - 1) // 2
+    probes = [Inspection(path="x.gguf", container="gguf",
+                         quantization=Quantization(method="gguf", tensor_types={x: 1, y: 1, "F32": 1}))
+              for x, y in itertools.combinations(types, 2)]
+    errors, decided = rule_ties(shipped, {"gguf": probes}, targets, every_version=False)
+    assert sorted(errors) == []
+    assert decided > len(probes) * len(targets)
