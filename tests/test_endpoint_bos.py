@@ -8,7 +8,8 @@ import json
 import shutil
 
 import pytest
-from eval_helpers import TASK_LINES, tiny_reference, workdir
+
+from support.eval_helpers import TASK_LINES, tiny_reference, workdir
 
 pytestmark = pytest.mark.llamacpp
 
@@ -35,10 +36,9 @@ def _bosless_reference():
 
 @pytest.mark.parametrize("bos", [False, True])
 def test_real_server_agrees_with_llama_cpp_in_process_with_and_without_bos(tmp_path, capsys, bos):
-    from llamaserver import llama_server, server_available
-
     from qcheck.cli import main
-    from qcheck.testing.gguf_export import export_gguf
+    from support.gguf_export import export_gguf
+    from support.llamaserver import llama_server, server_available
 
     reason = server_available()
     if reason:

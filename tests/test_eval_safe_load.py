@@ -17,11 +17,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
-from eval_helpers import task_file, tiny_reference
-
 from qcheck.cli import main
 from qcheck.errors import InputError
 from qcheck.eval.safe_load import NO_CODE, check_reference
+from support.eval_helpers import task_file, tiny_reference
 
 EVIL = '''
 import pathlib

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import builders as b
 import pytest
 
 from qcheck.classify import classify, classify_weights
@@ -24,6 +23,7 @@ from qcheck.matrix.resolve import parse_engine_spec, resolve_one
 from qcheck.matrix.schema import METHODS, MatrixDataError
 from qcheck.model import TensorInfo
 from qcheck.report.text_inspect import quant_phrase
+from support import builders as b
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"

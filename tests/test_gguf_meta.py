@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from gguf import GGUFValueType
-from gguf_helpers import Q, write_gguf
 
 from qcheck.classify.gguf import classify_gguf
 from qcheck.cli import main
@@ -17,6 +16,7 @@ from qcheck.memory import layout_from_gguf
 from qcheck.readers.gguf import load_gguf
 from qcheck.readers.gguf_meta import MAX_COUNT, model_keys
 from qcheck.source import LocalFileSet
+from support.gguf_helpers import Q, write_gguf
 
 TENSORS = [("blk.0.attn_q.weight", (256, 256), Q.Q8_0), ("blk.1.attn_q.weight", (256, 256), Q.Q8_0)]
 BASE = {"llama.embedding_length": (GGUFValueType.UINT32, 256), "llama.attention.head_count": (GGUFValueType.UINT32, 8)}

@@ -35,7 +35,13 @@ from gguf.constants import GGUFValueType as V
 from support import builders as b
 from support.gguf_cases import CASES as GGUF_TABLE
 from support.gguf_helpers import Q, RawGGUF, gguf_string, kv_array, kv_scalar, tensor_info, valid_raw
-from support.pickles import POINTER, central_entry, system_via_global, system_via_stack_global_memo, torch_zip_with
+from support.pickles import (
+    POINTER,
+    central_entry,
+    system_via_global,
+    system_via_stack_global_memo,
+    torch_zip_with,
+)
 from support.safetensors_cases import CASES as ST_TABLE
 from support.safetensors_cases import bloat
 

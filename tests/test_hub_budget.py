@@ -8,14 +8,12 @@ registry (an unbounded body) on qcheck's behalf.
 from __future__ import annotations
 
 import pytest
-from hubserver import sharded_repo
 
 from qcheck.budget import Budget, end_run, start_run
 from qcheck.errors import RemoteError
 from qcheck.hub import NetworkError, RateLimitedError
 from qcheck.readers import load_checkpoint
-
-pytest_plugins = ("conftest_hub",)
+from support.hubserver import sharded_repo
 
 
 @pytest.mark.parametrize("action, path", [("drip", r"^/api/models/org/drip"), ("drip-body", r"^/api/models/org/drip"),

@@ -7,12 +7,12 @@ the rule's source in matrices/engines/*.toml.
 
 from __future__ import annotations
 
-import builders as b
 import pytest
-from gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 from qcheck.check import CheckResult, check_path
 from qcheck.model import Verdict
+from support import builders as b
+from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
 H = 256
 

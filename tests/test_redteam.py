@@ -15,14 +15,14 @@ import sys
 import threading
 from pathlib import Path
 
-import builders
 import pytest
-from gate_helpers import TEST_MATRIX, q4_gguf
 
 from qcheck.cli import main
 from qcheck.errors import UsageError
 from qcheck.report import write_output
 from qcheck.report.sanitize import guard, json_text, sanitized, visible
+from support import builders
+from support.gate_helpers import TEST_MATRIX, q4_gguf
 
 #: what a GitHub Actions runner takes as a workflow command: ``::`` or ``##[`` at the start of a line
 WORKFLOW_COMMAND = re.compile(r"^\s*(::|##\[)")

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from hubserver import gguf_bytes
 
 from qcheck.cli import main
 from qcheck.errors import InputError, UsageError
@@ -17,8 +16,7 @@ from qcheck.policy import PolicyError, parse_policy
 from qcheck.readers import load_checkpoint
 from qcheck.readers import looks_like_repo_id as readers_looks_like_repo_id
 from qcheck.report.findings import artifact_of, error_finding, eval_findings, findings_of
-
-pytest_plugins = ("conftest_hub",)  # the "hub" fixture: a FakeHub selected through HF_ENDPOINT
+from support.hubserver import gguf_bytes
 
 #: text -> the repo id it names on the Hub, or None for "a local path (missing here)"
 CASES = {

@@ -12,11 +12,9 @@ import json
 import math
 from pathlib import Path
 
-import builders as b
 import pytest
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
-from gguf_helpers import write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +22,8 @@ from qcheck.errors import QcheckError
 from qcheck.limits import Limits
 from qcheck.memory import check_path_with_memory
 from qcheck.typed import as_float, as_int, as_str, pos_ints
+from support import builders as b
+from support.gguf_helpers import write_gguf
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 HOSTILE_SCALARS = st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1e308, -1, 0, 2**70, 2**53 + 1, 1.5,
