@@ -85,7 +85,9 @@ def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFix
             "summary": {"models": 1, "judged": 1, "errors": 0, "skipped": 0, "verdicts": 1, "failing": 0,
                         "quality_failed": False, "quality_error": False},
             "models": [{"name": "m", "path": "m", "status": "judged", "error": None, "error_kind": None,
-                        "inspection": None, "verdicts": [{**verdict, "fails": False}], "failing": 0}],
+                        "inspection": None, "failing": 0,
+                        "verdicts": [{**verdict, "fails": False, "memory_fails": False,
+                                      "policy": {"require_native": False, "allow_unknown": False, "target": "t"}}]}],
             "quality": None, "exit_code": 0}
     validate(data, "gate")
     data["models"][0]["verdicts"][0]["surprise"] = 1

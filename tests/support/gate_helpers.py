@@ -18,8 +18,8 @@ from gguf.constants import GGMLQuantizationType as Q
 from support import builders
 from support.gguf_helpers import write_gguf
 
-TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
-SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
+TEST_MATRIX = Path(__file__).resolve().parents[1] / "data" / "matrices"
+SARIF_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "sarif-schema-2.1.0.json"
 PY = sys.executable
 LFS_POINTER = ("version https://git-lfs.github.com/spec/v1\n"
                "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
