@@ -65,14 +65,15 @@ class LocalFileSource:
             raise InputError("permission denied", path=self.name) from None
         except OSError as exc:
             raise InputError(f"cannot open: {exc.strerror or exc}", path=self.name) from None
-        self.size = os.fstat(self._fd).st_size
+        self.size: int | None = os.fstat(self._fd).st_size  # the ByteSource field (None only for remote files)
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise InputError(f"negative read at offset {offset}", path=self.name)
-        if length == 0 or offset >= (self.size or 0):
+        size = self.size or 0
+        if length == 0 or offset >= size:
             return b""
-        length = min(length, self.size - offset)
+        length = min(length, size - offset)
         try:
             if hasattr(os, "pread"):
                 return os.pread(self._fd, length, offset)
@@ -105,7 +106,7 @@ class LocalFileSet:
     def __init__(self, root: str | os.PathLike[str]):
         self.path = Path(root)
         self.root = str(root)
-        self.revision = None
+        self.revision: str | None = None  # a directory has no revision (the FileSet protocol field)
 
     def _resolve(self, name: str) -> Path:
         rel = PurePosixPath(name)
