@@ -6,12 +6,14 @@ Here: the schemas themselves, and that they reject what the contract does not al
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from qcheck import model
 from qcheck.cli import main
 from qcheck.matrix.schema import METHODS
 from support.contract import SCHEMAS, schema, validate
@@ -96,3 +98,22 @@ def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFix
     del data["models"][0]["verdicts"][0]["surprise"], data["models"][0]["verdicts"][0]["fails"]
     with pytest.raises(jsonschema.ValidationError, match="fails"):
         validate(data, "gate")
+
+
+@pytest.mark.parametrize(("record", "schema_name", "where", "extra"), [
+    (model.Inspection, "inspection", (), {"schema", "exit_code"}),
+    (model.Quantization, "inspection", ("$defs", "quantization"), set()),
+    (model.SourceFile, "inspection", ("$defs", "source_file"), set()),
+    (model.Verdict, "check", ("$defs", "verdict"), set()),
+    (model.Judgement, "check", ("$defs", "judgement"), set()),
+    (model.Source, "check", ("$defs", "source"), set()),
+], ids=lambda v: v.__name__ if isinstance(v, type) else None)
+def test_every_record_field_is_in_its_schema(record: type, schema_name: str, where: tuple[str, ...],
+                                             extra: set[str]) -> None:
+    """A field added to a public record is a field of the JSON contract: add it to qcheck/schemas/ too."""
+    node = schema(schema_name)
+    for key in where:
+        node = node[key]
+    fields = {f.name for f in dataclasses.fields(record)}
+    assert sorted(fields - set(node["properties"])) == [], f"add these to qcheck/schemas/{schema_name}.schema.json"
+    assert sorted(set(node["properties"]) - fields - extra) == [], "fields the record no longer has"

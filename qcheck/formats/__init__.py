@@ -4,7 +4,7 @@ Everything that enumerates methods iterates this registry instead of keeping its
 (tensor scanners in ``scan_rank`` order, config readers by ``quant_method``), the matrix schema (the
 methods a rule may name), ``qcheck inspect`` text (labels and display traits), ``qcheck matrix`` (each
 format's representative variants) and ``qcheck eval`` simulation (which formats it can dequantise and the
-dequantiser of each stored layout).
+dequantiser of each stored layout). See docs/formats.md.
 
 Adding a format is one module here plus its matrix rules and tests:
 
