@@ -3,8 +3,9 @@
 
 Every case must end in ``InputError`` with a message that names the problem and where it is
 (an offset, a key or a tensor), within bounded memory: the cases are also read in a child process
-whose address space is capped at 200 MB (``RLIMIT_AS``), and each goes through the CLI under the same
-cap (exit 2, one line on stderr, no traceback). Timeouts are hang guards only, not speed assertions.
+whose address space is capped at 200 MB (``RLIMIT_AS``), and each goes through the CLI in-process (exit 2,
+one line on stderr, no traceback; tests/test_hostile_checklist.py runs them through a capped ``python -m
+qcheck``). Timeouts are hang guards only, not speed assertions.
 """
 
 from __future__ import annotations
@@ -75,12 +76,6 @@ for path, limits in json.loads(sys.argv[2]):
 """
 
 
-def _limit_address_space() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
 def test_bounded_memory(tmp_path: Path) -> None:
     """Under a 200 MB address-space cap every case still ends in InputError (no MemoryError, no crash).
 
@@ -115,12 +110,23 @@ def test_memory_cap_is_real(tmp_path: Path) -> None:
     assert out.stdout.startswith("MEMORY_ERROR"), out.stdout + out.stderr
 
 
-def _run_cli(target: Path, case_limits: dict[str, int] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QCHECK_")}
-    for name, value in (case_limits or {}).items():
-        env[f"QCHECK_LIMIT_{name.upper()}"] = str(value)
-    return subprocess.run([sys.executable, "-m", "qcheck", "inspect", str(target)], capture_output=True, text=True,
-                          timeout=HANG_GUARD_S, env=env, cwd=ROOT, preexec_fn=_limit_address_space)
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``qcheck inspect TARGET`` in-process (the memory cap is test_bounded_memory's job, and the hostile-input
+    checklist runs the same cases through a capped ``python -m qcheck``): (exit code, stdout, stderr)."""
+    from qcheck.cli import main
+
+    def run(target: Path, case_limits: dict[str, int] | None = None) -> subprocess.CompletedProcess[str]:
+        for name in [k for k in os.environ if k.startswith("QCHECK_")]:
+            monkeypatch.delenv(name)
+        for name, value in (case_limits or {}).items():
+            monkeypatch.setenv(f"QCHECK_LIMIT_{name.upper()}", str(value))
+        with pytest.raises(SystemExit) as exc:
+            main(["inspect", str(target)])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["qcheck", "inspect", str(target)], exc.value.code, out.out, out.err)
+
+    return run
 
 
 def _assert_cli_rejects(out: subprocess.CompletedProcess[str], pattern: str) -> None:
@@ -133,10 +139,10 @@ def _assert_cli_rejects(out: subprocess.CompletedProcess[str], pattern: str) -> 
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_cli_rejects(case: Case, tmp_path: Path) -> None:
+def test_cli_rejects(case: Case, tmp_path: Path, cli) -> None:
     path = tmp_path / f"{case.id}.gguf"
     path.write_bytes(case.data)
-    _assert_cli_rejects(_run_cli(path, case.limits), case.cli_pattern or case.pattern)
+    _assert_cli_rejects(cli(path, case.limits), case.cli_pattern or case.pattern)
 
 
 # ------------------------------------------------------------------------------ 16. split sets
@@ -161,10 +167,10 @@ SPLIT_CASES = {
 
 
 @pytest.mark.parametrize("name", list(SPLIT_CASES))
-def test_split_set_rejects(name: str, tmp_path: Path) -> None:
+def test_split_set_rejects(name: str, tmp_path: Path, cli) -> None:
     names, nos, count, pattern = SPLIT_CASES[name]
     _split_set(tmp_path, names, nos, count)
     with pytest.raises(InputError) as info:
         load_gguf(LocalFileSet(tmp_path), names[0])
     assert _matches(pattern, str(info.value)), str(info.value)
-    _assert_cli_rejects(_run_cli(tmp_path / names[0]), pattern)
+    _assert_cli_rejects(cli(tmp_path / names[0]), pattern)
