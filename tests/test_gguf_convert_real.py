@@ -16,7 +16,8 @@ import sys
 
 import numpy as np
 import pytest
-from llamacpp_convert import ARCHITECTURES, NO_BOS, REPO, build_tiny_model, convert, llama_cpp_source
+
+from support.llamacpp_convert import ARCHITECTURES, NO_BOS, REPO, build_tiny_model, convert, llama_cpp_source
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -22,12 +22,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from support.tiny_llama import build_tokenizer
 
-try:
-    from support.tiny_llama import build_tokenizer
-except ImportError:
-    from qcheck.testing.tiny_llama import build_tokenizer
+REPO = Path(__file__).resolve().parents[2]
 
 #: model_type -> config overrides beyond the common tiny shape (real transformers configs, tiny sizes)
 ARCHITECTURES: dict[str, dict] = {
