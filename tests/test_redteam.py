@@ -159,9 +159,8 @@ def test_a_terminal_that_cannot_show_a_name_gets_escapes_not_a_crash(tmp_path: P
 
 
 def test_html_eval_report_is_inert() -> None:
-    from test_eval_html import META, candidate, data
-
     from qcheck.eval.html import render_html
+    from support.eval_report import META, candidate, data
 
     hostile = candidate("q8\u202e<script>alert(1)</script>\x1b[2J", 3.22e-6)
     page = render_html(data({}, [hostile]), META)
