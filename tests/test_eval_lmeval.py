@@ -141,9 +141,8 @@ def test_bad_foreign_lines_name_file_line_and_field(tmp_path, line, message):
 # -------------------------------------------------------------------------------------------- the CLI
 @pytest.mark.slow
 def test_cli_runs_lmeval_files_beside_native_items(tmp_path, capsys):
-    from eval_helpers import tiny_gguf, tiny_reference
-
     from qcheck.cli import main
+    from support.eval_helpers import tiny_gguf, tiny_reference
 
     native = _write(tmp_path / "native.jsonl", NATIVE)
     samples = _write(tmp_path / "samples_quiz_2024-06-01T00-00-00.jsonl",
