@@ -13,14 +13,13 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-from builders import bf16_llama, fp8_block_deepseek, llama_config
-from gguf_helpers import write_gguf
-
 from qcheck.cli import main
 from qcheck.matrix.architectures import clear_cache as clear_arch_cache
 from qcheck.matrix.architectures import validate
 from qcheck.matrix.loader import clear_cache
 from qcheck.matrix.schema import MatrixDataError
+from support.builders import bf16_llama, fp8_block_deepseek, llama_config
+from support.gguf_helpers import write_gguf
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
 
