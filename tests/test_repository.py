@@ -36,7 +36,7 @@ OUR_PATH = re.compile(r"(?<![\w/.-])((?:qcheck|tests|examples|bench|evals|matric
 #: "owner/project: path" cites another project's file
 OTHER_REPO = re.compile(r"[\w.-]+/[\w.-]+:\s*$")
 #: places outside the repository that design-phase notes pointed at
-OUTSIDE = re.compile(r"/work/|\.\./shared|shared/research|(?<![\w/.-])(?:research/)?(?:formats|peers|evals)\.md"
+OUTSIDE = re.compile(r"/work/shared|\.\./shared|shared/research|(?<![\w/.-])(?:research/)?(?:formats|peers|evals)\.md"
                      r"|(?<![\w/.-])research/(?:formats|matrix|evals|peers)\.md|DESIGN\.md")
 SECTION_REF = re.compile(r"(docs/research/[\w-]+\.md|docs/design\.md)\s*§\s*(\d+(?:\.\d+)*)")
 
