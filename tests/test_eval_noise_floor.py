@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from eval_helpers import task_file, tiny_gguf, tiny_reference
+
+from support.eval_helpers import task_file, tiny_gguf, tiny_reference
 
 pytestmark = pytest.mark.slow
 
