@@ -444,3 +444,26 @@ def test_an_engine_that_loads_unlisted_names_another_way_is_unknown_not_unsuppor
     assert (code, v["status"]) == (1, "unknown")
     assert v["reasons"][0] == ("architecture: architecture MyLlamaForCausalLM is not listed by FastServe in any "
                                "release read (0.9.0 .. 0.33.0); FastServe loads unlisted names as LlamaForCausalLM")
+
+
+def test_vllm_runs_transformers_only_architectures_through_its_transformers_backend(tmp_path, capsys,
+                                                                                   shipped) -> None:
+    from qcheck.matrix.architectures import load_architectures
+    from qcheck.matrix.loader import load_matrix
+
+    root = load_matrix().root
+    vllm = {n for n, e in load_architectures(root, "vllm").lists[0].arch.items() if e.last is None}
+    tf = load_architectures(root, "transformers").lists[0]
+    only_tf = sorted(n for n, e in tf.arch.items() if e.last is None and e.kind == "text" and n not in vllm)
+    assert only_tf, "transformers has causal-LM classes vLLM does not register"
+    name = only_tf[0]
+    model = st_model(tmp_path, name, "x")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert (code, arch_dim["status"]) == (1, "unknown")
+    assert arch_dim["reasons"][0].startswith(f"architecture {name} is not in vLLM's registry; from 0.8.5 it falls "
+                                             "back to TransformersForCausalLM for transformers models")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.0", "--gpu", "h100", "--json")
+    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "unsupported"

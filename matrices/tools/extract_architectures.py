@@ -99,6 +99,8 @@ class NameList:
     role: str = "load"
     #: what the engine does with a name it does not list, when it does not refuse it (read from its source)
     unlisted: str = ""
+    #: a generic loader for names the list lacks: {"via", "marker", "reason"} (see SCHEMA.md §7)
+    fallback: dict[str, str] | None = None
     #: version -> {name: kind}, oldest first
     seen: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -179,6 +181,8 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"note = {_q(lst.note)}")
         if lst.unlisted:
             lines.append(f"unlisted = {_q(lst.unlisted)}")
+        if lst.fallback:
+            lines.append("fallback = { " + ", ".join(f"{k} = {_q(v)}" for k, v in lst.fallback.items()) + " }")
         lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]",
                   "# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)",
                   'arch = """']
@@ -306,7 +310,10 @@ def extract_vllm(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str
                    "vllm-project/vllm: vllm/model_executor/models/registry.py (every _*_MODELS dict; "
                    "before 0.6: models/__init__.py)",
                    note="kinds from the dict names: _TEXT_GENERATION_MODELS text, _EMBEDDING_MODELS embedding, "
-                        "_MULTIMODAL_MODELS multimodal, _SPECULATIVE_DECODING_MODELS speculative ...")
+                        "_MULTIMODAL_MODELS multimodal, _SPECULATIVE_DECODING_MODELS speculative ...",
+                   fallback={"via": "transformers", "marker": "TransformersForCausalLM",
+                             "reason": "vLLM's Transformers backend (--model-impl auto/transformers) runs it only if "
+                                       "transformers' implementation supports vLLM's attention interface"})
     read = {}
     for v, path in _releases("vllm", versions, pypi_sdist):
         arc = Archive(path)

@@ -39,7 +39,8 @@ CONTAINERS = ("gguf", "safetensors")
 FILE_KEYS = {"architectures", "list"}
 HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
-LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted"}
+LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted", "fallback"}
+FALLBACK_KEYS = {"via", "marker", "reason"}
 #: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
 DIR = "architectures"
 
@@ -69,6 +70,9 @@ class ArchList:
     #: what the engine does with a name it does not list, when that is not a refusal (ExLlamaV2 loads it as
     #: LlamaForCausalLM with a warning): such names are unknown, with this text as the reason
     unlisted: str | None = None
+    #: a generic loader for names the list lacks, present from the release that lists ``marker`` (vLLM's
+    #: Transformers backend, TransformersForCausalLM): {"via": engine, "marker": name, "reason": text}
+    fallback: dict[str, str] | None = None
     #: lower-cased name -> name, for case-insensitive lookups of user input (``qcheck matrix --arch``)
     folded: dict[str, str] = field(default_factory=dict)
 
@@ -228,7 +232,21 @@ def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Vers
     folded = {name.lower(): name for name in arch}
     return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
                     role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
-                    unlisted=entry.get("unlisted"), folded=folded)
+                    unlisted=entry.get("unlisted"), fallback=_validate_fallback(entry.get("fallback"), ctx, arch),
+                    folded=folded)
+
+
+def _validate_fallback(raw: Any, ctx: Where, arch: dict[str, ArchName]) -> dict[str, str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        ctx.fail("type", "fallback must be a table { via, marker, reason }")
+    check_keys(raw, FALLBACK_KEYS, FALLBACK_KEYS, ctx)
+    if not all(isinstance(v, str) and v for v in raw.values()):
+        ctx.fail("type", "fallback values must be non-empty strings")
+    if raw["marker"] not in arch:
+        ctx.fail("fallback", f"marker {raw['marker']!r} is not a name of this list")
+    return dict(raw)
 
 
 def _parse_rows(text: str, versions: tuple[str, ...], display: str, list_id: str) -> dict[str, ArchName]:
@@ -480,6 +498,9 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
             return Judgement(DIMENSION, "unknown", [
                 f"{label} {version} is older than any release read ({oldest}); {name} is not in any of them"],
                 [_source(data, lst, newest)])
+        fallback = _fallback(d, lst, name, at)
+        if fallback is not None:
+            return fallback
         if lst.unlisted:
             return Judgement(DIMENSION, "unknown", [
                 f"{kind_word} {name} is not listed by {label} in any release read ({oldest} .. {newest}); "
@@ -523,6 +544,27 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
         judgement.reasons.append(f"{name} is registered as {article} {entry.kind} model in {label}, not for text "
                                  "generation")
     return judgement
+
+
+def _fallback(d: Deployment, lst: ArchList, name: str, at: Version) -> Judgement | None:
+    """A name the list lacks, at a version whose registry has the generic loader (``fallback.marker``), and that
+    the ``via`` engine loads: not refused, but not known to run either (unknown, with the loader's condition)."""
+    fb = lst.fallback
+    if fb is None:
+        return None
+    marker = lst.arch[fb["marker"]]
+    i = lst.versions_read.index(marker.first)
+    if at < lst.parsed[i] and (i == 0 or at <= lst.parsed[i - 1]):
+        return None  # no generic loader in this release yet (between two releases read: unknown below)
+    other = load_architectures(d.matrix.root, fb["via"])
+    lists = [x for x in (other.lists if other else []) if x.names == lst.names and x.role == "load"]
+    hit = next((x for x in lists if name in x.arch and x.arch[name].last is None), None)
+    if hit is None:
+        return None
+    return Judgement(DIMENSION, "unknown", [
+        f"architecture {name} is not in {d.request.engine.name}'s registry; from {marker.first} it falls back to "
+        f"{fb['marker']} for {fb['via']} models ({fb['via']} loads {name} since {hit.arch[name].first}): "
+        f"{fb['reason']}"], [_source(other, hit, hit.versions_read[-1])] if other else [])
 
 
 def _requested(version: str, scheme: str, fallback: Version) -> Version:
