@@ -181,7 +181,7 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"note = {_q(lst.note)}")
         if lst.unlisted:
             lines.append(f"unlisted = {_q(lst.unlisted)}")
-        if lst.fallback:
+        if lst.fallback and any(lst.fallback["marker"] in names for names in lst.seen.values()):
             lines.append("fallback = { " + ", ".join(f"{k} = {_q(v)}" for k, v in lst.fallback.items()) + " }")
         lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]",
                   "# one name a line: NAME FIRST LAST KIND (LAST '-': still in the newest release read)",
