@@ -80,7 +80,7 @@ class ResultSet:
     """
 
     target: str
-    results: list[Result]
+    results: Sequence[Result]  # covariant: a list of CheckResult or of InspectResult
     kind: str
     schema: str
 

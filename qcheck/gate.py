@@ -181,7 +181,7 @@ def _run_quality(policy: Policy, inspections: dict[str, Any], limits: Limits) ->
     try:
         from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
 
-        specs = [CandidateSpec(name=n, path=p) if q.backend == "simulated"
+        specs: list[CandidateSpec | str] = [CandidateSpec(name=n, path=p) if q.backend == "simulated"
                  else CandidateSpec(name=n, path=p, backend=q.backend) for n, p in candidates]
         config = EvalConfig(reference=q.reference, candidates=specs,
                             tasks=list(q.tasks), reference_dtype=q.reference_dtype, device=q.device,

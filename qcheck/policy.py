@@ -599,7 +599,7 @@ def _is_later_split_shard(name: str) -> bool:
     import re
 
     m = re.search(r"-(\d{5})-of-(\d{5})\.gguf$", name)
-    return bool(m) and int(m.group(1)) != 1
+    return m is not None and int(m.group(1)) != 1
 
 
 def starter_policy(directory: str | Path = ".") -> str:

@@ -9,6 +9,7 @@ one); ``--all`` keeps the per-model detail. The rows come from the same verdicts
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from qcheck.check import ResultSet
@@ -46,7 +47,7 @@ def _fit(memory: dict[str, Any] | None) -> str:
     return "does not fit"
 
 
-def quant_rows(results: list[Any]) -> list[dict[str, Any]]:
+def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
     """One row per (model, verdict), smallest model first."""
     rows = []
     for result in results:

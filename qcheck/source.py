@@ -36,7 +36,9 @@ class FileSet(Protocol):
     """A set of files under one root: a local directory or a Hub repo at one revision."""
 
     root: str  # for messages: a path or "org/name@revision"
-    revision: str | None
+
+    @property
+    def revision(self) -> str | None: ...  # the commit of a Hub repo; None for a directory
 
     def list(self) -> list[FileEntry]: ...
 

@@ -70,3 +70,8 @@ def as_str(value: Any, limit: int = 4096) -> str | None:
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value[:64]):
         return " ".join(value[:64])[:limit]
     return None
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """A JSON object as it is, else an empty one (a config table where a file put a list, a string or null)."""
+    return value if isinstance(value, dict) else {}

@@ -51,7 +51,7 @@ def test_at_most_ten_errors_most_severe_first():
     findings = ([_finding("QC111", "error", i) for i in range(8)] + [_finding("QC110", "error", i) for i in range(8)]
                 + [_finding("QC100", "error", 0)] + [_finding("QC112", "warning", i) for i in range(12)]
                 + [_finding("QC113", "note", i) for i in range(3)])
-    lines = github.annotations(findings)
+    lines = github.workflow_annotations(findings)
     errors = [line for line in lines if line.startswith("::error ")]
     warnings = [line for line in lines if line.startswith("::warning ")]
     assert len(errors) == 10 and len(warnings) == 10

@@ -143,7 +143,7 @@ def _majority(qlinears: list[QLinear]) -> tuple[str | None, dict[str, int]]:
     return shares.most_common(1)[0][0], dict(shares.most_common())
 
 
-def _mode(values: list) -> object:
+def _mode(values: list[Any]) -> Any:
     """The most common non-null value (lists compared as tuples): the layer-wide answer despite odd layers."""
     values = [v for v in values if v is not None]
     if not values:

@@ -52,8 +52,9 @@ def classify_gguf(ckpt: Checkpoint) -> Inspection:
             insp.num_experts_used = keys.expert_used_count
     else:
         insp.warnings.append("GGUF file has no general.architecture key")
-    if insp.head_dim is None and (insp.hidden_size or 0) > 0 and (insp.num_attention_heads or 0) > 0:
-        insp.head_dim = insp.hidden_size // insp.num_attention_heads
+    hidden, heads = insp.hidden_size, insp.num_attention_heads
+    if insp.head_dim is None and hidden is not None and heads is not None and hidden > 0 and heads > 0:
+        insp.head_dim = hidden // heads
     insp.vocab_size = keys.vocab_size
     fill_from_tensors(insp, ckpt.tensors)
     split = as_int(md.get("split.count"))  # an integer: the reader type-checks split.*

@@ -10,6 +10,7 @@ from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import config_word, container_word, int_word, tensor_nbytes
 from qcheck.model import TensorInfo
+from qcheck.typed import as_dict
 
 HQQ_META = ("nbits", "group_size", "shape", "axis", "packing", "unpack_view_dtype", "view_as_float", "quant_scale",
             "quant_zero", "compute_dtype", "offload_meta", "encoded_state_dict", "stores_quant_config",
@@ -175,7 +176,8 @@ def apply_torchao(view: ConfigView, draft: Draft, family: str, tensor_method: st
     if isinstance(qt, str):
         draft.format = qt
     elif isinstance(qt, dict):
-        default = qt.get("default") if isinstance(qt.get("default"), dict) else qt
+        inner = qt.get("default")
+        default = inner if isinstance(inner, dict) else qt
         if isinstance(default.get("_type"), str):
             draft.format = default["_type"]
     fmt = (draft.format or "").lower()
@@ -230,7 +232,7 @@ def apply_quark(view: ConfigView, draft: Draft, family: str, tensor_method: str 
     draft.producer = "quark"
     draft.config_method = "quark"
     draft.excluded = excluded_modules(q)
-    g = q.get("global_quant_config") if isinstance(q.get("global_quant_config"), dict) else {}
+    g = as_dict(q.get("global_quant_config"))
     w = g.get("weight")
     if isinstance(w, list):
         w = w[0] if w and isinstance(w[0], dict) else None
@@ -258,11 +260,11 @@ def apply_quark(view: ConfigView, draft: Draft, family: str, tensor_method: str 
                                    f"{when} {qs.replace('_', '-')}" if qs else when)
     sym = w.get("symmetric")
     draft.zero_point = (not sym) if isinstance(sym, bool) else None
-    export = q.get("export") if isinstance(q.get("export"), dict) else {}
+    export = as_dict(q.get("export"))
     draft.format = first(export, "weight_format", "pack_method")
     kv_group = export.get("kv_cache_group")
     if isinstance(kv_group, list) and kv_group:
-        layers = q.get("layer_quant_config") if isinstance(q.get("layer_quant_config"), dict) else {}
+        layers = as_dict(q.get("layer_quant_config"))
         # Real Quark configs name two or three KV patterns and a handful of layer entries; bound both so a
         # hostile config cannot make this substring search quadratic in its size.
         keys = [k for k in kv_group[:_QUARK_KV_PATTERNS] if isinstance(k, str)]

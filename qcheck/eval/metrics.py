@@ -104,8 +104,8 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
     ref_logp = ref.target_logprobs.astype(np.float64)
     cand_logp = np.maximum(cand.target_logprobs.astype(np.float64), LOG_FLOOR)
     top1 = np.asarray(ref.argmax) == np.asarray(cand.greedy_ids)
-    known = np.asarray(cand.greedy_ids) >= 0
-    known = None if known.all() else known
+    greedy_known = np.asarray(cand.greedy_ids) >= 0
+    known = None if greedy_known.all() else greedy_known
 
     if ref.full is not None and cand.full is not None:
         if ref.full.shape != cand.full.shape:
@@ -115,6 +115,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
         return RowComparison(kld, top1, ref_logp, cand_logp, top1_known=known, exact=True)
 
     if ref.full is not None:  # candidate top-k: S = candidate's returned set + the actual token
+        assert cand.topk_ids is not None and cand.topk_logprobs is not None  # rows without full logits have top-k
         ids, valid = _with_target(cand.topk_ids, y)
         if ids.max(initial=0) >= ref.full.shape[1] or ids.min(initial=0) < 0:
             raise InputError("candidate returned a token id outside the reference vocabulary", where=where)
@@ -123,6 +124,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
         kld, rest = bucketed_kl(lp, lq, valid)
         return RowComparison(kld, top1, ref_logp, cand_logp, top1_known=known, exact=False, rest_mass=rest)
 
+    assert ref.topk_ids is not None and ref.topk_logprobs is not None  # rows without full logits have top-k
     if cand.full is not None:  # reference top-k: S = reference's top-K + the actual token
         ids, valid = _with_target(ref.topk_ids, y)
         lp = np.concatenate([ref.topk_logprobs.astype(np.float64), ref_logp[:, None]], axis=1)
@@ -131,6 +133,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
         return RowComparison(kld, top1, ref_logp, cand_logp, top1_known=known, exact=False, rest_mass=rest)
 
     # both top-k: S = intersection of the two returned sets + the actual token
+    assert cand.topk_ids is not None and cand.topk_logprobs is not None
     m = ref.topk_ids.shape[1] + 1
     lp = np.zeros((n, m))
     lq = np.zeros((n, m))
@@ -274,7 +277,8 @@ class CandidateMetrics:
             intervals["kld_mean"] = stats.cluster_bootstrap_mean(kld, a["doc"], **kw).to_json()
             ln_ci = stats.cluster_bootstrap_mean(dnll, a["doc"], **kw)
             intervals["ln_ppl_ratio"] = ln_ci.to_json()
-            intervals["ppl_ratio"] = stats.Interval(_safe_exp(ln_ci.low), _safe_exp(ln_ci.high),
+            # a non-finite end stays NaN here and is written as null (math.exp of None would raise)
+            intervals["ppl_ratio"] = stats.Interval(_exp_or_nan(ln_ci.low), _exp_or_nan(ln_ci.high),
                                                     "cluster-bootstrap").to_json()
             if a["top1"].size:
                 intervals["top1_agreement"] = stats.wilson(int(a["top1"].sum()), int(a["top1"].size)).to_json()
@@ -351,6 +355,11 @@ def _safe_exp(x: float) -> float | None:
     if not math.isfinite(x):
         return None
     return math.exp(min(x, 700.0))
+
+
+def _exp_or_nan(x: float) -> float:
+    value = _safe_exp(x)
+    return math.nan if value is None else value
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:

@@ -209,7 +209,7 @@ class _Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
-        self._p = None
+        self._p: Any = None  # a rich Progress while shown (rich is imported only then)
         self._task = None
         self._lines = None
         if enabled and not self.enabled:

@@ -25,7 +25,7 @@ class Interval:
     method: str
     level: float = 0.95
 
-    def to_json(self) -> dict[str, float | str]:
+    def to_json(self) -> dict[str, float | str | None]:
         return {"low": _finite(self.low), "high": _finite(self.high), "method": self.method, "level": self.level}
 
 

@@ -270,7 +270,7 @@ def _validate(obj: Any, where: str, default_task: str, lineno: int = 0) -> TaskI
     ignore_case = validate.boolean(obj.get("ignore_case", False), _at(where).key("ignore_case"))
     if match == "regex":
         try:
-            re.compile(expected)
+            re.compile(expected or "")
         except re.error as exc:
             raise _fail(where, "expected", f"invalid regular expression: {exc}") from None
     max_new = validate.integer(obj.get("max_new_tokens", 32), _at(where).key("max_new_tokens"), minimum=1,

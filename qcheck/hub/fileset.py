@@ -9,6 +9,7 @@ on a thread pool, so a 163-shard model costs a few round trips rather than one p
 
 from __future__ import annotations
 
+import builtins  # the class has a method named list: annotations inside it name the builtin
 import os
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,7 +73,7 @@ class HubFileSet:
     def list(self) -> list[FileEntry]:
         return [FileEntry(n, s) for n, s in sorted(self.files.items()) if "/" not in n]
 
-    def all_files(self) -> list[FileEntry]:
+    def all_files(self) -> builtins.list[FileEntry]:
         """Every file in the repo, sub-folders included."""
         return [FileEntry(n, s) for n, s in sorted(self.files.items())]
 
@@ -149,14 +150,14 @@ class HubFileSet:
             self._pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="qcheck-hub")
         return self._pool
 
-    def prefetch_small(self, names: list[str], max_bytes: int | None = None) -> None:
+    def prefetch_small(self, names: builtins.list[str], max_bytes: int | None = None) -> None:
         """Start fetching small side files (those that exist) in the background; ``read_small`` waits for them."""
         limit = max_bytes or self.limits.max_json_bytes
         for name in names:
             if name in self.files and name not in self._small:
                 self._small[name] = self._executor().submit(self._read_small, name, limit)
 
-    def prefetch_headers(self, names: list[str]) -> list[Future[None]]:
+    def prefetch_headers(self, names: builtins.list[str]) -> builtins.list[Future[None]]:
         """Start reading the headers of many files at once: whole safetensors headers, GGUF first chunks."""
         futures = []
         for name in names:

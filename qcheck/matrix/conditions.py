@@ -8,7 +8,7 @@ it hold, so a reason can name them (``{types}``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -223,7 +223,7 @@ def compile_hardware(raw: Any, fail: Fail, arch_ids: AbstractSet[str],
         items = _as_list(value)
         if not items or not all(isinstance(v, str) for v in items):
             fail("bad-type", f"hardware.{key} must be a string or a non-empty list of strings")
-        known: tuple[str, ...] | AbstractSet[str]
+        known: Collection[str]
         check, known = {
             "vendor": ("unknown-vendor", VENDORS), "arch": ("unknown-arch", arch_ids),
             "gpu": ("unknown-gpu", gpu_ids), "has": ("unknown-format", FORMATS), "lacks": ("unknown-format", FORMATS),

@@ -104,14 +104,14 @@ def _load_checkpoints(target: str, limits: Limits, all_models: bool) -> list[Che
     if not all_models or (target and os.path.lexists(target) and not os.path.isdir(target)):
         return [_load_checkpoint(target, limits)]
     if target and os.path.isdir(target):
-        fileset = LocalFileSet(target)
-        top = [e.name for e in fileset.list() if "/" not in e.name]
+        local = LocalFileSet(target)
+        top = [e.name for e in local.list() if "/" not in e.name]
         if any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in top):
             return [_load_checkpoint(target, limits)]  # the safetensors model wins, as without --all
         groups = gguf_groups([n for n in top if n.lower().endswith(".gguf")])
         if len(groups) < 2:
             return [_load_checkpoint(target, limits)]
-        return [load_from_fileset(fileset, members, limits, path=os.path.join(target, members[0]))
+        return [load_from_fileset(local, members, limits, path=os.path.join(target, members[0]))
                 for members in groups.values()]
     hub = hub_target(target) if target else None
     if hub is None:

@@ -194,6 +194,7 @@ def _walk_one(stream: io.BytesIO, scan: PickleScan, *, where: str, quiet: bool, 
     memo: dict[int, Any] = {}
     memo_count = 0
     found: list[str] = []
+    arg: Any  # the opcode's argument: an int for the memo opcodes, a str for GLOBAL
     try:
         for opcode, arg, _pos in pickletools.genops(stream):
             if budget.ops <= 0:
@@ -204,10 +205,10 @@ def _walk_one(stream: io.BytesIO, scan: PickleScan, *, where: str, quiet: bool, 
                 module, _, attr = str(arg).partition(" ")
                 found.append(_qualify(module, attr))
             elif name == "STACK_GLOBAL":
-                attr = stack.pop() if stack else _UNKNOWN
-                module = stack.pop() if stack else _UNKNOWN
-                if isinstance(module, str) and isinstance(attr, str):
-                    found.append(_qualify(module, attr))
+                top = stack.pop() if stack else _UNKNOWN
+                below = stack.pop() if stack else _UNKNOWN
+                if isinstance(below, str) and isinstance(top, str):
+                    found.append(_qualify(below, top))
                 else:
                     found.append("<unresolved STACK_GLOBAL>")
                 stack.append(_UNKNOWN)
@@ -496,9 +497,10 @@ def _read_entry(source: ByteSource, info: ZipEntry, scan: PickleScan, max_bytes:
         if len(data) < min(info.compress_size, max_bytes):
             scan.problems.append(f"{where}: entry data runs past the end of the file")
     elif info.compress_type == ZIP_DEFLATED:
-        data = _inflate(source, start, info.compress_size, max_bytes, scan, where)
-        if data is None:
+        inflated = _inflate(source, start, info.compress_size, max_bytes, scan, where)
+        if inflated is None:
             return None
+        data = inflated
     else:
         scan.problems.append(f"{where}: compression method {info.compress_type} not scanned")
         return None

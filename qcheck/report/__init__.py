@@ -22,7 +22,9 @@ FORMATS = ("text", "json", "junit", "sarif", "github", "markdown")
 
 class Result(Protocol):
     kind: str
-    exit_code: int
+
+    @property
+    def exit_code(self) -> int: ...  # read-only: results compute it (a field or a property both fit)
 
     def to_json(self) -> dict[str, Any]: ...
 

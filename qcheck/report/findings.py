@@ -117,8 +117,8 @@ def artifact_of(inspection: dict[str, Any] | None, model: str) -> str | None:
         return None
     if model.lower().endswith(_FILE_SUFFIXES):
         return model
-    files = [f.get("name") for f in (inspection or {}).get("files") or [] if isinstance(f, dict)]
-    files = [f for f in files if isinstance(f, str)]
+    names = [f.get("name") for f in (inspection or {}).get("files") or [] if isinstance(f, dict)]
+    files = [f for f in names if isinstance(f, str)]
     for preferred in ("config.json", "model.safetensors.index.json"):
         if preferred in files:
             return os.path.join(model, preferred)

@@ -56,7 +56,7 @@ def annotation(f: Finding) -> str:
     return f"::{_COMMAND[f.level]} {','.join(props)}::{escape_data(message[:4000])}"
 
 
-def annotations(findings: list[Finding]) -> list[str]:
+def workflow_annotations(findings: list[Finding]) -> list[str]:
     """At most 10 annotations per level, most severe first, plus a notice of what was left out."""
     by_level: dict[str, list[Finding]] = {"error": [], "warning": [], "note": []}
     for f in sorted(findings, key=lambda x: x.sort_key):
@@ -76,7 +76,7 @@ def annotations(findings: list[Finding]) -> list[str]:
 def render(result: Any) -> str:
     data, kind = result_data(result)
     findings = findings_of(data, kind)
-    lines = annotations(findings)
+    lines = workflow_annotations(findings)
     lines.append(f"qcheck {kind}: exit {data.get('exit_code', 0)}, {len(findings)} finding(s)")
     return "\n".join(lines) + "\n"
 
