@@ -8,8 +8,8 @@ one); ``--all`` keeps the per-model detail. The rows come from the same verdicts
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from qcheck.check import ResultSet

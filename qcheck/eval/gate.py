@@ -77,7 +77,7 @@ class Thresholds:
         key = tier.strip().lower().replace("_", "-")
         if key not in TIERS:
             raise UsageError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
-        return dataclasses.replace(cls(tier=key), **TIERS[key][0])
+        return cls(tier=key, **TIERS[key][0])
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], base: Thresholds | None = None) -> Thresholds:
