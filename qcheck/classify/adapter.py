@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from qcheck.model import Adapter, Checkpoint, Inspection, TensorInfo
+from qcheck.typed import as_dict
 
 ADAPTER_CONFIG = "adapter_config.json"
 #: ``<module>.lora_A.weight``, ``<module>.lora_A.<adapter name>.weight``, ``<module>.lora_embedding_A[.<name>]``
@@ -52,8 +53,8 @@ def apply_adapter(checkpoint: Checkpoint, insp: Inspection) -> None:
     alpha = cfg.get("lora_alpha")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         alpha = None
-    pattern = cfg.get("rank_pattern")
-    has_pattern = isinstance(pattern, dict) and bool(pattern)
+    pattern = as_dict(cfg.get("rank_pattern"))
+    has_pattern = bool(pattern)
     targets_cfg = cfg.get("target_modules")
     base = cfg.get("base_model_name_or_path")
     to_save = cfg.get("modules_to_save")

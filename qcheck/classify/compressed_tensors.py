@@ -14,6 +14,7 @@ from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, row_gro
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules
 from qcheck.classify.dtypes import container_word, int_word
 from qcheck.model import TensorInfo
+from qcheck.typed import as_dict
 
 
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
@@ -180,7 +181,7 @@ def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str
     draft.config_method = view.quant_method or "compressed-tensors"
     draft.excluded = excluded_modules(q)
     top_fmt = q.get("format") if isinstance(q.get("format"), str) else None
-    groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}
+    groups = as_dict(q.get("config_groups"))
     schemes: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
     for gname, scheme in groups.items():
         if not isinstance(scheme, dict) or not isinstance(scheme.get("weights"), dict):

@@ -67,9 +67,8 @@ def _awq_gemv(prefix: str, names: list[str], t: TensorInfo, scales: TensorInfo, 
     out_dim, cols = t.shape[-2], t.shape[-1]
     in_dim = cols * pack // bits
     scols = scales.shape[-1]
-    if group_hint and group_hint > 0 and -(-in_dim // group_hint // 8) * 8 == scols:
-        group = group_hint
-    else:
+    group: int | None = group_hint
+    if not (group_hint and group_hint > 0 and -(-in_dim // group_hint // 8) * 8 == scols):
         group = exact_div(in_dim, scols)
     return QLinear(name=prefix, method="awq", layout="awq-gemv", tensors=names,
                    logical=prod(t.shape[:-2]) * out_dim * in_dim, bits=bits, group_size=group, granularity="group",

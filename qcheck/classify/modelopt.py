@@ -14,6 +14,7 @@ from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word
 from qcheck.model import TensorInfo
+from qcheck.typed import as_dict
 
 #: quant_algo -> (method, weight bits, activation dtype, granularity, group)
 ALGOS: dict[str, tuple[str, int, str | None, str | None, int | None]] = {
@@ -95,7 +96,7 @@ def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str
     if isinstance(kv, str):
         draft.kv_cache_dtype = KV_ALGOS.get(kv.upper(), kv.lower())
     if algo == "MIXED_PRECISION":
-        layers = inner.get("quantized_layers") or (cfg_q or {}).get("quantized_layers") or {}
+        layers = as_dict(as_dict(inner).get("quantized_layers") or as_dict(cfg_q).get("quantized_layers"))
         algos = sorted({str(v.get("quant_algo")).upper() for v in layers.values()
                         if isinstance(v, dict) and v.get("quant_algo")})
         methods = [ALGOS[a][0] for a in algos if a in ALGOS]

@@ -21,7 +21,7 @@ from typing import Any
 from qcheck.errors import UsageError
 
 #: name -> (thresholds, where the numbers come from)
-TIERS: dict[str, tuple[dict[str, float], str]] = {
+TIERS: dict[str, tuple[dict[str, Any], str]] = {
     "near-lossless": ({"max_kld": 0.005, "min_top1": 0.97},
                       "docs/research/evals.md §7: FP8, q8_0, q6_K class (LLaMA-3-8B q8_0 0.0014/97.7 %, q6_K 0.0055/96.0 %)"),
     "good": ({"max_kld": 0.03, "min_top1": 0.92},

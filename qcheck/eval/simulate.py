@@ -173,7 +173,7 @@ def _gguf_tensor(fh: Any, info: Any, path: str) -> Any:
         raise InputError(f"gguf-py cannot dequantise tensor type {info.dtype}", where=where)
     raw = np.empty(info.nbytes, dtype=np.uint8)
     fh.seek(info.offset)
-    got = fh.readinto(memoryview(raw))
+    got = fh.readinto(raw.data)  # the array's own buffer
     if got != info.nbytes:
         raise InputError(f"file ends after {got} of the tensor's {info.nbytes} bytes (truncated?)", where=where,
                          path=path)

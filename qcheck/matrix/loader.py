@@ -384,7 +384,7 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
         ctx.fail("bad-id", f"{kind} id {ident!r} must be lower case letters, digits, '.', '_' or '-'")
     when: list[str] = []
     if modifier:
-        status = "modifier"
+        status: Any = "modifier"  # a rule's status is read from the file below (checked against STATUSES)
         when = _str_list(entry, "when", ctx) if "when" in entry else ["native", "fallback"]
         for w in when:
             if w not in STATUSES:

@@ -274,7 +274,7 @@ class _Parser:
         what = f"array {key!r}"
         if fmt is not None:
             if not keep:
-                cur.skip(count * size, what)
+                cur.skip(count * min_size, what)  # min_size is the fixed element size here
                 return ArraySummary(ename, count, first), type_name
             if ename == "BOOL":
                 values = cur.read_array("B", count, what)

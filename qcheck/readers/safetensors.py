@@ -140,9 +140,6 @@ def parse_header_bytes(
     unknown: dict[str, list[str]] = {}
     extra_fields: list[str] = []
     max_name, max_dims, max_elements = limits.max_string_bytes, limits.max_dims, limits.max_tensor_elements
-    dtype: Any  # raw JSON values until the inline check (or _entry) has vetted them
-    shape: Any
-    offsets: Any
     for tname, entry in value.items():
         if len(tname) > max_name:
             raise InputError(f"tensor name of {len(tname)} characters is over the limit", path=name)
