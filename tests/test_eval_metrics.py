@@ -269,26 +269,6 @@ def test_unknown_backend_is_a_usage_error():
         build_runner("vllm", "c", "x", RunnerContext("r", None, VocabInfo(1, None, False), None))
 
 
-def test_eval_config_from_policy_mapping(tmp_path):
-    from qcheck.eval.run import EvalConfig
-
-    cfg = EvalConfig.from_mapping({"reference": "ref", "candidates": ["q4=m.gguf", "/abs/x.gguf"],
-                                   "tasks": ["mine.jsonl", "arithmetic"], "max-kld": 0.03, "tier": "good",
-                                   "thresholds": {"max-accuracy-drop": 0.02}, "reference-dtype": "bfloat16",
-                                   "cache-topk": 50, "no-cache": True}, base_dir=tmp_path)
-    assert cfg.reference == str(tmp_path / "ref")
-    assert [(c.name, c.path) for c in cfg.candidates] == [("q4", str(tmp_path / "m.gguf")), ("x", "/abs/x.gguf")]
-    assert cfg.tasks == [str(tmp_path / "mine.jsonl"), "arithmetic"]  # bundled names stay names
-    assert (cfg.thresholds.max_kld, cfg.thresholds.min_top1, cfg.thresholds.max_accuracy_drop) == (0.03, 0.92, 0.02)
-    assert (cfg.reference_dtype, cfg.cache_topk, cfg.use_cache) == ("bfloat16", 50, False)
-    with pytest.raises(UsageError, match="unknown eval setting\\(s\\): referense"):
-        EvalConfig.from_mapping({"referense": "x"})
-    with pytest.raises(UsageError, match="max-length must be an integer"):
-        EvalConfig.from_mapping({"reference": "x", "max-length": "512"})
-    with pytest.raises(UsageError, match="unknown eval threshold"):
-        EvalConfig.from_mapping({"reference": "x", "thresholds": {"max-kl": 1}})
-
-
 def test_cache_encodes_long_requests_in_chunks_identically(tmp_path):
     ref, _, y = peaked_pair(n=150, vocab=50, seed=2)  # 150 rows: three encoder chunks of <= 64
     w = CacheWriter(tmp_path, "long", KIND_FULL, 50, None, {})
