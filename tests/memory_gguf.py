@@ -171,19 +171,10 @@ def load_buffers(path: Path, n_ctx: int, n_ubatch: int = 512, n_batch: int | Non
     if flash_attn is not None:
         kwargs["flash_attn"] = flash_attn
     # no repacked CPU copies of the weights (AMX / CPU_REPACK): a GPU holds the tensors as stored
-    module = llama_cpp.llama_cpp
-    default = module.llama_model_default_params
+    from qcheck.eval.runners.llamacpp import without_weight_repacking
 
-    def no_repack() -> Any:
-        params = default()
-        params.use_extra_bufts = False
-        return params
-
-    module.llama_model_default_params = no_repack
-    try:
+    with without_weight_repacking():
         llm = llama_cpp.Llama(model_path=str(path), **kwargs)
-    finally:
-        module.llama_model_default_params = default
     try:
         text = "".join(lines)
     finally:

@@ -118,6 +118,8 @@ def test_quantised_exports_keep_norms_f32_and_fall_back_to_f16_when_rows_do_not_
 @pytest.mark.llamacpp
 def test_llama_cpp_tokenizes_identically_and_reproduces_the_logits(tiny, f32_gguf, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
+    from qcheck.eval.runners.llamacpp import without_weight_repacking
+
     ref = transformers.AutoModelForCausalLM.from_pretrained(tiny).eval()
     ids = transformers.AutoTokenizer.from_pretrained(tiny)(TEXT, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -125,7 +127,9 @@ def test_llama_cpp_tokenizes_identically_and_reproduces_the_logits(tiny, f32_ggu
     errors = {}
     for tensor_type in ("F32", "Q8_0", "Q4_0"):
         path = f32_gguf if tensor_type == "F32" else export_gguf(tiny, tmp_path / f"{tensor_type}.gguf", tensor_type)
-        llm = llama_cpp.Llama(model_path=str(path), logits_all=True, verbose=False, n_ctx=128, n_threads=2, seed=0)
+        with without_weight_repacking():  # repacked (AMX) kernels die of SIGILL on some VMs
+            llm = llama_cpp.Llama(model_path=str(path), logits_all=True, verbose=False, n_ctx=128, n_threads=2,
+                                  seed=0)
         assert llm.tokenize(TEXT.encode(), add_bos=True, special=False) == ids[0].tolist()
         llm.eval(ids[0].tolist())
         got = np.array(llm.scores[: ids.shape[1]])

@@ -47,16 +47,10 @@ def server_available() -> str | None:
 #: on this project's CI machines). qcheck's in-process llama.cpp runner does the same (``runners/llamacpp.py``).
 _SERVER_WITHOUT_REPACKING = """
 import runpy, sys
-import llama_cpp.llama_cpp as bindings
-defaults = bindings.llama_model_default_params
-def no_repack():
-    params = defaults()
-    if hasattr(params, "use_extra_bufts"):
-        params.use_extra_bufts = False
-    return params
-bindings.llama_model_default_params = no_repack
+from qcheck.eval.runners.llamacpp import without_weight_repacking
 sys.argv[0] = "llama_cpp.server"
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+with without_weight_repacking():
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
 

@@ -50,7 +50,7 @@ def first_divergence(expected: Sequence[int], got: Sequence[int]) -> int | None:
 
 
 @contextlib.contextmanager
-def _without_weight_repacking() -> Iterator[None]:
+def without_weight_repacking() -> Iterator[None]:
     """Load with llama.cpp's extra CPU buffer types off (``use_extra_bufts``, llama.cpp's ``--no-repack``).
 
     Those buffers repack Q4_0/Q8_0/K-quant weights for AMX or AVX tile kernels. Virtual machines may advertise AMX
@@ -94,7 +94,7 @@ class LlamaCppRunner:
         self.notes: list[str] = []
         threads = n_threads or max(1, os.cpu_count() or 1)
         try:
-            with _without_weight_repacking():
+            with without_weight_repacking():
                 self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx,
                                            n_batch=min(n_ctx, 512), n_threads=threads, n_threads_batch=threads,
                                            n_gpu_layers=n_gpu_layers, seed=seed, verbose=False)
