@@ -13,7 +13,7 @@ import pytest
 from qcheck.errors import InputError, QcheckError
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
 from qcheck.eval.runners.base import GenerateRequest, ScoreRequest
-from support.eval_helpers import ABS, REL, task_file, tiny_gguf, tiny_reference
+from support.eval_helpers import ABS, REL, TASK_LINES, task_file, tiny_gguf, tiny_reference
 
 llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -103,7 +103,7 @@ def test_topk_lower_bound_is_below_full_kld_and_close_at_20(peaked):
 
     model_dir, gguf = peaked
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    text = " ".join(line["text"] for line in __import__("eval_helpers").TASK_LINES if line["kind"] == "text")
+    text = " ".join(line["text"] for line in TASK_LINES if line["kind"] == "text")
     ids = tuple(tok(text)["input_ids"])
     ref_lp = _ref_rows(model_dir, list(ids))
     runner = LlamaCppRunner(str(gguf), "q8", n_ctx=512)
