@@ -619,7 +619,9 @@ class ArchSupport:
         if self.status == "never":
             word = {"hf-class": "architectures[0] classes", "model-type": "model_type values",
                     "gguf-arch": "GGUF general.architecture values"}.get(self.names or "", "names")
-            return f"{self.engine:<13} {self.list:<13} not among its {word} in any release read ({span}){of}"
+            keyed = ("; it names models by config.json model_type, not by class: ask --arch MODEL_TYPE"
+                     if self.names == "model-type" else "")
+            return f"{self.engine:<13} {self.list:<13} not among its {word} in any release read ({span}){of}{keyed}"
         verb = "converts" if self.role == "convert" else "loads"
         until = f", removed after {self.last}" if self.last else ""
         kind = f" [{self.kind}]" if self.kind not in (None, "text") else ""
