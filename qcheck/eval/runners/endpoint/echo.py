@@ -96,14 +96,7 @@ def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
         if not math.isnan(target):
             resolved[int(ids[p])] = target  # known by position, whatever its string
         pairs = sorted(resolved.items(), key=lambda t: -t[1])
-        greedy = -1
-        if pairs:
-            # the top resolved token is the argmax unless an unresolved one could outweigh it: impossible when
-            # nothing was unresolved, or when its probability exceeds all the mass the resolved ones leave
-            rest = 1.0 - sum(math.exp(v) for _, v in pairs)
-            if not ambiguous or math.exp(pairs[0][1]) >= rest:
-                greedy = pairs[0][0]
-        rows.append(Row(target, pairs[: ctx.top_k + 1], greedy))
+        rows.append(Row(target, pairs[: ctx.top_k + 1], _greedy(pairs, ambiguous)))
     return rows
 
 
@@ -145,10 +138,15 @@ def _parse_shifted_echo(ctx: ScoringContext, req: ScoreRequest, tops: list[Any])
                 resolved[tid] = logprob(val, where)
         target = resolved.get(int(ids[p]), math.nan)
         pairs = sorted(resolved.items(), key=lambda t: -t[1])
-        greedy = -1
-        if pairs:
-            rest = 1.0 - sum(math.exp(v) for _, v in pairs)
-            if not ambiguous or math.exp(pairs[0][1]) >= rest:
-                greedy = pairs[0][0]
-        rows.append(Row(target, pairs[: ctx.top_k + 1], greedy))
+        rows.append(Row(target, pairs[: ctx.top_k + 1], _greedy(pairs, ambiguous)))
     return rows
+
+
+def _greedy(pairs: list[tuple[int, float]], ambiguous: bool) -> int:
+    """The argmax token id from resolved (id, log-prob) pairs sorted best first, or -1 when unknown: the top
+    resolved token is the argmax unless an unresolved one could outweigh it, which is impossible when nothing
+    was unresolved, or when its probability exceeds all the mass the resolved ones leave."""
+    if not pairs:
+        return -1
+    rest = 1.0 - sum(math.exp(v) for _, v in pairs)
+    return pairs[0][0] if not ambiguous or math.exp(pairs[0][1]) >= rest else -1
