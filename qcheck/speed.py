@@ -52,8 +52,9 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
     step_bytes = weights_read + batch * per_token_kv
     bw = perf.bandwidth_gbs * 1e9
     decode = batch * bw / step_bytes if step_bytes else None
-    tflops = perf.tflops.get(fmt) or (perf.tflops.get("fp16") if fmt == "bf16" else None) \
-        or (perf.tflops.get("bf16") if fmt == "fp16" else None)
+    flops_key = fmt if fmt in perf.tflops else ("fp16" if fmt == "bf16" and "fp16" in perf.tflops
+                                                else "bf16" if fmt == "fp16" and "bf16" in perf.tflops else None)
+    tflops = perf.tflops.get(flops_key) if flops_key else None
     prefill = tflops * 1e12 / (2 * active_params) if tflops and active_params else None
     best = max(perf.tflops.items(), key=lambda kv: kv[1], default=None)
     out: dict[str, Any] = {
@@ -64,7 +65,7 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
         "compute_format": fmt, "compute_why": why, "tflops": tflops, "active_parameters": active_params,
         "formula": "decode <= batch x bandwidth / (weights read + batch x KV bytes at context); "
                    "prefill <= TFLOPS(format) / (2 x active parameters)",
-        "source": perf.source,
+        "source": perf.source_of("bandwidth_gbs", *([flops_key] if flops_key else [])),
     }
     parts = []
     if decode is not None:
@@ -79,6 +80,7 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
             parts.append(f"the fallback computes in {fmt.upper()}: {best[0].upper()} kernels would allow "
                          f"{best[1] / tflops:.1f}x")
     elif tflops is None:
-        parts.append(f"prefill: no {fmt.upper()} throughput in the GPU data")
-    out["summary"] = "estimate: " + "; ".join(parts) if parts else "estimate: not enough data"
+        parts.append(f"prefill: unknown (no sourced {fmt.upper()} throughput for this GPU)")
+    out["summary"] = ("estimate: " + "; ".join(parts) + " (datasheet figures, matrices/gpus.toml [[perf]])" if parts
+                      else "estimate: not enough data")
     return out

@@ -59,15 +59,39 @@ def test_memory_tables_are_validated(raw, check):
 
 
 def test_gpu_perf_entries_are_validated():
-    ok = {"perf": [{"gpu": "h100", "bandwidth_gbs": 3350, "tflops": {"bf16": 989}, "source": "s"}]}
+    src = {"bandwidth_gbs": "https://example.com/ds (3.35 TB/s)", "bf16": "https://example.com/ds (989 dense)"}
+    ok = {"perf": [{"gpu": "h100", "bandwidth_gbs": 3350, "tflops": {"bf16": 989}, "sources": src}]}
     perf, unified = parse_perf(ok, "gpus.toml", {"h100"}, {"hopper"})
     assert perf["h100"].bandwidth_gbs == 3350 and unified == frozenset()
-    for bad in ({"perf": [{"gpu": "h999", "bandwidth_gbs": 1, "source": "s"}]},
-                {"perf": [{"gpu": "h100", "bandwidth_gbs": -1, "source": "s"}]},
-                {"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "tflops": {"fp3": 1}, "source": "s"}]},
-                {"unified_memory": {"gpus": ["nope"], "source": "s"}}):
-        with pytest.raises(MatrixDataError):
+    assert perf["h100"].source_of("bf16") == "bf16: https://example.com/ds (989 dense)"
+    for bad, check in (({"perf": [{"gpu": "h999", "bandwidth_gbs": 1, "sources": src}]}, "unknown-gpu"),
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": -1, "sources": src}]}, "bad-type"),
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "tflops": {"fp3": 1}, "sources": src}]},
+                        "unknown-format"),
+                       # a figure without a source, a source naming no figure, a source without a URL
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "tflops": {"bf16": 1, "fp8": 2},
+                                   "sources": src}]}, "missing-source"),
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "sources": src}]}, "unknown-key"),
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "sources": {"bandwidth_gbs": "a datasheet"}}]},
+                        "missing-source"),
+                       ({"perf": [{"gpu": "h100", "bandwidth_gbs": 1, "source": "s"}]}, "unknown-key"),
+                       ({"unified_memory": {"gpus": ["nope"], "source": "s"}}, "unknown-gpu")):
+        with pytest.raises(MatrixDataError, match=rf"\[{check}\]"):
             parse_perf(bad, "gpus.toml", {"h100"}, {"hopper"})
+
+
+def test_every_shipped_perf_figure_names_the_page_it_was_read_from():
+    perf = load_matrix().gpus.perf
+    assert len(perf) >= 20
+    for gid, p in perf.items():
+        figures = {"bandwidth_gbs", *p.tflops}
+        assert set(p.sources) == figures, gid
+        assert all(p.sources[f].startswith("https://") for f in figures), gid
+    # dense, not the sparse figures datasheets print with an asterisk (H100 SXM BF16: 989 dense, 1,979 sparse)
+    assert perf["h100"].tflops == {"bf16": 989, "fp8": 1979, "int8": 1979}
+    assert "sparse" in perf["h100"].sources["bf16"] and "dense" in perf["h100"].sources["bf16"]
+    # no source found: the figure is unknown rather than guessed (A10 tensor figures, L40S INT8)
+    assert perf["a10"].tflops == {} and "int8" not in perf["l40s"].tflops
 
 
 def test_an_engine_without_memory_data_gets_unknown_overhead_not_vllms():
@@ -167,6 +191,15 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     assert n["decode_tokens_per_s"] == round(864e9 / (8e9 + kv), 1)
     assert "FP8 kernels would allow 2.0x" in f["summary"] and "estimate" in f["label"]
     assert marlin.memory["speed_summary"].startswith("estimate: decode <= ")
+    # every figure used says where it was read; a figure nobody could source is unknown, and said so
+    assert f["source"].startswith("bandwidth_gbs: https://") and "; bf16: https://" in f["source"]
+    gguf = Inspection(path="m.gguf", container="gguf", size_bytes=4 * 10**9, parameters=8 * 10**9, num_layers=32,
+                      hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
+                      quantization=Quantization(method="gguf"))
+    mmq = _verdict("llama.cpp", "l40s", "ada", kernel="MMQ")
+    apply_memory([mmq], gguf, context=4096, config=LLAMA_8B)
+    assert mmq.memory["speed"]["compute_format"] == "int8" and mmq.memory["speed"]["prefill_tokens_per_s"] is None
+    assert "prefill: unknown (no sourced INT8 throughput for this GPU)" in mmq.memory["speed_summary"]
 
 
 def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():

@@ -18,12 +18,23 @@ PERF_FORMATS = ("fp16", "bf16", "fp8", "fp4", "int8")
 
 @dataclass(frozen=True)
 class GpuPerf:
-    """Bandwidth (GB/s, 10^9 bytes) and dense tensor TFLOPS per format of one product."""
+    """Bandwidth (GB/s, 10^9 bytes) and dense tensor TFLOPS per format of one product, each figure with the page
+    it was read from (``sources``: ``bandwidth_gbs`` and one key per ``tflops`` format)."""
 
     gpu: str
     bandwidth_gbs: float
     tflops: dict[str, float]
-    source: str
+    sources: dict[str, str]
+    note: str = ""
+
+    @property
+    def source(self) -> str:
+        """All sources in one line (figure: where)."""
+        return "; ".join(f"{k}: {v}" for k, v in self.sources.items())
+
+    def source_of(self, *figures: str) -> str:
+        """The sources of the named figures ('bandwidth_gbs', 'bf16' ...), those that exist."""
+        return "; ".join(f"{k}: {self.sources[k]}" for k in figures if k in self.sources)
 
 
 def parse_perf(raw: dict[str, Any], file: str, gpu_ids: set[str], arch_ids: set[str]
@@ -37,7 +48,7 @@ def parse_perf(raw: dict[str, Any], file: str, gpu_ids: set[str], arch_ids: set[
         ctx = Where(file, f"perf #{i + 1}")
         if not isinstance(entry, dict):
             ctx.fail("bad-type", "[[perf]] entries must be tables")
-        check_keys(entry, {"gpu", "bandwidth_gbs", "tflops", "source", "note"}, {"gpu", "bandwidth_gbs", "source"}, ctx)
+        check_keys(entry, {"gpu", "bandwidth_gbs", "tflops", "sources", "note"}, {"gpu", "bandwidth_gbs", "sources"}, ctx)
         gid = require_str(entry, "gpu", ctx)
         if gid not in gpu_ids:
             ctx.fail("unknown-gpu", f"gpu {gid!r} is not a [[gpu]] id")
@@ -54,7 +65,20 @@ def parse_perf(raw: dict[str, Any], file: str, gpu_ids: set[str], arch_ids: set[
                 ctx.fail("unknown-format", f"tflops format {fmt!r} is not one of {', '.join(PERF_FORMATS)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 ctx.fail("bad-type", f"tflops.{fmt} must be a positive number")
-        perf[gid] = GpuPerf(gid, float(bw), {k: float(v) for k, v in flops.items()}, require_str(entry, "source", ctx))
+        sources = entry["sources"]
+        if not isinstance(sources, dict):
+            ctx.fail("bad-type", "[perf.sources] must be a table: one source per figure")
+        figures = {"bandwidth_gbs", *flops}
+        for fig in sorted(figures):
+            where = sources.get(fig)
+            if not isinstance(where, str) or "http" not in where:
+                ctx.fail("missing-source", f"figure {fig!r} has no source URL in [perf.sources]")
+        for extra in sorted(set(sources) - figures):
+            ctx.fail("unknown-key", f"[perf.sources] names {extra!r}, which is not a figure of this entry")
+        note = entry.get("note", "")
+        if not isinstance(note, str):
+            ctx.fail("bad-type", "note must be a string")
+        perf[gid] = GpuPerf(gid, float(bw), {k: float(v) for k, v in flops.items()}, dict(sources), note)
     unified: set[str] = set()
     table = raw.get("unified_memory")
     if table is not None:
