@@ -61,10 +61,14 @@ def _vocab(writer: Any, n_vocab: int) -> None:
     writer.add_eos_token_id(2)
 
 
-def write_model(path: Path, a: Arch) -> Path:
-    """Write ``path``: a GGUF of architecture ``a.arch`` (llama, qwen2, qwen3, qwen3moe, gemma3), F16 matrices."""
+def write_model(path: Path, a: Arch, wtype: str = "F16") -> Path:
+    """Write ``path``: a GGUF of architecture ``a.arch`` (llama, qwen2, qwen3, qwen3moe, gemma3), its matrices
+    in ``wtype`` (F16, or a block type gguf-py can quantise: Q8_0, Q4_0)."""
     import gguf
     import numpy as np
+    from gguf.quants import quantize
+
+    qtype = gguf.GGMLQuantizationType[wtype]
 
     w = gguf.GGUFWriter(str(path), a.arch)
     w.add_type(gguf.GGUFType.MODEL)
@@ -77,7 +81,7 @@ def write_model(path: Path, a: Arch) -> Path:
     w.add_head_count_kv(a.n_head_kv)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type(gguf.LlamaFileType["MOSTLY_" + wtype])
     if a.head_dim:
         w.add_key_length(a.hd)
         w.add_value_length(a.hd)
@@ -90,8 +94,12 @@ def write_model(path: Path, a: Arch) -> Path:
     _vocab(w, a.n_vocab)
 
     def t(name: str, *shape: int) -> None:
-        dtype = np.float32 if len(shape) == 1 else np.float16
-        w.add_tensor(name, np.zeros(shape, dtype=dtype))
+        if len(shape) == 1:
+            w.add_tensor(name, np.zeros(shape, dtype=np.float32))
+        elif qtype == gguf.GGMLQuantizationType.F16 or shape[-1] % 32:
+            w.add_tensor(name, np.zeros(shape, dtype=np.float16))
+        else:
+            w.add_tensor(name, quantize(np.zeros(shape, dtype=np.float32), qtype), raw_dtype=qtype)
 
     e, hd = a.n_embd, a.hd
     t("token_embd.weight", a.n_vocab, e)
