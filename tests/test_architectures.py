@@ -277,15 +277,24 @@ def test_shipped_fp8_checkpoint_on_vllm_and_sglang(tmp_path, capsys, shipped, ar
 @pytest.mark.parametrize(("arch", "engine", "status"), [
     ("llama", "llama.cpp==b10361", "native"), ("qwen3", "llama.cpp==b10361", "native"),
     ("totally-new-arch", "llama.cpp==b10361", "unsupported"),
-    ("totally-new-arch", "llama.cpp", "unknown"),  # b11312 is newer than the newest build read
+    ("totally-new-arch", "llama.cpp", "unsupported"),  # the default b11312 is read (llama-cpp-python 0.3.36)
+    ("totally-new-arch", "llama.cpp==b11400", "unknown"),  # newer than the newest build read
+    ("qwen4exp", "llama.cpp", "native"), ("qwen4exp", "llama.cpp==b11312", "native"),
+    ("qwen4exp", "llama.cpp==b10361", "unsupported"),  # first in b11312
+    ("qwen4exp", "llama.cpp==b10900", "unknown"),  # between b10361 and b11312: not read
+    ("qwen4exp", "ollama==0.33.0rc2", "unknown"),  # Ollama pins b10488: between the two builds read
+    ("qwen3", "ollama==0.33.0rc2", "native"),
 ])
 def test_shipped_gguf_on_llama_cpp(tmp_path, capsys, shipped, arch, engine, status) -> None:
     path = gguf_model(tmp_path, arch)
-    code, out, _ = cli(capsys, "check", str(path), "--engine", engine, "--gpu", "h100", "--json")
+    gpu = "rtx-4090" if engine.startswith("ollama") else "h100"
+    code, out, _ = cli(capsys, "check", str(path), "--engine", engine, "--gpu", gpu, "--json")
     [v] = verdicts(out)
     arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
     assert arch_dim["status"] == status, arch_dim
     assert code == (0 if status == "native" else 1)
+    if engine == "llama.cpp==b10361" and arch == "qwen4exp":
+        assert arch_dim["suggestions"] == ["llama.cpp b11312 loads qwen4exp: --engine llama.cpp==b11312"]
 
 
 # ---------------------------------------------------------------------------------- --engine NAME=installed

@@ -159,6 +159,38 @@ def test_llama_cpp_from_an_npm_git_bundle(tool, tmp_path) -> None:
     assert convert.role == "convert" and convert.arch["Qwen3ForCausalLM"].first == "b6000"
 
 
+def test_llama_cpp_from_a_llama_cpp_python_sdist(tool, tmp_path, monkeypatch) -> None:
+    """The llama.cpp vendored by llama-cpp-python, at the build its CHANGELOG's commit is recorded as."""
+    monkeypatch.setattr(tool, "LLAMA_CPP_PYTHON", {"9.9.1": ("abc1234", "b12000"), "9.9.2": ("def5678", "b12100")})
+    arch = ('static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n'
+            '    { LLM_ARCH_LLAMA, "llama" },\n    { LLM_ARCH_NEWER, "newer-arch" },\n'
+            '    { LLM_ARCH_UNKNOWN, "(unknown)" },\n};\n')
+    changelog = ("# Changelog\n\n## [Unreleased]\n\n## [9.9.2]\n\n- feat: update llama.cpp to "
+                 "ggml-org/llama.cpp@0000000aa\n\n## [9.9.1]\n\n- feat: update llama.cpp to "
+                 "ggml-org/llama.cpp@abc1234ff\n- fix: something\n\n## [9.9.0]\n\n- x\n")
+    _sdist(tmp_path / "cache", "llama-cpp-python", "9.9.1", {
+        "CHANGELOG.md": changelog, "vendor/llama.cpp/src/llama-arch.cpp": arch,
+        "vendor/llama.cpp/conversion/newer.py": '@ModelBase.register("NewerForCausalLM")\nclass N: pass\n',
+        "vendor/llama.cpp/convert_hf_to_gguf.py": '@ModelBase.register("LlamaForCausalLM", "X")\nclass L: pass\n',
+        "vendor/llama.cpp/tests/test.py": '@ModelBase.register("NotAConverter")\n'})
+    out = tmp_path / "out"
+    assert tool.main(["llama.cpp", "--versions", "llama-cpp-python==9.9.1", "--out", str(out)]) == 0
+    data = _read(out / "llama.cpp.toml", "llama.cpp")
+    assert data.versions_read == ("b12000",)
+    assert "llama-cpp-python 9.9.1" in data.read["b12000"] and "llama.cpp@abc1234 per its CHANGELOG" in \
+        data.read["b12000"]
+    archs, convert = data.lists
+    assert set(archs.arch) == {"llama", "newer-arch"}
+    assert set(convert.arch) == {"LlamaForCausalLM", "X", "NewerForCausalLM"}
+    # the CHANGELOG of 9.9.2 names another commit than the table: refuse rather than mislabel the build
+    _sdist(tmp_path / "cache", "llama-cpp-python", "9.9.2", {
+        "CHANGELOG.md": changelog, "vendor/llama.cpp/src/llama-arch.cpp": arch})
+    with pytest.raises(SystemExit, match=r"names llama\.cpp@.*0000000aa.*not def5678"):
+        tool.main(["llama.cpp", "--versions", "llama-cpp-python==9.9.2", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"no llama\.cpp build recorded"):
+        tool.main(["llama.cpp", "--versions", "llama-cpp-python==9.9.0", "--out", str(out)])
+
+
 def test_output_is_deterministic(tool, tmp_path) -> None:
     lst = tool.NameList("l", "hf-class", ["safetensors"], "src")
     lst.seen = {"1.0": {"B": "text", "A": "text"}, "2.0": {"A": "text"}}

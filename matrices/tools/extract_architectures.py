@@ -15,7 +15,9 @@ Which model architectures each engine loads, per release, read from the release 
 * llama.cpp: ``LLM_ARCH_NAMES`` in ``src/llama-arch.cpp`` (the ``general.architecture`` values llama.cpp
   loads) and the ``@ModelBase.register(...)`` HF classes of ``convert_hf_to_gguf.py`` (and, once it was split,
   ``conversion/*.py``), from the llama.cpp
-  git bundle that each npm ``node-llama-cpp`` release carries at a llama.cpp release tag (``bNNNN``).
+  git bundle that each npm ``node-llama-cpp`` release carries at a llama.cpp release tag (``bNNNN``), and from
+  the ``vendor/llama.cpp`` of llama-cpp-python sdists (``llama-cpp-python==X`` in ``--versions``; the build
+  of each is in ``LLAMA_CPP_PYTHON``, checked against the commit its CHANGELOG names).
 
 Downloads go through the registries' ordinary clients (``pip download --no-deps``, ``npm pack``) except
 vLLM, whose sdist cannot be ``pip download``-ed without building it (its setup.py imports torch): its
@@ -80,7 +82,15 @@ VERSIONS: dict[str, list[str]] = {
     "exllamav2": ["0.1.0", "0.1.5", "0.2.0", "0.2.3", "0.2.6", "0.2.9", "0.3.0", "0.3.2"],
     "exllamav3": ["0.0.5", "0.0.10", "0.0.20", "0.0.30", "0.0.40", "1.0.0", "1.2.0", "1.4.1", "1.5.0", "1.6.5"],
     "llama.cpp": ["3.2.0", "3.4.0", "3.6.0", "3.8.1", "3.10.0", "3.12.0", "3.14.0", "3.16.0", "3.18.0",
-                  "3.20.0", "3.21.1", "3.22.0"],
+                  "3.20.0", "3.21.1", "3.22.0", "llama-cpp-python==0.3.36"],
+}
+
+#: llama-cpp-python releases read for llama.cpp: version -> (the llama.cpp commit its CHANGELOG names for that
+#: release, the llama.cpp build tag of that commit). The sdist carries llama.cpp's source (vendor/llama.cpp) but
+#: not its build number; the commit -> build pairs are public pins ("b11312-0c1e57098", matrices/SOURCES.md). The
+#: script checks the CHANGELOG still names the commit, so a wrong pair fails instead of mislabelling a build.
+LLAMA_CPP_PYTHON: dict[str, tuple[str, str]] = {
+    "0.3.36": ("0c1e57098", "b11312"),
 }
 
 # --------------------------------------------------------------------------------------------------------------
@@ -416,6 +426,14 @@ def extract_llama_cpp(versions: Sequence[str]) -> tuple[list[NameList], dict[str
                        role="convert")
     read: dict[str, str] = {}
     rows: list[tuple[int, str, set[str], set[str], str]] = []
+    py = [v.split("==", 1)[1] for v in versions if v.startswith("llama-cpp-python==")]
+    for v in py:
+        if v not in LLAMA_CPP_PYTHON:
+            raise SystemExit(f"llama-cpp-python {v}: no llama.cpp build recorded for it in LLAMA_CPP_PYTHON (add the "
+                             "commit its CHANGELOG names and that commit's build tag, with a source)")
+    for pkg_version, sdist in _releases("llama-cpp-python", py, pypi_sdist):
+        rows.append(_llama_cpp_python_release(pkg_version, sdist))
+    versions = [v for v in versions if not v.startswith("llama-cpp-python==")]
     for pkg_version, tgz in _releases("node-llama-cpp", versions, npm_pack):
         with tarfile.open(tgz) as t:
             release = json.loads(_member(t, "package/llama/binariesGithubRelease.json"))["release"]
@@ -449,6 +467,38 @@ def extract_llama_cpp(versions: Sequence[str]) -> tuple[list[NameList], dict[str
         convert.seen[release] = dict.fromkeys(sorted(conv), "text")
         read[release] = what
     return [archs, convert], read
+
+
+def _llama_cpp_python_release(pkg_version: str, sdist: Path) -> tuple[int, str, set[str], set[str], str]:
+    """(build, tag, GGUF names, converter classes, what was read) from a llama-cpp-python sdist's vendored llama.cpp."""
+    commit, build = LLAMA_CPP_PYTHON[pkg_version]
+    wanted = re.compile(r"^[^/]+/(CHANGELOG\.md|vendor/llama\.cpp/(src/llama-arch\.cpp|convert_hf_to_gguf\.py|"
+                        r"conversion/[^/]+\.py))$")
+    files = _tar_members(sdist, wanted)
+    changelog = next((t for n, t in files.items() if n.endswith("/CHANGELOG.md")), "")
+    section = re.search(rf"^## \[{re.escape(pkg_version)}\]\n(.*?)(?=^## \[)", changelog, re.S | re.M)
+    named = re.findall(r"llama\.cpp@([0-9a-f]{7,40})", section.group(1)) if section else []
+    if not named or not named[0].startswith(commit):
+        raise SystemExit(f"llama-cpp-python {pkg_version}: its CHANGELOG names llama.cpp@{named[:1]}, not {commit} "
+                         "as LLAMA_CPP_PYTHON says")
+    arch = next((t for n, t in files.items() if n.endswith("/src/llama-arch.cpp")), "")
+    if not arch:
+        raise SystemExit(f"llama-cpp-python {pkg_version}: no vendor/llama.cpp/src/llama-arch.cpp in {sdist.name}")
+    conv = set().union(*(parse_convert_hf(t) for n, t in files.items() if n.endswith(".py")))
+    what = (f"llama-cpp-python {pkg_version} ({sdist.name}, PyPI sdist, sha256 {sha256(sdist)}...: vendor/llama.cpp "
+            f"at ggml-org/llama.cpp@{commit} per its CHANGELOG = {build})")
+    return int(build[1:]), build, parse_llama_arch(arch), conv, what
+
+
+def _tar_members(path: Path, wanted: re.Pattern[str]) -> dict[str, str]:
+    """The text of every member whose name matches, in one pass over the (large, gzipped) tarball."""
+    out: dict[str, str] = {}
+    with tarfile.open(path) as t:
+        for member in t:
+            if member.isfile() and wanted.search(member.name):
+                f = t.extractfile(member)
+                out[member.name] = f.read().decode("utf-8", "replace") if f else ""
+    return out
 
 
 def write_ollama(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
