@@ -157,6 +157,22 @@ def test_fp8_checkpoint_of_an_unknown_architecture_is_not_native(tmp_path, capsy
         arch_dim["reasons"][0].startswith("qcheck has no architecture data for")
 
 
+def test_text_shows_no_kernel_for_a_model_the_engine_does_not_load(tmp_path, capsys, shipped) -> None:
+    """An architecture vLLM 0.8.0 does not load: no kernel runs, so the text names none (the JSON keeps the weight
+    format's kernel, with the dimensions saying why it is not reached)."""
+    model = st_model(tmp_path, "Qwen3ForCausalLM", "qwen3", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.0", "--gpu", "h100")
+    assert code == 1 and out.splitlines()[2].startswith("UNSUPPORTED  vllm 0.8.0 x h100")
+    assert "  kernel:" not in out
+    assert "  why:       architecture: vLLM 0.8.0 does not load architecture Qwen3ForCausalLM" in out
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.5", "--gpu", "h100")
+    assert code == 0 and "  kernel:    Block FP8" in out
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.0", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    assert v["kernel"].startswith("Block FP8") and [d["status"] for d in v["dimensions"]][:2] == \
+        ["native", "unsupported"]
+
+
 @pytest.mark.parametrize(("arch", "version", "status"), [
     ("llama", "0.33.0", "native"), ("llama", "0.23.0", "native"),
     ("llama", "0.9.0", "unknown"),  # older than the GGUF list's first release read

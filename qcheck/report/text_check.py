@@ -45,7 +45,7 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
         for i, item in enumerate(items):
             lines.append(f"  {(label + ':') if i == 0 else '':<{_LABEL_WIDTH}}{item}")
 
-    if v.kernel:
+    if v.kernel and not _does_not_load(v):
         field("kernel", [v.kernel])
     field("requires", v.requires)
     field("why", v.reasons)
@@ -58,6 +58,14 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
             field("speed", [v.memory["speed_summary"]])
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
+
+
+def _does_not_load(v: Verdict) -> bool:
+    """The engine refuses the model's architecture while its weight format alone would run: no kernel is reached,
+    so the text shows none (JSON keeps ``kernel``: the weight format's kernel, with ``dimensions`` saying why)."""
+    status = {d.dimension: d.status for d in v.dimensions}
+    return v.status == "unsupported" and status.get("architecture") == "unsupported" and \
+        status.get("weights") != "unsupported"
 
 
 def _short_source(ref: str, version: str | None, limit: int = 100) -> str:
