@@ -281,8 +281,9 @@ def test_vllm_nvfp4_w4a4_w4a16_and_moe(m) -> None:
         ["unsupported", "fallback", "fallback", "native", "native"]
     v = verdict(m, w4a16, "vllm", "b200")
     assert v.status == "native" and "marlin" in text(v)
-    moe_v = verdict(m, moe, "vllm", "rtx-5090")
+    moe_v = verdict(m, moe, "vllm", "rtx-5090", "0.24.0")
     assert moe_v.status == "fallback" and "35065" in text(moe_v)
+    assert status(m, moe, "vllm", "rtx-5090") == "native"  # 0.33.0: CUTLASS FP4 MoE on family 120
     assert status(m, moe, "vllm", "b200") == "native"
     assert status(m, w4a4, "vllm", "arc-b580") == "unsupported"
     assert status(m, w4a4, "vllm", "mi300x") == "fallback"
@@ -291,8 +292,9 @@ def test_vllm_nvfp4_w4a4_w4a16_and_moe(m) -> None:
 def test_vllm_gguf_types_split_and_bf16_on_turing(m) -> None:
     split = verdict(m, gguf("Q4_K", "Q6_K", "F32", split=3), "vllm", "h100")
     assert split.status == "native" and any("merge" in r for r in split.requires)
-    tq = verdict(m, gguf("TQ1_0", "F32"), "vllm", "h100")
+    tq = verdict(m, gguf("TQ1_0", "F32"), "vllm", "h100", "0.24.0")
     assert tq.status == "unsupported" and "tq1_0" in text(tq)
+    assert status(m, gguf("TQ1_0", "F32"), "vllm", "h100") == "unknown"  # later plugin releases were not read
     assert status(m, gguf("MXFP4", "F32"), "vllm", "h100", "0.20.0") == "unsupported"
     assert status(m, gguf("Q4_K", "F32"), "vllm", "cpu") == "unsupported"
     bf16 = verdict(m, insp("none", dtype="bfloat16"), "vllm", "t4")

@@ -420,3 +420,66 @@ def test_the_memory_estimate_proposes_only_gpu_counts_the_engine_loads() -> None
     llama70.parameters, llama70.size_bytes, llama70.context_length = 70_600_000_000, 75_000_000_000, 32768
     ok = estimate_memory(llama70, context=4096, gpu_memory_gib=80, engine="vllm")
     assert ok.gpus_needed == 2 and not any("refuses" in a for a in ok.assumptions)
+
+
+# ------------------------------------------------------------------ open-ended rules bounded or re-read
+
+def test_no_rule_claims_releases_it_was_not_read_at() -> None:
+    """Every open-ended rule that says runs/fallback/unsupported has a source read at the engine's newest version."""
+    from qcheck.matrix.audit import open_ended
+    from qcheck.matrix.loader import load_matrix
+
+    claims, unknowns = open_ended(load_matrix())
+    assert claims == []
+    assert ("vllm", "gguf-amd-rdna", "0.23.0, 0.24.0") in unknowns  # an unknown claims nothing
+
+
+def moe(fixture):
+    fixture.configs["config.json"]["num_local_experts"] = 8
+    fixture.configs["config.json"]["num_experts_per_tok"] = 2
+    return fixture
+
+
+def test_vllm_nvfp4_moe_on_sm120_by_release(tmp_path) -> None:
+    """0.24.0: Marlin W4A16 (vllm#47749); 0.33.0 oracle/nvfp4.py + cutlass_moe.py:716-722: FP4 MoE on family 120."""
+    path = str(moe(b.nvfp4_modelopt_fixture()).write(tmp_path / "nvfp4-moe"))
+    old, _ = check(path, "vllm==0.24.0", "rtx-5090")
+    assert (old.status, old.rule_id) == ("fallback", "nvfp4-moe-sm120") and "marlin" in text(old)
+    mid, result = check(path, "vllm==0.28.0", "rtx-5090")
+    assert (mid.status, mid.rule_id) == ("unknown", "nvfp4-moe-sm120-unread") and result.exit_code == 1
+    for gpu in ("rtx-5090", "gb10"):
+        new, _ = check(path, "vllm==0.33.0", gpu)
+        assert (new.dimensions[0].status, new.rule_id) == ("native", "nvfp4-moe-sm120-033"), gpu
+        assert "cutlass" in text(new) and cited(new, "cutlass_moe.py:716-722")
+    dense, _ = check(str(b.nvfp4_modelopt_fixture().write(tmp_path / "nvfp4-dense")), "vllm==0.24.0", "rtx-5090")
+    assert dense.status == "native"  # the dense path had FP4 GEMM on sm120 already
+
+
+def test_vllm_bitsandbytes_below_volta_after_the_plugin_move(tmp_path) -> None:
+    """In-tree bitsandbytes needed capability 70 (<0.28.0); the plugin's minimum (0.28.0+) was not read."""
+    path = str(b.bnb_nf4_fixture().write(tmp_path / "bnb"))
+    old, _ = check(path, "vllm==0.24.0", "p40")
+    assert old.dimensions[0].status == "unsupported" and "minimum capability: 70" in text(old)
+    new, _ = check(path, "vllm==0.28.0", "p40")
+    assert (new.dimensions[0].status, new.rule_id) == ("unknown", "bnb-plugin-pre-volta")
+    assert new.status == "unsupported"  # the released wheel has no sm6x kernels either
+    assert check(path, "vllm==0.33.0", "h100")[0].status == "native"
+
+
+def test_vllm_gguf_plugin_types_read_at_its_first_release_only(files) -> None:
+    """vllm-gguf-plugin 0.0.5 (vLLM 0.24.0) has no NVFP4 kernel; later plugin releases were not read."""
+    old, _ = check(files["nvfp4-gguf"], "vllm==0.24.0", "h100")
+    assert (old.status, old.rule_id) == ("unsupported", "gguf-types-plugin")
+    for version in ("0.28.0", "0.33.0"):
+        v, result = check(files["nvfp4-gguf"], f"vllm=={version}", "h100")
+        assert (v.status, v.rule_id) == ("unknown", "gguf-types-plugin-later") and result.exit_code == 1
+    assert check(files["q8_0-gguf"], "vllm==0.33.0", "h100")[0].dimensions[0].status == "native"
+
+
+def test_lm_studio_gguf_on_arm_linux(files) -> None:
+    """The 2025 docs: Linux x64 only; the 2026-04 docs (LM Studio >= 0.4.9): Linux ARM64 and Windows ARM."""
+    old, _ = check(files["q8_0-gguf"], "lm-studio==0.3.4", "cpu-arm")
+    assert (old.dimensions[0].status, old.rule_id) == ("unknown", "gguf-cpu-arm")
+    new, _ = check(files["q8_0-gguf"], "lm-studio==0.4.9", "cpu-arm")
+    assert (new.dimensions[0].status, new.rule_id) == ("native", "gguf-established-types")
+    assert cited(new, "c6854fb")

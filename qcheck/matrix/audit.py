@@ -34,6 +34,8 @@ class Audit:
     #: (engine, rule id, versions read) of rules that cover every later version although all their sources
     #: were read at versions older than the engine's newest (give them an upper bound or re-read them)
     open_ended: list[tuple[str, str, str]] = field(default_factory=list)
+    #: the same for rules whose status is ``unknown``: they claim nothing a later release could contradict
+    open_unknown: list[tuple[str, str, str]] = field(default_factory=list)
     #: (engine, version) -> cells there decided by a rule none of whose sources was read at that version
     borrowed: Counter = field(default_factory=Counter)
 
@@ -48,6 +50,9 @@ class Audit:
             lines.append(f"{len(self.open_ended)} rules are open-ended while every source was read at an older "
                          "version than the engine's newest:")
             lines += [f"  {engine}: rule '{rule}' (read at {read})" for engine, rule, read in self.open_ended]
+        if self.open_unknown:
+            lines.append(f"{len(self.open_unknown)} more open-ended rules answer `unknown` (they claim nothing a later "
+                         "release could contradict): " + ", ".join(f"{e}:{r}" for e, r, _ in self.open_unknown))
         if self.borrowed:
             total = sum(self.borrowed.values())
             lines.append(f"{total} cells are answered by a rule read at another version than the one asked:")
@@ -66,18 +71,27 @@ def _read_at(rule: Rule, scheme: str) -> list[Version] | None:
     return out
 
 
-def audit(matrix: Matrix) -> Audit:
-    """Resolve every combination; raises MatrixDataError on the first ambiguous pair of rules."""
+def open_ended(matrix: Matrix) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """(engine, rule id, versions read) of rules with no upper version bound whose sources were all read before
+    the engine's newest version: those that claim something, and those that answer ``unknown``."""
     from qcheck.matrix.resolve import bounded_above
 
-    result = Audit()
+    claims: list[tuple[str, str, str]] = []
+    unknowns: list[tuple[str, str, str]] = []
     for engine in matrix.engines.values():
         newest = engine.parsed_versions[-1]
         for rule in engine.rules:
             read = _read_at(rule, engine.scheme)
             if read and not bounded_above(rule) and max(read) < newest:
                 shown = ", ".join(dict.fromkeys(s.version for s in rule.sources))
-                result.open_ended.append((engine.id, rule.id, shown))
+                (unknowns if rule.status == "unknown" else claims).append((engine.id, rule.id, shown))
+    return claims, unknowns
+
+
+def audit(matrix: Matrix) -> Audit:
+    """Resolve every combination; raises MatrixDataError on the first ambiguous pair of rules."""
+    result = Audit()
+    result.open_ended, result.open_unknown = open_ended(matrix)
     targets = [Target(label=a.id, arch=a, cc=cc) for a in matrix.gpus.archs.values() for cc in (a.ccs or (None,))]
     for engine in matrix.engines.values():
         backends: list[str | None] = [None, *engine.backends]
