@@ -49,6 +49,10 @@ KV_DTYPE_BYTES: dict[str, float] = {
     "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32,
     # FP4 KV (TensorRT-LLM NVFP4 KV cache): 4-bit elements + one FP8 scale per 16
     "nvfp4": 0.5 + 1 / 16, "fp4": 0.5 + 1 / 16, "fp4_e2m1": 0.5 + 1 / 16, "nvfp4_4over6": 0.5 + 1 / 16,
+    "fp4_mx_block16": 0.5 + 1 / 16, "mxfp8": 1 + 1 / 32,
+    # n-bit grouped caches: MLX --kv-bits (affine, FP16 scale + bias per 64), ExLlamaV2/V3 Q4/Q6/Q8
+    # (exllamav2 tensor_p.py: (n + 0.5) / 8 bytes), transformers quanto/HQQ; qcheck spells them q1 ... q8
+    **{f"q{n}": (n + 0.5) / 8 for n in range(1, 9)},
 }
 
 

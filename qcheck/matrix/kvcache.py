@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 DIMENSION = "kv-cache"
 
-#: the checkpoint's KV dtype words (qcheck.classify) -> the engine-flag spelling rules are written for
-DECLARED = {"float8_e4m3": "fp8", "float8_e5m2": "fp8_e5m2", "fp4_e2m1": "nvfp4", "int8": "int8"}
+#: the checkpoint's KV dtype words (qcheck.classify) -> the engine-flag spellings rules may be written for, in
+#: order of preference: the first one the engine's ``accepts`` lists is judged (SGLang spells FP8 ``fp8_e4m3``,
+#: vLLM and TensorRT-LLM ``fp8``)
+DECLARED: dict[str, tuple[str, ...]] = {
+    "float8_e4m3": ("fp8", "fp8_e4m3"), "float8_e5m2": ("fp8_e5m2",), "fp4_e2m1": ("nvfp4", "fp4_e2m1"),
+    "int8": ("int8",),
+}
 
 
 def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
@@ -32,7 +37,10 @@ def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
         return flag.strip().lower().replace("-", "_"), "flag"
     declared = deployment.inspection.quantization.kv_cache_dtype
     if declared and declared.lower() in DECLARED:
-        return DECLARED[declared.lower()], "checkpoint"
+        spellings = DECLARED[declared.lower()]
+        kv = deployment.request.engine.kv_cache
+        accepted = [s for s in spellings if kv is not None and s in kv.accepts]
+        return (accepted or spellings)[0], "checkpoint"
     return None
 
 

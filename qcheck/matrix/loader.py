@@ -263,8 +263,14 @@ def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:
     for value, known, key in [*((v, LAYOUTS, "layouts") for v in layouts), *((v, CHECKS, "checks") for v in checks)]:
         if value not in known:
             ctx.fail("bad-match-value", f"{key}: {value!r} is not one of {', '.join(known)}")
+    flags = table.get("flags", {})
+    if not isinstance(flags, dict) or not all(isinstance(v, str) and v.strip() for v in flags.values()):
+        ctx.fail("bad-type", "flags must be a table of layout = \"how the engine spells it\"")
+    for key in flags:
+        if key not in layouts:
+            ctx.fail("bad-match-value", f"flags: {key!r} is not one of the layouts ({', '.join(layouts)})")
     return ParallelSpec(tuple(layouts), tuple(checks), _resolve_sources(_str_list(table, "sources", ctx),
-                                                                         engine.sources, ctx))
+                                                                         engine.sources, ctx), dict(flags))
 
 
 def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable

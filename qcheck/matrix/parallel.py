@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 DIMENSION = "parallelism"
 LAYOUTS = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "ep": "expert parallelism"}
-CHECKS = ("attention-heads", "kv-heads", "fp8-block", "group-size", "pp-layers", "ep-moe")
+CHECKS = ("attention-heads", "kv-heads", "kv-heads-split", "mlp-divides", "mlp-128", "fp8-block", "group-size", "pp-layers", "ep-moe")
 
 
 def judge_parallel(deployment: Deployment) -> Judgement | None:
@@ -48,7 +48,9 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
     if problems:
         return Judgement(DIMENSION, "unsupported", problems, sources)
     layout = ", ".join(f"{k} {v}" for k, v in asked.items())
-    return Judgement(DIMENSION, "native", [f"{layout}: the shapes divide"], sources)
+    what = "the shapes divide" if checks else f"{engine.name} checks no shape divisibility at load"
+    return Judgement(DIMENSION, "native", [f"{layout}: {what}"], sources,
+                     warnings=[f"--{k} {v}: {engine.name} {spec.flags[k]}" for k, v in asked.items() if k in spec.flags])
 
 
 def tp_problems(ins: Inspection, tp: int, spec: ParallelSpec | None) -> list[str]:
@@ -70,6 +72,9 @@ def _tensor_parallel(ins: Inspection, tp: int, checks: set[str]) -> list[str]:
                        f"replicated, so --tp must be a multiple of {kv}")
         elif tp < kv and kv % tp:
             out.append(f"{kv} is not divisible by {tp}: the {kv} KV heads must split evenly over --tp {tp}")
+    if "kv-heads-split" in checks and kv and kv % tp:
+        out.append(f"the {kv} KV heads must split evenly over --tp {tp} (this engine divides them by the rank "
+                   "count and never replicates a KV head)")
     if out or not heads or not head_dim:
         return out
     q = ins.quantization
@@ -83,8 +88,10 @@ def _tensor_parallel(ins: Inspection, tp: int, checks: set[str]) -> list[str]:
     if inter:
         columns["gate_proj/up_proj"] = inter
         rows["down_proj"] = inter
-    if ins.intermediate_size and ins.intermediate_size % tp:
+    if "mlp-divides" in checks and ins.intermediate_size and ins.intermediate_size % tp:
         out.append(f"the MLP width ({ins.intermediate_size}) is not divisible by --tp {tp}")
+    if "mlp-128" in checks and ins.intermediate_size and ins.intermediate_size % 128:
+        out.append(f"Model intermediate size must be divisible by 128 (it is {ins.intermediate_size})")
     if "fp8-block" in checks and q.method == "fp8" and q.scale_granularity == "block" and q.block_size \
             and len(q.block_size) == 2 and all(isinstance(b, int) and b > 0 for b in q.block_size):
         block_n, block_k = q.block_size

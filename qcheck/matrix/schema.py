@@ -35,7 +35,7 @@ GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source",
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
 KV_CACHE_KEYS = {"flag", "accepts", "sources", "note"}
-PARALLEL_KEYS = {"layouts", "checks", "sources", "note"}
+PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
                "backends", "note"}
@@ -217,6 +217,8 @@ class ParallelSpec:
     layouts: tuple[str, ...]
     checks: tuple[str, ...]
     sources: tuple[SourceSpec, ...]
+    #: how the engine spells each layout ("tp" -> "--split-mode tensor"), shown in the verdict
+    flags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,256 @@
+"""The KV-cache dtype and parallel-layout dimensions on every engine with data (issue #13).
+
+Each engine's `[kv_cache]` / `[[kv_rule]]` and `[parallel]` tables are exercised through `qcheck check` (in-process,
+real checkpoint files through the readers and classifier) on both sides of their GPU and version boundaries, with
+the exit code the user gets. The evidence (file and line at the version read) is in each rule's sources.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qcheck.check import check_path
+from qcheck.model import Inspection, Quantization, Verdict
+from support import builders as b
+from support.gguf_helpers import Q, write_gguf
+
+H = 256
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("kvpar")
+    out = {"awq": str(b.awq_fixture().write(root / "awq")), "exl2": str(b.exl2_fixture().write(root / "exl2"))}
+    out["gguf"] = str(write_gguf(root / "model-q8_0.gguf", [
+        ("blk.0.attn_q.weight", (H, H), Q.Q8_0), ("output_norm.weight", (H,), Q.F32)])[0])
+    fixture = b.fp8_ct_channel()
+    fixture.configs["config.json"]["quantization_config"]["kv_cache_scheme"] = {
+        "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+    out["fp8-kv"] = str(fixture.write(root / "fp8-kv"))
+    return out
+
+
+def kv(path: str, engine: str, gpu: str, dtype: str | None = None) -> tuple[Verdict, int]:
+    result = check_path(path, [engine], [gpu], options={"kv_cache_dtype": dtype} if dtype else None)
+    assert len(result.verdicts) == 1
+    return result.verdicts[0], result.exit_code
+
+
+def kv_dim(v: Verdict):
+    return next((d for d in v.dimensions if d.dimension == "kv-cache"), None)
+
+
+def kv_status(path: str, engine: str, gpu: str, dtype: str) -> str:
+    judgement = kv_dim(kv(path, engine, gpu, dtype)[0])
+    assert judgement is not None, (engine, gpu, dtype)
+    return judgement.status
+
+
+# ------------------------------------------------------------------------------ SGLang 0.5.23
+
+def test_sglang_fp8_kv_by_gpu(files) -> None:
+    awq = files["awq"]
+    assert kv_status(awq, "sglang", "h100", "fp8_e4m3") == "native"
+    v, code = kv(awq, "sglang", "h100", "fp8_e5m2")  # FA3 takes only e4m3: SGLang switches to Triton
+    assert kv_dim(v).status == "fallback" and "FlashAttention3 only supports fp8_e4m3" in kv_dim(v).reasons[0]
+    assert code == 0
+    assert kv_status(awq, "sglang", "b200", "fp8_e5m2") == "native"
+    assert kv_status(awq, "sglang", "rtx-3090", "fp8_e4m3") == "fallback"  # no FP8 tensor cores
+    assert kv_status(awq, "sglang", "t4", "fp8_e4m3") == "unknown"
+    assert kv_status(awq, "sglang", "mi300x", "fp8_e4m3") == "native"
+    v, code = kv(awq, "sglang", "cpu", "fp8_e5m2")
+    assert kv_dim(v).status == "unsupported" and code == 1
+    assert "'--kv-cache-dtype fp8_e5m2 is not supported on CPU.'" in kv_dim(v).reasons[0]
+
+
+def test_sglang_fp4_and_mxfp8_kv_need_blackwell(files) -> None:
+    awq = files["awq"]
+    assert kv_status(awq, "sglang", "b200", "nvfp4") == "native"
+    assert kv_status(awq, "sglang", "rtx-5090", "nvfp4") == "fallback"  # FP8 prefill workspace on sm120
+    v, code = kv(awq, "sglang", "h100", "nvfp4")
+    assert kv_dim(v).status == "unsupported" and code == 1
+    assert "requires Blackwell SM100 or SM120" in kv_dim(v).reasons[0]
+    assert kv_status(awq, "sglang", "mi300x", "nvfp4") == "unsupported"  # 'KV4 is not tested on non-CUDA'
+    v, _ = kv(awq, "sglang", "h100", "fp4_mx_block16")
+    assert kv_dim(v).status == "fallback" and any("--attention-backend triton" in r for r in v.requires)
+    assert kv_status(awq, "sglang", "b200", "mxfp8") == "native"
+    assert kv_status(awq, "sglang", "h100", "mxfp8") == "unsupported"
+    assert kv_status(awq, "sglang", "rtx-5090", "mxfp8") == "unknown"
+
+
+def test_sglang_reads_the_checkpoint_fp8_kv_as_fp8_e4m3(files) -> None:
+    """SGLang spells FP8 KV fp8_e4m3; a checkpoint's kv_cache_scheme is judged under that spelling."""
+    v, _ = kv(files["fp8-kv"], "sglang", "rtx-3090")
+    assert kv_dim(v).status == "fallback"
+    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8_e4m3 KV cache: ")
+    assert kv_status(files["fp8-kv"], "vllm", "rtx-3090", "auto") == "fallback"  # vLLM keeps its 'fp8'
+
+
+def test_sglang_versions_older_than_the_read_are_unknown(files) -> None:
+    v, code = kv(files["awq"], "sglang==0.4.0", "h100", "fp8_e4m3")
+    assert v.status == "unknown" and code == 1
+
+
+# ------------------------------------------------------------------------------ TensorRT-LLM
+
+def test_tensorrt_llm_kv(files) -> None:
+    fp8 = files["fp8-kv"]
+    assert kv_status(fp8, "tensorrt-llm", "h100", "fp8") == "native"
+    assert kv_status(fp8, "tensorrt-llm", "a100", "fp8") == "fallback"
+    assert kv_status(fp8, "tensorrt-llm", "t4", "fp8") == "unknown"
+    assert kv_status(fp8, "tensorrt-llm", "b200", "nvfp4") == "unknown"
+    v, code = kv(fp8, "tensorrt-llm", "h100", "fp8_e4m3")
+    assert kv_dim(v).status == "unsupported" and code == 1
+    assert kv_dim(v).reasons[0] == ("TensorRT-LLM does not accept kv_cache_config.dtype fp8_e4m3 "
+                                    "(it accepts: auto, fp8, nvfp4)")
+    v, _ = kv(fp8, "tensorrt-llm", "a100")  # no flag: the checkpoint's own FP8 KV
+    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: ")
+
+
+# ------------------------------------------------------------------------------ llama.cpp family, MLX, ExLlama
+
+def test_lm_studio_kv_by_runtime(files) -> None:
+    gguf = files["gguf"]
+    v, _ = kv(gguf, "lm-studio", "rtx-4090", "q8_0")  # (LM Studio has no architecture data: unknown overall)
+    assert kv_dim(v).status == "native" and any("Flash Attention" in r for r in v.requires)
+    assert kv_status(gguf, "lm-studio", "rtx-4090", "bf16") == "unsupported"  # not in its schema
+    assert kv_status(gguf, "lm-studio", "rtx-4090", "q4") == "unsupported"  # MLX bits: MLX runtime only
+    assert kv_status(gguf, "lm-studio", "m3-max", "q4") == "native"
+    assert kv_status(gguf, "lm-studio==0.3.4", "rtx-4090", "q8_0") == "unknown"
+
+
+def test_mlx_kv_bits(files) -> None:
+    awq = files["awq"]
+    assert kv_status(awq, "mlx", "m3-max", "q4") == "native"
+    assert kv_status(awq, "mlx==0.29.0", "m3-max", "q8") == "native"  # mlx-lm 0.27.1 (mlx>=0.29) had --kv-bits
+    assert kv_status(awq, "mlx", "cpu", "q4") == "unknown"
+    v, code = kv(awq, "mlx", "m3-max", "fp8")
+    assert kv_dim(v).status == "unsupported" and code == 1 and "q2, q3, q4, q5, q6, q8" in kv_dim(v).reasons[0]
+    assert kv_status(awq, "mlx", "m3-max", "q7") == "unsupported"  # mx.quantize has no 7-bit affine mode
+
+
+def test_exllama_cache_modes(files) -> None:
+    exl2 = files["exl2"]
+    assert kv_status(exl2, "exllamav2", "rtx-4090", "q4") == "native"
+    assert kv_status(exl2, "exllamav2", "rtx-4090", "fp8") == "native"
+    assert kv_status(exl2, "exllamav2", "rtx-4090", "q2") == "unsupported"  # Q4/Q6/Q8 only
+    assert kv_status(exl2, "exllamav3", "rtx-4090", "q2") == "native"  # CacheLayer_quant 2-8 bits
+    assert kv_status(exl2, "exllamav3==1.4.1", "rtx-4090", "q4") == "unknown"
+    assert kv_status(exl2, "exllamav3", "rtx-4090", "fp8") == "unsupported"
+
+
+def test_transformers_quantized_cache_is_a_fallback(files) -> None:
+    v, code = kv(files["awq"], "transformers", "h100", "q4")
+    assert kv_dim(v).status == "fallback" and code == 0
+    assert any("optimum-quanto" in r for r in v.requires)
+    assert kv_status(files["awq"], "transformers", "h100", "fp8") == "fallback"
+    assert kv_status(files["awq"], "transformers", "h100", "q5") == "unsupported"  # quanto 2/4, HQQ 1/2/3/4/8
+
+
+# ------------------------------------------------------------------------------ through the CLI
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    from qcheck.cli import main
+
+    monkeypatch.delenv("QCHECK_MATRICES", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["check", *args, "--json"])
+    out = capsys.readouterr().out
+    return int(exc.value.code or 0), json.loads(out)
+
+
+def test_kv_and_layout_through_qcheck_check(files, monkeypatch, capsys) -> None:
+    code, doc = run_cli(monkeypatch, capsys, files["awq"], "--engine", "sglang", "--gpu", "h100",
+                        "--kv-cache-dtype", "nvfp4")
+    assert code == 1 and doc["verdicts"][0]["status"] == "unsupported"
+    code, doc = run_cli(monkeypatch, capsys, files["awq"], "--engine", "sglang", "--gpu", "b200",
+                        "--kv-cache-dtype", "nvfp4")
+    assert code == 0 and doc["verdicts"][0]["status"] == "native"
+    code, doc = run_cli(monkeypatch, capsys, files["exl2"], "--engine", "exllamav2", "--gpu", "rtx-4090",
+                        "--kv-cache-dtype", "q6")
+    assert code == 0 and [d["status"] for d in doc["verdicts"][0]["dimensions"] if d["dimension"] == "kv-cache"] \
+        == ["native"]
+
+
+# ------------------------------------------------------------------------------ parallel layouts
+
+def shaped(method: str, *, heads: int, kv: int, head_dim: int, inter: int, layers: int = 80, moe: bool = False,
+           **quant: object) -> Inspection:
+    return Inspection(path="m", container="safetensors", dtype="bfloat16", num_attention_heads=heads,
+                      num_kv_heads=kv, head_dim=head_dim, hidden_size=heads * head_dim, intermediate_size=inter,
+                      num_layers=layers, moe=moe,
+                      quantization=Quantization(method=method, **quant))  # type: ignore[arg-type]
+
+
+def layout(inspection: Inspection, engine: str, gpu: str = "h100", **options: int) -> Verdict:
+    from qcheck.matrix.loader import load_matrix
+    from qcheck.matrix.resolve import EngineRequest, resolve_one
+
+    m = load_matrix()
+    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), options)
+
+
+def par(v: Verdict):
+    return next(d for d in v.dimensions if d.dimension == "parallelism")
+
+
+FP8_BLOCK = {"weight_bits": 8, "weight_dtype": "float8_e4m3", "activation_dtype": "float8_e4m3",
+             "scale_granularity": "block", "block_size": [128, 128], "producer": "modelopt", "config_method": "fp8"}
+
+
+def test_sglang_enforces_the_same_shape_checks_as_vllm() -> None:
+    qwen72 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
+    v = layout(qwen72, "sglang", tp=8)
+    assert par(v).status == "unsupported" and v.status == "unsupported"
+    assert "Weight output_partition_size = 3696 is not divisible by weight quantization block_n = 128." in \
+        " ".join(par(v).reasons)
+    deepseek_like = shaped("fp8", heads=128, kv=128, head_dim=128, inter=18432, **FP8_BLOCK)
+    assert par(layout(deepseek_like, "sglang", tp=8)).status == "native"
+    odd_heads = shaped("none", heads=40, kv=8, head_dim=128, inter=13824)
+    assert par(layout(odd_heads, "sglang", tp=3)).status == "unsupported"
+    assert par(layout(shaped("none", heads=32, kv=8, head_dim=128, inter=14336, layers=4), "sglang", pp=8)).status \
+        == "unsupported"
+    assert par(layout(shaped("none", heads=32, kv=8, head_dim=128, inter=14336, moe=True), "sglang", ep=4)).status \
+        == "native"
+
+
+def test_llama_cpp_splits_without_divisibility() -> None:
+    odd = shaped("gguf", heads=40, kv=8, head_dim=128, inter=13824)
+    v = layout(odd, "llama.cpp", "rtx-4090", tp=3)
+    assert par(v).status == "native" and par(v).reasons == ["tp 3: llama.cpp checks no shape divisibility at load"]
+    assert any("--split-mode tensor" in w for w in v.warnings)
+    assert par(layout(odd, "vllm", tp=3)).status == "unsupported"  # the same shape on vLLM
+    assert par(layout(odd, "llama.cpp", "rtx-4090", ep=2)).reasons == ["llama.cpp has no expert parallelism (--ep)"]
+
+
+def test_exllama_and_mlx_layouts() -> None:
+    odd_mlp = shaped("exl2", heads=32, kv=8, head_dim=128, inter=11000)
+    v = layout(odd_mlp, "exllamav2", "rtx-4090", tp=2)
+    assert par(v).status == "unsupported" and "Model intermediate size must be divisible by 128" in par(v).reasons[0]
+    assert par(layout(shaped("exl2", heads=40, kv=8, head_dim=128, inter=13824), "exllamav2", "rtx-4090", tp=3)
+               ).status == "native"  # heads split unevenly
+    assert par(layout(odd_mlp, "exllamav3", "rtx-4090", tp=3)).status == "native"
+    few_kv = shaped("mlx", heads=32, kv=2, head_dim=128, inter=14336)
+    v = layout(few_kv, "mlx", "m3-ultra", tp=4)  # n_kv_heads //= N: no replication
+    assert par(v).status == "unsupported" and "never replicates a KV head" in par(v).reasons[0]
+    assert par(layout(few_kv, "vllm", tp=4)).status == "native"  # vLLM replicates the 2 KV heads
+    assert par(layout(few_kv, "mlx", "m3-ultra", tp=2)).status == "native"
+    assert par(layout(few_kv, "mlx", "m3-ultra", ep=2)).status == "unsupported"
+
+
+def test_the_matrix_data_names_a_source_for_every_new_table() -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    m = load_matrix()
+    with_kv = {e.id for e in m.engines.values() if e.kv_cache is not None}
+    with_parallel = {e.id for e in m.engines.values() if e.parallel is not None}
+    assert {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "ollama", "lm-studio", "mlx", "exllamav2", "exllamav3",
+            "transformers"} <= with_kv
+    assert {"vllm", "sglang", "llama.cpp", "mlx", "exllamav2", "exllamav3"} <= with_parallel
+    for engine_id in with_kv | with_parallel:
+        engine = m.engine(engine_id)
+        for spec in (engine.kv_cache, engine.parallel):
+            if spec is not None:
+                assert spec.sources and all(s.version for s in spec.sources), engine_id
