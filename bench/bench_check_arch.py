@@ -18,7 +18,8 @@ from pathlib import Path
 
 CASES = (["examples/tiny-llama-Q4_0.gguf", "--engine", "llama.cpp", "--gpu", "h100"],
          ["examples/tiny-llama-fp8-block", "--engine", "vllm", "--gpu", "h100"],
-         ["examples/tiny-llama-fp8-block", "--engine", "transformers", "--gpu", "h100"])
+         ["examples/tiny-llama-fp8-block", "--engine", "transformers", "--gpu", "h100"],
+         ["examples/tiny-llama-Q4_0.gguf", "--engine", "ollama", "--gpu", "rtx-4090"])
 
 
 def cold(root: Path, runs: int = 7) -> None:
@@ -39,7 +40,7 @@ def parse_cost(root: Path) -> None:
     sys.path.insert(0, str(root))
     from qcheck.matrix.architectures import clear_cache, load_architectures
 
-    for engine in ("vllm", "transformers", "llama.cpp"):
+    for engine in ("vllm", "transformers", "llama.cpp", "ollama"):
         best = 1e9
         for _ in range(20):
             clear_cache()

@@ -18,7 +18,7 @@ from qcheck.matrix.architectures import clear_cache as clear_arch_cache
 from qcheck.matrix.architectures import validate
 from qcheck.matrix.loader import clear_cache
 from qcheck.matrix.schema import MatrixDataError
-from support.builders import bf16_llama, fp8_block_deepseek, llama_config
+from support.builders import bf16_llama, fp8_block_deepseek, llama_config, mlx_fixture
 from support.gguf_helpers import write_gguf
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
@@ -311,6 +311,42 @@ def test_shipped_gguf_on_llama_cpp(tmp_path, capsys, shipped, arch, engine, stat
     assert code == (0 if status == "native" else 1)
     if engine == "llama.cpp==b10361" and arch == "qwen4exp":
         assert arch_dim["suggestions"] == ["llama.cpp b11312 loads qwen4exp: --engine llama.cpp==b11312"]
+
+
+@pytest.mark.parametrize(("arch", "engine", "status", "first"), [
+    ("LlamaForCausalLM", "ollama", "native", None),
+    ("Gemma4ForCausalLM", "ollama==0.20.0", "native", None),
+    ("Gemma4ForCausalLM", "ollama==0.19.0", "unsupported", "--engine ollama==0.20.0"),  # first in 0.20.0
+    ("Qwen3ForCausalLM", "ollama", "unsupported", None),  # no converter: 'unsupported architecture' (#11084)
+    ("MistralForCausalLM", "ollama==0.6.4", "native", None),
+    ("MistralForCausalLM", "ollama", "unsupported", "--engine ollama==0.6.4"),  # dropped from the importer in 0.6.5
+    ("TotallyNewForCausalLM", "ollama==0.34.0", "unknown", None),  # newer than the newest tag read
+])
+def test_shipped_safetensors_import_on_ollama(tmp_path, capsys, shipped, arch, engine, status, first) -> None:
+    """`ollama create` from BF16 safetensors: the importer's architecture list at the version asked for."""
+    model = st_model(tmp_path, arch, "x")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", engine, "--gpu", "rtx-4090", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status, arch_dim
+    assert any("ollama/ollama: convert/convert.go" in s["ref"] for s in arch_dim["sources"])
+    if first:
+        assert any(first in s for s in arch_dim["suggestions"]), arch_dim["suggestions"]
+    if status == "unsupported":
+        assert code == 1 and v["status"] == "unsupported"
+
+
+def test_ollama_import_list_judges_only_the_weights_it_imports(tmp_path, capsys, shipped) -> None:
+    """MLX safetensors go to Ollama's experimental MLX runner, not the GGUF importer: its list does not apply."""
+    fx = mlx_fixture()
+    fx.configs["config.json"].update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    model = fx.write(tmp_path / "mlx-qwen3")
+    code, out, _ = cli(capsys, "check", str(model), "--engine", "ollama", "--gpu", "m3-max", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == "unknown" and code == 1
+    assert arch_dim["reasons"] == ["qcheck has no data on which architectures Ollama loads from safetensors "
+                                   "checkpoints: whether it loads Qwen3ForCausalLM is not known"]
 
 
 # ---------------------------------------------------------------------------------- --engine NAME=installed

@@ -191,6 +191,51 @@ def test_llama_cpp_from_a_llama_cpp_python_sdist(tool, tmp_path, monkeypatch) ->
         tool.main(["llama.cpp", "--versions", "llama-cpp-python==9.9.0", "--out", str(out)])
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repository")
+def test_ollama_from_release_tags(tool, tmp_path) -> None:
+    """An Ollama repository with tags: the importer's Architectures[0] switch per final release (and the newest
+    tag), LLAMA_CPP_VERSION per tag; tags before the importer are not read."""
+    repo = tmp_path / "ollama"
+    (repo / "convert").mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+
+    def tag(name: str, files: dict[str, str]) -> None:
+        for path, text in files.items():
+            (repo / path).write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", name, "--allow-empty"], check=True)
+        subprocess.run([*git, "tag", name], check=True)
+
+    def switch(*cases: str) -> str:
+        body = "".join(f"\tcase {c}:\n\t\tconv = &m{{}}\n" for c in cases)
+        return f"func LoadModelMetadata() {{\n\tswitch p.Architectures[0] {{\n{body}\tdefault:\n\t\treturn err\n\t}}\n}}\n"
+
+    tag("v0.1.0", {"README.md": "no importer yet\n"})
+    tag("v0.2.0", {"convert/safetensors.go": switch('"MistralForCausalLM"', '"GemmaForCausalLM"')})
+    (repo / "convert" / "safetensors.go").unlink()
+    tag("v0.3.0", {"convert/convert.go": switch('"LlamaForCausalLM"', '"GemmaForCausalLM", "BertModel"',
+                                                '"Qwen2VLForConditionalGeneration"'),
+                   "LLAMA_CPP_VERSION": "b5000\n"})
+    tag("v0.4.0-rc1", {"convert/convert.go": switch('"LlamaForCausalLM"', '"Qwen3ForCausalLM"'),
+                       "LLAMA_CPP_VERSION": "b6000\n"})
+    path = tool.write_ollama(repo / ".git", tmp_path / "out")
+    data = _read(path, "ollama")
+    assert data.versions_read == ("0.2.0", "0.3.0", "0.4.0rc1")
+    assert data.derive is not None and data.derive.versions == {"0.3.0": "b5000", "0.4.0rc1": "b6000"}
+    [imp] = data.lists
+    assert imp.methods == ("none", "fp8", "mxfp4") and imp.containers == ("safetensors",)
+    assert (imp.arch["MistralForCausalLM"].first, imp.arch["MistralForCausalLM"].last) == ("0.2.0", "0.2.0")
+    assert (imp.arch["GemmaForCausalLM"].last, imp.arch["Qwen3ForCausalLM"].first) == ("0.3.0", "0.4.0rc1")
+    assert (imp.arch["BertModel"].kind, imp.arch["Qwen2VLForConditionalGeneration"].kind) == ("embedding",
+                                                                                              "multimodal")
+    assert data.read["0.4.0rc1"].startswith("ollama git tag v0.4.0-rc1 (")
+    # a tag whose importer the parser cannot read fails loudly instead of dropping every architecture
+    tag("v0.5.0", {"convert/convert.go": "func LoadModelMetadata() { lookup(p.Architectures[0]) }\n"})
+    with pytest.raises(SystemExit, match="no Architectures"):
+        tool.write_ollama(repo / ".git", tmp_path / "out")
+
+
 def test_output_is_deterministic(tool, tmp_path) -> None:
     lst = tool.NameList("l", "hf-class", ["safetensors"], "src")
     lst.seen = {"1.0": {"B": "text", "A": "text"}, "2.0": {"A": "text"}}

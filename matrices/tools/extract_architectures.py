@@ -58,6 +58,7 @@ from qcheck.matrix.arch_sources import (  # noqa: E402
     parse_convert_hf,
     parse_llama_arch,
     parse_mlx_remapping,
+    parse_ollama_convert,
     parse_sglang_entry,
     parse_transformers_config,
     parse_transformers_gguf,
@@ -111,6 +112,8 @@ class NameList:
     unlisted: str = ""
     #: a generic loader for names the list lacks: {"via", "marker", "reason"} (see SCHEMA.md §7)
     fallback: dict[str, str] | None = None
+    #: the weight methods whose checkpoints the list judges (empty: every one)
+    methods: list[str] = field(default_factory=list)
     #: version -> {name: kind}, oldest first
     seen: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -191,6 +194,8 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"note = {_q(lst.note)}")
         if lst.unlisted:
             lines.append(f"unlisted = {_q(lst.unlisted)}")
+        if lst.methods:
+            lines.append(f"methods = [{', '.join(_q(m) for m in lst.methods)}]")
         if lst.fallback and any(lst.fallback["marker"] in names for names in lst.seen.values()):
             lines.append("fallback = { " + ", ".join(f"{k} = {_q(v)}" for k, v in lst.fallback.items()) + " }")
         lines += [f"versions_read = [{', '.join(_q(v) for v in lst.seen)}]",
@@ -502,35 +507,81 @@ def _tar_members(path: Path, wanted: re.Pattern[str]) -> dict[str, str]:
 
 
 def write_ollama(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
-    """matrices/architectures/ollama.toml: which llama.cpp build each Ollama release runs GGUF files with, from
-    ``LLAMA_CPP_VERSION`` at every release tag of an Ollama git repository (a clone or mirror)."""
-    tags = subprocess.run(["git", "--git-dir", str(git_dir), "tag", "--list", "v*"], capture_output=True, text=True,
-                          check=True).stdout.split()
-    builds: dict[str, str] = {}
-    for tag in tags:
-        r = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:LLAMA_CPP_VERSION"],
-                           capture_output=True, text=True)
-        build = r.stdout.strip().splitlines()[0].strip() if r.returncode == 0 and r.stdout.strip() else ""
-        if re.fullmatch(r"b\d+", build):
-            version = tag[1:].replace("-rc", "rc")
-            builds[version] = build
+    """matrices/architectures/ollama.toml, from the release tags of an Ollama git repository (a clone or mirror):
+
+    * which llama.cpp build each release runs GGUF files with (``LLAMA_CPP_VERSION`` at the tag);
+    * which HF classes ``ollama create`` imports from safetensors (the ``Architectures[0]`` switch of
+      convert/convert.go, convert/safetensors.go before 0.3.3), at every final release tag and the newest tag.
+    """
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True)
+
     from packaging.version import Version
 
-    ordered = dict(sorted(builds.items(), key=lambda kv: Version(kv[0])))
-    head = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--short=8", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    tags = git("tag", "--list", "v*").stdout.split()
+    version_of = {tag: tag[1:].replace("-rc", "rc") for tag in tags}
+    tags = sorted((t for t in tags if _pep440(version_of[t])), key=lambda t: Version(version_of[t]))
+    builds: dict[str, str] = {}
+    for tag in tags:
+        r = git("show", f"{tag}:LLAMA_CPP_VERSION")
+        build = r.stdout.strip().splitlines()[0].strip() if r.returncode == 0 and r.stdout.strip() else ""
+        if re.fullmatch(r"b\d+", build):
+            builds[version_of[tag]] = build
+    head = git("rev-parse", "--short=8", "HEAD").stdout.strip()
+    convert = NameList("import", "hf-class", ["safetensors"],
+                       "ollama/ollama: convert/convert.go (the Architectures[0] switch of the safetensors importer; "
+                       "convert/safetensors.go before 0.3.3)",
+                       note="ollama create imports these from FP16/BF16/FP32 safetensors (FP8 ones become Q8_0, "
+                            "GPT-OSS keeps MXFP4) and refuses any other class: 'unsupported architecture'; the "
+                            "experimental MLX runner's importer (x/create) is not read; kinds from the HF class "
+                            "names (XModel: embedding, ...ForConditionalGeneration: multimodal)",
+                       methods=["none", "fp8", "mxfp4"])
+    read: dict[str, str] = {}
+    finals = [t for t in tags if not Version(version_of[t]).is_prerelease]
+    for tag in finals + [t for t in tags[-1:] if t not in finals]:
+        text = "\n".join(git("show", f"{tag}:{f}").stdout for f in ("convert/convert.go", "convert/safetensors.go"))
+        names = parse_ollama_convert(text)
+        if not names:
+            if convert.seen:
+                raise SystemExit(f"ollama {tag}: no Architectures[0] switch found in convert/ (the parser needs updating)")
+            continue  # before the safetensors importer
+        sha = git("rev-parse", "--short=8", f"{tag}^{{commit}}").stdout.strip()
+        convert.seen[version_of[tag]] = {n: _hf_kind(n) for n in sorted(names)}
+        read[version_of[tag]] = f"ollama git tag {tag} ({sha})"
     derive = {"containers": ["gguf"], "from": "llama.cpp",
               "source": f"ollama/ollama: LLAMA_CPP_VERSION at each release tag (repository at {head})",
               "note": "Ollama runs GGUF files with the llama.cpp build it pins (llama-server); releases before "
-                      "LLAMA_CPP_VERSION vendored llama.cpp by commit and are not mapped", "versions": ordered}
+                      "LLAMA_CPP_VERSION vendored llama.cpp by commit and are not mapped", "versions": builds}
     command = "python matrices/tools/extract_architectures.py ollama --ollama-git OLLAMA_GIT_DIR"
-    newest = list(ordered)[-1:] or ["0"]
-    text = render_toml("ollama", "pep440", [], {newest[0]: f"ollama git tag v{newest[0]} ({head})"}, command,
-                       derive=derive)
+    if not read:
+        newest = list(builds)[-1:] or ["0"]
+        read = {newest[0]: f"ollama git tag v{newest[0]} ({head})"}
+    text = render_toml("ollama", "pep440", [convert] if convert.seen else [], read, command, derive=derive)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "ollama.toml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _hf_kind(name: str) -> str:
+    """A kind from the HF class-naming convention, for lists that carry no kind of their own (Ollama's importer):
+    a bare ``XModel`` (no LM head) is an encoder used for embeddings, ``...ForConditionalGeneration`` a
+    vision-language model, anything else text generation."""
+    if name.endswith("ForConditionalGeneration"):
+        return "multimodal"
+    if name.endswith("Model") and "For" not in name:
+        return "embedding"
+    return "text"
+
+
+def _pep440(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _member(t: tarfile.TarFile, name: str) -> bytes:

@@ -177,6 +177,21 @@ def parse_convert_hf(text: str) -> set[str]:
     return out
 
 
+_GO_ARCH_SWITCH = re.compile(r"switch\s+[\w.]*Architectures\[0\]\s*\{(.*?)\n\s*default:", re.S)
+_GO_CASE = re.compile(r"^\s*case\s+([^:\n]+):", re.M)
+
+
+def parse_ollama_convert(text: str) -> set[str]:
+    """The HF classes Ollama's safetensors importer converts: the ``case "X", "Y":`` labels of each
+    ``switch ...Architectures[0] {`` in convert/convert.go (convert/safetensors.go before 0.3.3); the converter
+    refuses any other class with 'unsupported architecture'."""
+    out: set[str] = set()
+    for block in _GO_ARCH_SWITCH.findall(text):
+        for labels in _GO_CASE.findall(block):
+            out.update(re.findall(r'"([A-Za-z0-9_]+)"', labels))
+    return out
+
+
 #: mlx_lm/models/*.py modules that are shared helpers, not a model_type
 MLX_NOT_MODELS = frozenset({"__init__", "base", "cache", "rope_utils", "switch_layers", "ssm", "pipeline",
                             "activations", "bitlinear_layers", "gated_delta", "mla", "mamba_utils", "layers"})

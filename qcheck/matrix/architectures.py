@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.schema import MatrixDataError, Where, check_keys
+from qcheck.matrix.schema import METHODS, MatrixDataError, Where, check_keys
 from qcheck.matrix.versions import SCHEMES, parse_version
 from qcheck.model import Judgement, Source
 
@@ -39,7 +39,8 @@ CONTAINERS = ("gguf", "safetensors")
 FILE_KEYS = {"architectures", "list"}
 HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
-LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted", "fallback"}
+LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted", "fallback",
+             "methods"}
 FALLBACK_KEYS = {"via", "marker", "reason"}
 #: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
 DIR = "architectures"
@@ -75,6 +76,9 @@ class ArchList:
     fallback: dict[str, str] | None = None
     #: lower-cased name -> name, for case-insensitive lookups of user input (``qcheck matrix --arch``)
     folded: dict[str, str] = field(default_factory=dict)
+    #: the weight methods whose checkpoints this list judges (None: every one); Ollama's importer converts
+    #: FP16/BF16/FP32, FP8 and GPT-OSS MXFP4 safetensors, not e.g. MLX ones (those go to its MLX runner)
+    methods: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,10 +234,16 @@ def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Vers
         ctx.fail("type", "arch must be a multi-line string: one 'NAME FIRST LAST KIND' a line")
     arch = _parse_rows(arch_raw, versions, display, entry["id"])
     folded = {name.lower(): name for name in arch}
+    methods = None
+    if "methods" in entry:
+        methods = _strings(entry["methods"], ctx, "methods")
+        bad = [m for m in methods if m not in METHODS]
+        if bad:
+            ctx.fail("methods", f"methods {bad} are not canonical methods ({', '.join(sorted(METHODS))})")
     return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
                     role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
                     unlisted=entry.get("unlisted"), fallback=_validate_fallback(entry.get("fallback"), ctx, arch),
-                    folded=folded)
+                    folded=folded, methods=methods)
 
 
 def _validate_fallback(raw: Any, ctx: Where, arch: dict[str, ArchName]) -> dict[str, str] | None:
@@ -362,7 +372,9 @@ def judge_architecture(d: Deployment) -> Judgement | None:
     if data is None:
         return Judgement(DIMENSION, "unknown", [
             f"qcheck has no architecture data for {engine.name}: whether it loads {shown} is not known"])
-    lists = [lst for lst in data.lists if insp.container in lst.containers and lst.names in names]
+    method = insp.quantization.method
+    lists = [lst for lst in data.lists if insp.container in lst.containers and lst.names in names
+             and (lst.methods is None or method in lst.methods)]
     load = [lst for lst in lists if lst.role == "load"]
     if not load and data.derive is not None and insp.container in data.derive.containers:
         return _judge_derived(d, data.derive, names, shown)
@@ -487,7 +499,7 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
         return Judgement(DIMENSION, "native", [f"{kind_word} {name} is in {label} since {entry.first}"],
                          [_source(data, lst, entry.first)], requires=[f"{label} >= {entry.first}"])
     version = version or d.version
-    at = _requested(version, data.scheme, d.at)
+    at = _requested(version, data.scheme, d.at, lst.parsed)
     idx = _position(lst, at)
     if entry is None:
         if at > lst.parsed[-1]:
@@ -567,14 +579,18 @@ def _fallback(d: Deployment, lst: ArchList, name: str, at: Version) -> Judgement
         f"{fb['reason']}"], [_source(other, hit, hit.versions_read[-1])] if other else [])
 
 
-def _requested(version: str, scheme: str, fallback: Version) -> Version:
+def _requested(version: str, scheme: str, fallback: Version, read: tuple[Version, ...] = ()) -> Version:
     """The version asked for, as such (the weight rules evaluate a version newer than their data at their newest;
-    the architecture lists must not: a release after the newest one read may differ)."""
+    the architecture lists must not: a release after the newest one read may differ). A pre-release after the
+    newest release read counts as its release (0.34.0rc1 as 0.34.0); one within the releases read is placed as
+    it is (Ollama's 0.33.0rc1 comes after 0.32.15 and before 0.33.0rc2, the newest tag read)."""
     try:
         parsed = parse_version(version, scheme)
     except ValueError:
         return fallback
-    return parse_version(parsed.base_version) if parsed.is_prerelease else parsed
+    if parsed.is_prerelease and (not read or parsed > read[-1]):
+        return parse_version(parsed.base_version)
+    return parsed
 
 
 def _position(lst: ArchList, at: Version) -> int | None:
