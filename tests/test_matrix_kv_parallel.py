@@ -22,7 +22,8 @@ H = 256
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("kvpar")
-    out = {"awq": str(b.awq_fixture().write(root / "awq")), "exl2": str(b.exl2_fixture().write(root / "exl2"))}
+    out = {"awq": str(b.awq_fixture().write(root / "awq")), "exl2": str(b.exl2_fixture().write(root / "exl2")),
+           "exl3": str(b.exl3_fixture().write(root / "exl3"))}
     out["gguf"] = str(write_gguf(root / "model-q8_0.gguf", [
         ("blk.0.attn_q.weight", (H, H), Q.Q8_0), ("output_norm.weight", (H,), Q.F32)])[0])
     fixture = b.fp8_ct_channel()
@@ -254,3 +255,55 @@ def test_the_matrix_data_names_a_source_for_every_new_table() -> None:
         for spec in (engine.kv_cache, engine.parallel):
             if spec is not None:
                 assert spec.sources and all(s.version for s in spec.sources), engine_id
+
+
+# ------------------------------------------------------------------------------ GPUs added in this pass
+
+@pytest.mark.parametrize("name,gpu,arch,cc", [
+    ("Jetson AGX Thor", "jetson-thor", "blackwell-thor", "11.0"),
+    ("sm110", None, "blackwell-thor", "11.0"),
+    ("sm101", None, "blackwell-thor", "10.1"),  # CUDA 12.8/12.9's name for Thor
+    ("NVIDIA TITAN V", "titan-v", "volta", "7.0"),
+    ("NVIDIA GeForce RTX 2060 SUPER", "rtx-2060", "turing", "7.5"),
+    ("NVIDIA GeForce RTX 4060 Ti", "rtx-4060", "ada", "8.9"),
+    ("Jetson Orin Nano", "jetson-orin-nano", "ampere", "8.7"),
+    ("Intel(R) Arc(TM) A770 Graphics", "arc-a770", "xe-hpg", None),
+    ("Intel(R) Arc(TM) B580 Graphics", "arc-b580", "battlemage", None),
+    ("Intel(R) Data Center GPU Max 1550", "max-1550", "xe-hpc", None),
+    ("A380", "arc-a380", "xe-hpg", None),
+])
+def test_device_tool_names_of_the_new_gpus(name: str, gpu: str | None, arch: str, cc: str | None) -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    target = load_matrix().gpus.lookup(name)
+    assert (target.gpu, target.arch.id, target.cc) == (gpu, arch, cc)
+
+
+def test_titan_v_and_orin_carry_their_own_memory() -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    gpus = load_matrix().gpus.gpus
+    assert (gpus["titan-v"].memory_gib, gpus["v100"].memory_gib) == (12, 32)
+    assert [gpus[g].memory_gib for g in ("jetson-orin", "jetson-orin-nx", "jetson-orin-nano", "jetson-thor")] == \
+        [64, 16, 8, 128]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm", "llama.cpp", "ollama", "transformers", "mlx",
+                                    "exllamav2", "exllamav3"])
+def test_thor_is_unknown_until_a_rule_names_it(files, engine: str) -> None:
+    """No engine's rules were read for sm110: capability-wide rules (cc >= 10.0 ...) must not call it native."""
+    path = {"llama.cpp": files["gguf"], "ollama": files["gguf"], "exllamav2": files["exl2"],
+            "exllamav3": files["exl3"]}.get(engine, files["awq"])
+    result = check_path(path, [engine], ["jetson-thor"])
+    v = result.verdicts[0]
+    assert v.status == "unknown" and result.exit_code == 1, (engine, v.status, v.reasons)
+    assert check_path(path, [engine], ["jetson-thor"], allow_unknown=True).exit_code == 0
+    weights = v.dimensions[0]
+    assert weights.dimension == "weights" and weights.status == "unknown", weights
+
+
+def test_thor_kv_and_explicit_rules() -> None:
+    from qcheck.matrix.loader import load_matrix
+
+    thor = load_matrix().gpus.archs["blackwell-thor"]
+    assert thor.explicit_rules and not load_matrix().gpus.archs["blackwell"].explicit_rules

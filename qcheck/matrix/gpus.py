@@ -38,6 +38,20 @@ def normalise(name: str) -> str:
     return _PUNCT.sub("", name.strip().lower())
 
 
+def _tool_spellings(key: str) -> list[str]:
+    """A normalised name, then without what device tools decorate it with: "(R)"/"(TM)" and a trailing
+    "Graphics" (xpu-smi, sycl-ls: "Intel(R) Arc(TM) A770 Graphics"), "GeForce" after the vendor word
+    ("NVIDIA GeForce RTX 2060 SUPER")."""
+    bare = key.replace("(r)", "").replace("(tm)", "")
+    if bare.endswith("graphics"):
+        bare = bare[: -len("graphics")]
+    out = [key, bare]
+    for prefix in ("nvidiageforce", "geforce"):
+        if bare.startswith(prefix):
+            out.append(bare[len(prefix):])
+    return list(dict.fromkeys(c for c in out if c))
+
+
 def parse_cc_name(name: str) -> str | None:
     """'sm90', 'sm_90', '9.0', '90', 'sm121', '12.1' -> '9.0' / '12.1'; None if it is not a capability."""
     key = normalise(name)
@@ -87,17 +101,21 @@ class GpuTable:
     def lookup(self, name: str) -> Target:
         """Resolve one ``--gpu`` value; raises UsageError (exit 2) with close matches if unknown.
 
-        The names ``nvidia-smi`` and ``rocm-smi`` print work as they are: a leading vendor word ("NVIDIA
-        H100 80GB HBM3", "AMD Instinct MI300X", "Tesla V100-SXM2-32GB") is dropped when the full name is
-        not known itself.
+        The names ``nvidia-smi``, ``rocm-smi`` and ``xpu-smi`` print work as they are: a leading vendor word
+        ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X", "Tesla V100-SXM2-32GB"), "GeForce", "(R)"/"(TM)" and a
+        trailing "Graphics" ("Intel(R) Arc(TM) A770 Graphics") are dropped when the full name is not known itself.
         """
         key = normalise(name)
-        hit = self._names.get(key)
-        if hit is None:
-            for prefix in _VENDOR_WORDS:
-                if key.startswith(prefix) and key[len(prefix):] in self._names:
-                    hit = self._names[key[len(prefix):]]
-                    break
+        hit = None
+        for candidate in _tool_spellings(key):
+            hit = self._names.get(candidate)
+            if hit is None:
+                for prefix in _VENDOR_WORDS:
+                    if candidate.startswith(prefix) and candidate[len(prefix):] in self._names:
+                        hit = self._names[candidate[len(prefix):]]
+                        break
+            if hit is not None:
+                break
         if hit is not None:
             kind, ident = hit
             if kind == "gpu":
@@ -177,10 +195,13 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
         aliases = tuple(_as_str_list(entry.get("aliases", []), "aliases", ctx, allow_empty=True))
         for name in (ident, *aliases):
             claim(name, f"arch '{ident}'", ctx)
+        explicit = entry.get("explicit_rules", False)
+        if not isinstance(explicit, bool):
+            ctx.fail("bad-type", "explicit_rules must be true or false")
         orders[vendor] = orders.get(vendor, -1) + 1
         archs.append(Arch(id=ident, vendor=vendor, name=str(entry.get("name") or ident), aliases=aliases, ccs=ccs,
                           native_formats=frozenset(formats), source=require_str(entry, "source", ctx),
-                          order=orders[vendor]))
+                          order=orders[vendor], explicit_rules=explicit))
     arch_by_id = {a.id: a for a in archs}
     gpus: list[Gpu] = []
     for i, entry in enumerate(raw_gpus):

@@ -223,6 +223,13 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
             verdict.reasons = [f"no sourced rule for {engine.name} {version} x {kind} adapters on {where}: no "
                                "adapter rule in the matrix covers this combination (rules for full models never "
                                "judge an adapter)"]
+        elif target is not None and target.arch.explicit_rules:
+            verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}: {target.arch.name} "
+                               "is a new architecture nobody has read this engine's code for, and rules written "
+                               "for other capabilities do not cover it"]
+            verdict.sources = [Source(ref=f"matrices/gpus.toml: [[arch]] {target.arch.id}", version="none read",
+                                      note=target.arch.source)]
+            verdict.rule_id = "new-architecture"
         else:
             verdict.reasons = [f"no sourced rule for {engine.name} {version} x {method} on {where}"]
         return verdict, []

@@ -86,6 +86,9 @@ def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: 
             continue
         if rule.hardware and (target is None or not all(h.test(target) for h in rule.hardware)):
             continue
+        if target is not None and target.arch.explicit_rules and not _names_arch(rule) \
+                and getattr(rule, "status", None) not in ("unsupported", "unknown"):
+            continue  # a new architecture: a vendor- or capability-wide rule says nothing about it
         types: list[str] = []
         for cond in rule.match:
             holds, hit = cond.test(inspection)
@@ -96,6 +99,11 @@ def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: 
         else:
             out.append((rule, types))
     return out
+
+
+def _names_arch(rule: Rule | SuggestionRule) -> bool:
+    """Whether a rule's hardware names an architecture or a product (not only a vendor or a capability range)."""
+    return any(h.key in ("arch", "gpu") for h in rule.hardware)
 
 
 def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tuple[Rule, list[str]]]:

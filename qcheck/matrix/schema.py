@@ -30,7 +30,8 @@ PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "fi
                 "adapter_rank", "base_model")
 SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
-ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "source", "note"}
+ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
+             "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
@@ -104,6 +105,9 @@ class Arch:
     source: str
     #: position among the vendor's architectures, oldest first (drives "oldest arch that runs it")
     order: int
+    #: a new architecture no engine data was read for: only rules naming it (arch/gpu) decide; vendor- or
+    #: capability-wide rules may still say unsupported/unknown, never native or fallback
+    explicit_rules: bool = False
 
     @property
     def cc(self) -> str | None:
