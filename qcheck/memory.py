@@ -238,8 +238,11 @@ class MemoryEstimate:
     device: str = "GPU"  # GPU | RAM | unified
     host_bytes: int = 0  # weights the engine keeps in host memory (llama.cpp token embeddings)
     reserve: str = ""  # how usable_bytes was derived
-    max_context: int | None = None  # largest context that fits one device at this batch
-    max_batch: int | None = None  # largest batch that fits one device at this context
+    max_context: int | None = None  # largest context that fits at this batch, on max_context_gpus devices
+    max_batch: int | None = None  # largest batch that fits at this context, on max_context_gpus devices
+    #: the device count max_context / max_batch are judged at: 1, the --tp size, or gpus_needed when one GPU is
+    #: not enough (tensor parallelism splits the KV heads, a layer split the layers)
+    max_context_gpus: int = 1
     model_context: int | None = None
     offload: dict[str, Any] | None = None
     #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
@@ -296,9 +299,10 @@ class MemoryEstimate:
             text += f"; does not fit {usable}, needs {self.gpus_needed} with {how} ({g(self.per_gpu_bytes)} GiB each)"
         else:
             text += f"; does not fit {usable}, not even on {self.max_gpus}"
-        if self.max_context is not None and self.fits:
+        if self.max_context is not None and (self.fits or self.max_context_gpus > 1):
             full = self.model_context and self.max_context >= self.model_context
-            text += f"; max context {self.max_context}" + (" (the model's own)" if full else "") + \
+            at = f" on {self.max_context_gpus} GPUs" if self.max_context_gpus > 1 and not self.tp else ""
+            text += f"; max context {self.max_context}" + (" (the model's own)" if full else "") + at + \
                 f" at batch {self.batch}"
         return text
 
@@ -546,6 +550,7 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
     per_gpu: int | None = None
     max_gpus = MAX_GPUS
     max_ctx = max_batch = None
+    max_ctx_gpus = 1
     offload = None
     model_ctx = inspection.context_length
     n_dev = tp if tp and tp > 1 and device == "GPU" else 1
@@ -588,8 +593,11 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
                                    "a smaller quantisation is needed")
         if plan is not None and kv_bytes is not None:
             top = model_ctx or (1 << 20)
-            max_ctx = search_max(lambda c: need(c, batch, n_dev) <= usable, 1, max(top, 1))
-            max_batch = search_max(lambda b: need(ctx, b, n_dev) <= usable, 1, 4096)
+            # at the GPU count the plan uses: the chosen --tp, else the count needed when one GPU is not enough
+            at = n_dev if n_dev > 1 or fits or not needed else needed
+            max_ctx_gpus = at
+            max_ctx = search_max(lambda c: need(c, batch, at) <= usable, 1, max(top, 1))
+            max_batch = search_max(lambda b: need(ctx, b, at) <= usable, 1, 4096)
         if llamacpp and fits is False and device == "GPU" and plan is not None and n_dev == 1:
             offload = _offload(shape, scale, kv_at(ctx, batch), overhead(ctx, batch), usable, lay)
     if shape.from_tensors:
@@ -615,6 +623,7 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
         overhead_source=source, assumptions=assumptions, ignored=ignored, parts=[p.to_json() for p in parts],
         overhead_known=plan is not None, engine=engine, device=device, host_bytes=host,
         reserve=reserve.text if reserve is not None else "", max_context=max_ctx, max_batch=max_batch,
+        max_context_gpus=max_ctx_gpus,
         model_context=model_ctx, offload=offload, tp=n_dev if n_dev > 1 else None, active_weight_bytes=active_bytes, active_parameters=active_params)
 
 

@@ -63,7 +63,9 @@ def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
                 "path": ins.path, "quant": str(label or q.method), "size_bytes": ins.size_bytes,
                 "bits_per_weight": q.bits_per_weight or _DTYPE_BITS.get((ins.dtype or "").lower()), "engine": v.engine, "gpu": v.gpu or v.arch,
                 "status": v.status, "fit": _fit(mem), "fits": mem.get("fits"),
-                "max_context": mem.get("max_context") if mem.get("fits") else None,
+                "max_context": mem.get("max_context") if mem.get("fits") or (mem.get("max_context_gpus") or 1) > 1
+                else None,
+                "max_context_gpus": mem.get("max_context_gpus") or 1,
                 "model_context": mem.get("model_context"), "context": mem.get("context"),
                 "decode_tokens_per_s": (mem.get("speed") or {}).get("decode_tokens_per_s"),
             })
@@ -129,6 +131,8 @@ def render_text(table: QuantTable) -> str:
         ctx = "-" if r["max_context"] is None else str(r["max_context"])
         if r["max_context"] is not None and r["model_context"] and r["max_context"] >= r["model_context"]:
             ctx += " (all)"
+        if r["max_context"] is not None and r["max_context_gpus"] > 1:
+            ctx += f" on {r['max_context_gpus']} GPUs"
         dec = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:,.0f}"
         body.append([r["quant"], size, bpw, f"{r['engine']} x {r['gpu']}", r["status"], r["fit"], ctx, dec])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
@@ -139,7 +143,7 @@ def render_text(table: QuantTable) -> str:
     ctxs = {r["context"] for r in table.quants if r["context"]}
     lines.append("")
     lines.append("memory at context " + ", ".join(str(c) for c in sorted(ctxs)) + " (docs/memory.md); max context: "
-                 "the largest that fits one GPU at the batch; * decode: an upper bound from memory bandwidth "
+                 "the largest that fits one GPU at the batch (or the GPUs it needs); * decode: an upper bound from memory bandwidth "
                  "(estimate)")
     lines.append(f"--all shows each model's detail; {len(table.quants)} row(s) (exit {table.exit_code})")
     return "\n".join(lines) + "\n"

@@ -77,6 +77,10 @@ def test_mla_caches_the_latent_and_is_replicated_under_tensor_parallelism():
     assert est.fits is False and est.gpus_needed == 8  # 689 GB / 8 = 80 GiB + the whole 2.1 GiB latent per GPU
     assert est.per_gpu_bytes is not None
     assert est.per_gpu_bytes - 689_000_000_000 // 8 - est.activation_bytes - est.fixed_bytes == est.kv_cache_bytes
+    # max context at those 8 GPUs, each holding the whole latent of every cached token
+    assert est.max_context_gpus == 8 and est.max_context is not None
+    per_gpu_at_max = 689_000_000_000 // 8 + est.activation_bytes + est.fixed_bytes + 61 * 576 * 2 * est.max_context
+    assert per_gpu_at_max <= est.usable_bytes < per_gpu_at_max + 61 * 576 * 2
 
 
 def test_sliding_window_layers_cache_only_the_window():

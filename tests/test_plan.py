@@ -217,6 +217,45 @@ def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
         "--tp 4" in four_small.summary()
 
 
+@pytest.mark.parametrize(("engine", "gpu_gib", "kv_heads", "needed"), [
+    ("vllm", 80, 8, 2),       # tensor parallel: each rank holds 8/2 KV heads
+    ("sglang", 80, 8, 4),     # SGLang reserves >= 10 GiB on GPUs above 60 GiB
+    ("vllm", 48, 8, 4),       # 8 KV heads over 4 ranks
+    ("vllm", 80, 2, 2),       # 2 KV heads over 2 ranks: one whole head each
+    ("llama.cpp", 48, 8, 3),  # a layer split (any count, not a power of two)
+])
+def test_max_context_is_judged_at_the_gpu_count_the_model_needs(engine, gpu_gib, kv_heads, needed):
+    l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=kv_heads)
+    ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
+               num_attention_heads=64, num_kv_heads=kv_heads)
+    est = estimate_memory(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib)
+    assert est.fits is False and est.gpus_needed == needed and est.max_context_gpus == needed
+    # the same numbers as judging that GPU count directly (--tp N): fit, largest context and batch
+    at_n = estimate_memory(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib, tp=needed)
+    assert at_n.fits is True and (est.max_context, est.max_batch) == (at_n.max_context, at_n.max_batch)
+    assert est.max_context and est.max_context >= 8192
+    # and it is the edge: one more token of context would not fit those GPUs
+    if est.max_context < 131072:
+        over = estimate_memory(ins, context=est.max_context + 1, config=l70, engine=engine, gpu_memory_gib=gpu_gib,
+                               tp=needed)
+        assert over.fits is False
+    # one GPU cannot hold even the weights, so a one-GPU max context would be meaningless
+    assert f"max context {est.max_context}" in est.summary() and f"on {needed} GPUs" in est.summary()
+
+
+def test_tensor_parallel_max_context_counts_each_ranks_share_of_kv_heads():
+    """8 KV heads on 2 ranks: 4 heads per GPU, so the per-GPU KV at the max context is half the whole KV."""
+    l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64)
+    ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
+               num_attention_heads=64)
+    est = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
+    c = est.max_context
+    kv_whole = 2 * 80 * 8 * 128 * 2 * c  # bf16, all heads
+    overhead = est.activation_bytes + est.fixed_bytes
+    per_gpu = -(-est.weights_bytes // 2) + kv_whole // 2 + overhead
+    assert per_gpu <= est.usable_bytes < per_gpu + 2 * 80 * 4 * 128 * 2  # within one token of a rank's share
+
+
 def test_moe_offload_names_the_equivalent_override_tensor_pattern():
     import re
 
