@@ -483,3 +483,66 @@ def test_lm_studio_gguf_on_arm_linux(files) -> None:
     new, _ = check(files["q8_0-gguf"], "lm-studio==0.4.9", "cpu-arm")
     assert (new.dimensions[0].status, new.rule_id) == ("native", "gguf-established-types")
     assert cited(new, "c6854fb")
+
+
+# ------------------------------------------------------------------ unknowns the code settles
+
+def w4a8_fp8(tmp_path, moe_model: bool = False) -> str:
+    """A compressed-tensors W4A8-FP8 checkpoint (int4 group-128 weights, FP8 per-token dynamic activations)."""
+    w = b.qargs(4, "int", "group", group_size=128)
+    a = b.qargs(8, "float", "token", dynamic=True)
+    fixture = b._q(b.DEFAULT, b.int_pack_ct, b.ct_config({"group_0": b.scheme(w, a)}, fmt="int-quantized"))
+    return str((moe(fixture) if moe_model else fixture).write(tmp_path / f"w4a8-{moe_model}"))
+
+
+def test_vllm_w4a8_fp8_off_hopper(tmp_path) -> None:
+    """0.33.0 compressed_tensors.py:648-653: the W4A8-FP8 scheme only on capability exactly 90."""
+    dense = w4a8_fp8(tmp_path)
+    assert check(dense, "vllm", "h100")[0].status == "native"
+    for gpu in ("b200", "rtx-5090"):
+        v, result = check(dense, "vllm", gpu)
+        assert (v.status, v.rule_id) == ("unsupported", "int4-w4a8-fp8-blackwell-033") and result.exit_code == 1
+        assert "no compressed-tensors compatible scheme" in text(v)
+    old, _ = check(dense, "vllm==0.28.0", "b200")
+    assert (old.status, old.rule_id) == ("unknown", "int4-w4a8-fp8-blackwell")
+    experts, _ = check(w4a8_fp8(tmp_path, moe_model=True), "vllm", "b200")
+    assert (experts.status, experts.rule_id) == ("unknown", "int4-w4a8-fp8-moe-blackwell") and "humming" in text(experts)
+
+
+def test_sglang_has_no_dense_w4a8_fp8_scheme(tmp_path) -> None:
+    """0.5.23: no dense compressed-tensors scheme for int4 x FP8 (was `native` on Hopper); experts only."""
+    dense = w4a8_fp8(tmp_path)
+    for gpu in ("h100", "b200"):
+        v, result = check(dense, "sglang", gpu)
+        assert (v.status, v.rule_id) == ("unsupported", "int4-w4afp8-dense") and result.exit_code == 1, gpu
+    experts = w4a8_fp8(tmp_path, moe_model=True)
+    hopper, _ = check(experts, "sglang", "h100")
+    assert (hopper.status, hopper.rule_id) == ("unknown", "int4-w4afp8-hopper")
+    blackwell, _ = check(experts, "sglang", "b200")
+    assert blackwell.status == "unknown" and "cutlass_w4a8_moe_mm_sm90" in text(blackwell)
+
+
+def test_sglang_rocm_paths(files, tmp_path) -> None:
+    """0.5.23: CT WNA16 and CT W8A8-INT8 import their kernels only on CUDA builds; AWQ dequantises with Triton."""
+    for gpu in ("mi300x", "mi250x"):
+        v, result = check(files["w4a16"], "sglang", gpu)
+        assert (v.status, v.rule_id) == ("unsupported", "int4-ct-rocm") and result.exit_code == 1, gpu
+        assert "gptq_marlin_repack" in text(v)
+        int8, _ = check(str(b.w8a8_int8_ct().write(tmp_path / f"int8-{gpu}")), "sglang", gpu)
+        assert (int8.status, int8.rule_id) == ("unsupported", "int8-amd-ct") and "int8_scaled_mm" in text(int8)
+    awq, _ = check(files["awq"], "sglang", "mi250x")
+    assert (awq.dimensions[0].status, awq.rule_id) == ("fallback", "awq-amd-cdna3-4") and "triton" in text(awq)
+    assert check(files["awq"], "sglang", "rx-7900-xtx")[0].status == "unknown"
+    assert check(files["w4a16"], "sglang", "h100")[0].status == "native"
+
+
+def test_transformers_on_pascal_needs_an_older_torch_build(tmp_path) -> None:
+    """PyPI torch 2.13.0 (CUDA 13) has no sm6x/sm70 kernels; torch 2.7.1 (CUDA 12.6) has; bnb likewise."""
+    path = str(b.bnb_nf4_fixture().write(tmp_path / "bnb"))
+    for gpu in ("p40", "v100"):
+        v, _ = check(path, "transformers", gpu)
+        assert v.dimensions[0].status == "native", gpu
+        assert any("torch 2.13.0" in r and "torch 2.7.1" in r for r in v.requires), v.requires
+        assert any("cuda 11.8-12.6" in w.lower() for w in v.warnings)
+    t4, _ = check(path, "transformers", "t4")
+    assert not any("torch 2.13.0" in r for r in t4.requires)

@@ -96,6 +96,30 @@ def test_shipped_vllm_build_entries_cover_the_versions_read(cuda) -> None:
     assert cuda.toml_build("vllm", "0.12.0") is None
 
 
+def test_build_claims_compare_each_library_of_a_dependency_wheel(cuda, tmp_path: Path) -> None:
+    wheel = tmp_path / "dep-1.0-py3-none-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("dep/lib_cu12.so", elf_with({".nv_fatbin": fatbin([(2, 60)] * 5 + [(2, 90)] * 5)}))
+        zf.writestr("dep/lib_cu13.so", elf_with({".nv_fatbin": fatbin([(2, 75)] * 5 + [(1, 90)] * 5)}))
+    claims_file = tmp_path / "claims.toml"
+    claims_file.write_text(
+        '[[build_claim]]\nrules = ["r"]\npackage = "dep"\nversion = "1.0"\nlibraries = ["dep/lib_cu12.so"]\n'
+        'sass = ["6.0", "9.0"]\nptx = []\n\n'
+        '[[build_claim]]\nrules = ["r"]\npackage = "dep"\nversion = "1.0"\nlibraries = ["dep/lib_cu13.so"]\n'
+        'sass = ["6.0", "7.5"]\nptx = ["9.0"]\n')
+    claims = cuda.load_build_claims(claims_file)
+    fetched = []
+    results = cuda.check_build_claims(claims, lambda p, v, into, plat=None: fetched.append((p, v)) or wheel)
+    assert [problems for _, problems in results] == [
+        [], ["dep/lib_cu13.so: sass: the TOML lists ['6.0', '7.5'], the package has ['7.5']"]]
+    assert fetched == [("dep", "1.0"), ("dep", "1.0")]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[build_claim]]\npackage = "dep"\nversion = "1.0"\n')
+    with pytest.raises(ValueError, match="build_claim #1"):
+        cuda.load_build_claims(bad)
+    assert len(cuda.load_build_claims()) >= 5  # the shipped ones parse
+
+
 @pytest.mark.parametrize("blob", [b"", b"MZ\0\0", b"\x7fELF\x01\x01" + b"\0" * 58, elf_with({})[:70]])
 def test_not_an_elf_or_truncated_is_an_error(cuda, blob: bytes) -> None:
     with pytest.raises((ValueError, struct.error)):
@@ -202,8 +226,8 @@ def test_the_shipped_claims_are_well_formed_and_name_real_rules(claims) -> None:
     assert len(shipped) >= 20
     for claim in shipped:
         engine = m.engine(claim["engine"])
-        known = {r.id for r in engine.rules} | {r.id for _, r in engine.kv_rules} | {"kv_cache accepts",
-                                                                                        "parallel attention-heads"}
+        known = ({r.id for r in engine.rules} | {r.id for r in engine.modifiers} | {r.id for _, r in engine.kv_rules}
+                 | {"kv_cache accepts", "parallel attention-heads"})
         assert set(claim["rules"]) <= known, (claim["engine"], set(claim["rules"]) - known)
 
 

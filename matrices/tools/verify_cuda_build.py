@@ -3,6 +3,11 @@ its extension libraries carry cubins (SASS) and PTX for.
 
     python matrices/tools/verify_cuda_build.py vllm 0.33.0          # download the wheel, compare with the TOML
     python matrices/tools/verify_cuda_build.py --so path/to/_C.abi3.so   # just print what a library holds
+    python matrices/tools/verify_cuda_build.py --claims               # the [[build_claim]]s of tools/claims.toml
+
+A `[[build_claim]]` (package, version, libraries, sass, ptx, rules, optional platform) states what the fatbinaries of a
+dependency's wheel hold, for rules that rest on it (PyTorch for transformers, bitsandbytes' per-CUDA libraries);
+those wheels are fetched with `pip download --isolated` so a local CPU-only build cannot stand in for them.
 
 The wheel comes from the package index through `pip download --no-deps` into a temporary directory; each
 `*.so` in the engine's package is read for its `.nv_fatbin` ELF section, whose fatbinary entries name their
@@ -118,12 +123,14 @@ def toml_build(engine: str, version: str) -> dict | None:
     return None
 
 
-def compare(expected: dict | None, sass: list[str], ptx: list[str]) -> list[str]:
-    """Differences between a `[[build]]` entry and what the package holds (empty: confirmed)."""
+def compare(expected: dict | None, sass: list[str], ptx: list[str], kind: str = "build") -> list[str]:
+    """Differences between a `[[build]]` entry (or a `[[build_claim]]`: keys sass/ptx) and what the package holds
+    (empty: confirmed)."""
     if expected is None:
         return ["no [[build]] entry covers this version"]
     out = []
-    for key, found in (("cuda_sass", sass), ("cuda_ptx", ptx)):
+    keys = ("cuda_sass", "cuda_ptx") if kind == "build" else ("sass", "ptx")
+    for key, found in zip(keys, (sass, ptx), strict=True):
         listed = sorted(expected.get(key, []), key=lambda c: tuple(map(int, c.split("."))))
         if listed != found:
             out.append(f"{key}: the TOML lists {listed}, the package has {found}")
@@ -139,12 +146,63 @@ def download(package: str, version: str, into: Path) -> Path:
     return wheels[0]
 
 
+CLAIMS = Path(__file__).resolve().parent / "claims.toml"
+
+
+def load_build_claims(path: Path = CLAIMS) -> list[dict]:
+    claims = tomllib.loads(path.read_text()).get("build_claim", [])
+    for i, c in enumerate(claims):
+        missing = {"package", "version", "libraries", "sass", "ptx", "rules"} - set(c)
+        if missing:
+            raise ValueError(f"build_claim #{i + 1}: needs {sorted(missing)}")
+    return claims
+
+
+def fetch_isolated(package: str, version: str, into: Path, platform: str | None = None) -> Path:
+    """The package index's wheel, ignoring local find-links (a CPU-only torch there would stand in for CUDA's)."""
+    import os
+
+    cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--only-binary=:all:",
+           f"{package}=={version}", "-d", str(into)]
+    if platform:
+        cmd += ["--platform", platform, "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    wheels = sorted(into.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"no wheel for {package}=={version}")
+    return wheels[0]
+
+
+def check_build_claims(claims: list[dict], fetch=fetch_isolated) -> list[tuple[dict, list[str]]]:  # type: ignore[no-untyped-def]
+    """(claim, differences) per claim; each library of a claim is compared on its own."""
+    out = []
+    for claim in claims:
+        with tempfile.TemporaryDirectory() as tmp:
+            wheel = fetch(claim["package"], claim["version"], Path(tmp), claim.get("platform"))
+            problems = []
+            for lib in claim["libraries"]:
+                sass, ptx = architectures(read_wheel(wheel, (lib,)), claim.get("min_entries", MIN_ENTRIES))
+                problems += [f"{lib}: {p}" for p in compare(claim, sass, ptx, "claim")]
+        out.append((claim, problems))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine", nargs="?")
     parser.add_argument("versions", nargs="*")
     parser.add_argument("--so", type=Path, help="print the architectures of one library and exit")
+    parser.add_argument("--claims", action="store_true", help="check the [[build_claim]]s of tools/claims.toml")
     args = parser.parse_args(argv)
+    if args.claims:
+        results = check_build_claims(load_build_claims())
+        for claim, problems in results:
+            print(f"{'confirmed' if not problems else 'DIFFERS  '} {claim['package']} {claim['version']} "
+                  f"({', '.join(claim['rules'])})" + ("" if not problems else ": " + "; ".join(problems)))
+        failed = sum(bool(p) for _, p in results)
+        print(f"{len(results) - failed} of {len(results)} build claims confirmed")
+        return 1 if failed else 0
     if args.so:
         sass, ptx = architectures(read_library(args.so.read_bytes()))
         print(f"sass: {' '.join(sass)}\nptx: {' '.join(ptx)}")
