@@ -307,3 +307,23 @@ def test_thor_kv_and_explicit_rules() -> None:
 
     thor = load_matrix().gpus.archs["blackwell-thor"]
     assert thor.explicit_rules and not load_matrix().gpus.archs["blackwell"].explicit_rules
+
+
+def test_vllm_kv_beyond_nvidia(files) -> None:
+    awq = files["awq"]
+    assert kv_status(awq, "vllm", "mi300x", "fp8") == "native"
+    assert kv_status(awq, "vllm", "mi250", "fp8_e5m2") == "fallback"  # no FP8 matrix units on CDNA2
+    v, code = kv(awq, "vllm", "mi300x", "nvfp4")
+    assert kv_dim(v).status == "unsupported" and code == 1 and "No valid attention backend" in kv_dim(v).reasons[0]
+    assert kv_status(awq, "vllm", "cpu-x86", "fp8") == "native"
+    assert kv_status(awq, "vllm", "cpu-arm", "fp8") == "unsupported"
+    assert kv_status(awq, "vllm==0.28.0", "mi300x", "fp8") == "unknown"  # read at 0.33.0 only
+
+
+def test_a_quantised_kv_no_rule_speaks_about_is_unknown(files) -> None:
+    """An accepted quantised dtype without a rule for the GPU is unknown, not silently accepted."""
+    v, code = kv(files["awq"], "vllm", "arc-b580", "fp8")  # vLLM XPU: its FP8 KV was not read
+    assert kv_dim(v).status == "unknown" and code == 1
+    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8: no sourced rule for vLLM 0.33.0 with this KV-cache dtype on " \
+                                   "battlemage"
+    assert kv_dim(kv(files["awq"], "vllm", "arc-b580", "bfloat16")[0]) is None  # unquantised: nothing to judge

@@ -5,7 +5,8 @@ in the dtype the user asked for (``--kv-cache-dtype``) or the checkpoint declare
 Engine knowledge is data in the engine file: ``[kv_cache]`` lists what the engine's flag accepts at all, and
 ``[[kv_rule]]`` entries (rules with ``dtypes`` instead of ``methods``) judge an accepted dtype per version,
 GPU and backend, most specific first, exactly like the weight-format rules. An engine without ``[kv_cache]``
-or a dtype no rule speaks about leaves the verdict alone.
+leaves the verdict alone; a quantised dtype asked with ``--kv-cache-dtype`` that no rule speaks about for this GPU
+is ``unknown`` (a checkpoint's own dtype without a rule, or an unquantised one, is left alone).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ DECLARED: dict[str, tuple[str, ...]] = {
     "float8_e4m3": ("fp8", "fp8_e4m3"), "float8_e5m2": ("fp8_e5m2",), "fp4_e2m1": ("nvfp4", "fp4_e2m1"),
     "int8": ("int8",),
 }
+
+
+#: spellings of an unquantised cache: asking for one needs no rule (the engine's accepts list still applies)
+UNQUANTISED = frozenset({"float16", "bfloat16", "float32", "fp16", "bf16", "fp32", "f16", "f32", "half", "float"})
 
 
 def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
@@ -64,6 +69,11 @@ def judge_kv_cache(deployment: Deployment) -> Judgement | None:
     winners = decide(engine, matching_rules(engine, deployment.inspection, deployment.at, deployment.target,
                                             backend, rules))
     if not winners:
+        if origin == "flag" and dtype not in UNQUANTISED:
+            where = deployment.target.arch.id if deployment.target else "the provider"
+            return Judgement(DIMENSION, "unknown",
+                             [f"{what}: no sourced rule for {engine.name} {deployment.version} with this KV-cache "
+                              f"dtype on {where}"], _sources(kv.sources))
         return None
     rule = winners[0][0]
     values = placeholders(deployment.inspection, engine, deployment.version, deployment.target,
