@@ -327,3 +327,20 @@ def test_a_quantised_kv_no_rule_speaks_about_is_unknown(files) -> None:
     assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8: no sourced rule for vLLM 0.33.0 with this KV-cache dtype on " \
                                    "battlemage"
     assert kv_dim(kv(files["awq"], "vllm", "arc-b580", "bfloat16")[0]) is None  # unquantised: nothing to judge
+
+
+def test_tensorrt_llm_checks_only_what_was_read() -> None:
+    odd_heads = shaped("fp8", heads=40, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
+    v = layout(odd_heads, "tensorrt-llm", tp=3)
+    assert par(v).status == "unsupported" and "must be divisible by tensor parallel size (3)" in par(v).reasons[0]
+    qwen72 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
+    ok = par(layout(qwen72, "tensorrt-llm", tp=8))  # the FP8 block check per rank was not read for TRT-LLM
+    assert ok.status == "native" and ok.reasons == ["tp 8: the shapes divide (attention-heads checked)"]
+    assert par(layout(qwen72, "vllm", tp=8)).status == "unsupported"
+
+
+def test_ollama_spreads_layers_only() -> None:
+    dense = shaped("gguf", heads=40, kv=8, head_dim=128, inter=13824)
+    assert par(layout(dense, "ollama", "rtx-4090", pp=3)).status == "native"
+    v = layout(dense, "ollama", "rtx-4090", tp=2)
+    assert par(v).status == "unsupported" and par(v).reasons == ["Ollama has no tensor parallelism (--tp)"]

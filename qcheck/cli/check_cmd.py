@@ -32,8 +32,8 @@ from qcheck.limits import Limits
                    "dtype; f16 for GGUF).")
 @click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
               help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must divide "
-                   "over N ranks where the engine checks them (vLLM, SGLang, MLX, ExLlamaV2; llama.cpp and ExLlamaV3 "
-                   "split without shape checks).")
+                   "over N ranks where the engine checks them (vLLM, SGLang, TensorRT-LLM, MLX, ExLlamaV2; llama.cpp "
+                   "and ExLlamaV3 split without shape checks; Ollama has no --tp).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, metavar="N", help="Pipeline-parallel size to judge.")
 @click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
               help="Expert-parallel size to judge (needs a MoE model).")

@@ -48,7 +48,8 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
     if problems:
         return Judgement(DIMENSION, "unsupported", problems, sources)
     layout = ", ".join(f"{k} {v}" for k, v in asked.items())
-    what = "the shapes divide" if checks else f"{engine.name} checks no shape divisibility at load"
+    what = (f"the shapes divide ({', '.join(c for c in CHECKS if c in checks)} checked)" if checks
+            else f"{engine.name} checks no shape divisibility at load")
     return Judgement(DIMENSION, "native", [f"{layout}: {what}"], sources,
                      warnings=[f"--{k} {v}: {engine.name} {spec.flags[k]}" for k, v in asked.items() if k in spec.flags])
 
