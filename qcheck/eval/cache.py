@@ -6,7 +6,11 @@ rows. The file is written incrementally while the reference runs and read back o
 memory never holds ``tokens x vocab`` for the whole task set.
 
 Layout: ``<cache_dir>/ref-<key>/`` with ``meta.json`` (what was cached, written last: its presence marks
-a complete entry), ``index.json`` (request key -> offset, rows) and ``rows.bin`` (little-endian records).
+a complete entry), ``index.json`` (request key -> offset, rows) and ``rows.bin``: one fixed-size
+little-endian record per scored position, a request's rows contiguous. Fixed-size rows let the reference
+write a request in blocks of rows as it computes them and a candidate read back any block of rows, so
+neither side ever holds ``tokens x vocab`` for a whole long item (format 2; format 1 kept one record per
+request).
 A directory is written as ``.partial-*`` and renamed into place when complete, so an interrupted run never
 leaves an entry that looks valid.
 
@@ -45,10 +49,19 @@ import numpy as np
 from qcheck.errors import InputError
 from qcheck.eval.runners.base import Generation, TokenScores
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 WINDOW_NATS = 24.0
 KIND_FULL = "full-u16"
 KIND_TOPK = "topk"
+
+
+def row_dtype(kind: str, vocab_size: int, topk: int | None) -> np.dtype:
+    """The numpy record of one cached row: target log-prob, argmax, then the encoded row."""
+    head = [("target", "<f4"), ("argmax", "<i4")]
+    if kind == KIND_FULL:
+        return np.dtype([*head, ("scale", "<f4"), ("floor", "<f4"), ("codes", "<u2", (vocab_size,))])
+    k = int(topk or 1)
+    return np.dtype([*head, ("ids", "<i4", (k,)), ("vals", "<f4", (k,))])
 
 
 def default_cache_dir() -> Path:
@@ -165,9 +178,12 @@ class CacheWriter:
         self.index: dict[str, list[int]] = {}
         self.generations: dict[str, dict[str, Any]] = {}
         self.offset = 0
+        self._dtype = row_dtype(kind, vocab_size, topk)
+        self._last: str | None = None
 
     def add_scores(self, key: str, scores: TokenScores) -> None:
-        """Store one request's reference rows (full float32 rows in, encoded per ``kind``)."""
+        """Store reference rows (full float32 rows in, encoded per ``kind``). Calls with the same ``key`` in a
+        row append the next block of that request's rows; a key may not be reopened after another one."""
         if scores.full is None:
             raise ValueError("the reference runner must return full-vocabulary rows")
         full = np.asarray(scores.full, dtype=np.float32)
@@ -175,27 +191,29 @@ class CacheWriter:
             raise InputError(f"reference returned {full.shape[1]} log-probs per row, expected {self.vocab_size}",
                              where=f"request {key}")
         n = full.shape[0]
-        parts = [np.asarray(scores.target_logprobs, dtype="<f4").tobytes(),
-                 np.asarray(scores.greedy_ids, dtype="<i4").tobytes()]
+        rec = np.empty(n, dtype=self._dtype)
+        rec["target"] = np.asarray(scores.target_logprobs, dtype=np.float32)
+        rec["argmax"] = np.asarray(scores.greedy_ids, dtype=np.int64)
         if self.kind == KIND_FULL:
-            # 64 rows at a time: the float temporaries stay ~64 x V instead of n x V
-            chunks = [encode_full_u16(full[i:i + 64]) for i in range(0, n, 64)]
-            parts += [np.concatenate([c[0] for c in chunks]).astype("<f4").tobytes(),
-                      np.concatenate([c[1] for c in chunks]).astype("<f4").tobytes(),
-                      b"".join(c[2].astype("<u2").tobytes() for c in chunks)]
+            for i in range(0, n, 64):  # 64 rows at a time: the float temporaries stay ~64 x V
+                rec["scale"][i:i + 64], rec["floor"][i:i + 64], rec["codes"][i:i + 64] = encode_full_u16(full[i:i + 64])
         else:
             k = int(self.topk or 1)
             ids = np.argpartition(-full, k - 1, axis=1)[:, :k] if k < full.shape[1] else np.tile(
                 np.arange(full.shape[1]), (n, 1))
             vals = np.take_along_axis(full, ids, axis=1)
             order = np.argsort(-vals, axis=1, kind="stable")
-            ids = np.take_along_axis(ids, order, axis=1)
-            vals = np.take_along_axis(vals, order, axis=1)
-            parts += [ids.astype("<i4").tobytes(), vals.astype("<f4").tobytes()]
-        blob = b"".join(parts)
-        self._fh.write(blob)
-        self.index[key] = [self.offset, n]
-        self.offset += len(blob)
+            rec["ids"] = np.take_along_axis(ids, order, axis=1)
+            rec["vals"] = np.take_along_axis(vals, order, axis=1)
+        self._fh.write(rec.tobytes())
+        if key == self._last and key in self.index:
+            self.index[key][1] += n
+        elif key in self.index:
+            raise ValueError(f"request {key!r} was already written")
+        else:
+            self.index[key] = [self.offset, n]
+        self._last = key
+        self.offset += rec.nbytes
 
     def add_generation(self, key: str, generation: Generation) -> None:
         self.generations[key] = {"token_ids": [int(t) for t in generation.token_ids], "text": generation.text}
@@ -245,6 +263,9 @@ class CacheReader:
         self.topk = self.meta.get("topk")
         if self.kind not in (KIND_FULL, KIND_TOPK) or self.vocab_size <= 0:
             raise InputError("reference cache entry has an unknown layout; delete it", path=str(self.dir))
+        if self.kind == KIND_TOPK and not (isinstance(self.topk, int) and 0 < self.topk <= self.vocab_size):
+            raise InputError("reference cache entry has an unknown layout; delete it", path=str(self.dir))
+        self._dtype = row_dtype(self.kind, self.vocab_size, self.topk)
         self.size = (self.dir / "rows.bin").stat().st_size
         self._fd = os.open(self.dir / "rows.bin", os.O_RDONLY | getattr(os, "O_BINARY", 0))
         self.reads = 0
@@ -256,43 +277,38 @@ class CacheReader:
             return None
         return CacheReader(directory)
 
-    def _record_bytes(self, n: int) -> int:
-        if self.kind == KIND_FULL:
-            return n * (4 + 4 + 4 + 4 + 2 * self.vocab_size)
-        return n * (4 + 4 + 8 * int(self.topk))
+    def n_rows(self, key: str) -> int:
+        """Rows stored for ``key`` (0 when absent)."""
+        entry = self.index.get(key)
+        return int(entry[1]) if entry else 0
 
-    def rows(self, key: str) -> RefRows:
+    def rows(self, key: str, start: int = 0, stop: int | None = None) -> RefRows:
+        """Rows ``start:stop`` of request ``key`` (default all), read with one positioned read."""
         if key not in self.index:
             raise InputError(f"request {key!r} is missing from the reference cache; delete it or use --no-cache",
                              path=str(self.dir))
         offset, n = (int(v) for v in self.index[key])
-        length = self._record_bytes(n)
-        if offset < 0 or n <= 0 or offset + length > self.size:
+        stop = n if stop is None else stop
+        width = self._dtype.itemsize
+        if offset < 0 or n <= 0 or offset % width or offset + n * width > self.size:
             raise InputError(f"request {key!r} points outside rows.bin (offset {offset}); the cache is corrupt",
                              path=str(self.dir))
-        data = os.pread(self._fd, length, offset)
+        if not 0 <= start < stop <= n:
+            raise InputError(f"request {key!r}: rows {start}:{stop} requested, the cache holds {n}; the cache does "
+                             "not match these tasks", path=str(self.dir))
+        length = (stop - start) * width
+        data = os.pread(self._fd, length, offset + start * width)
         if len(data) != length:
             raise InputError(f"short read for request {key!r}; the cache is corrupt", path=str(self.dir))
         self.reads += 1
-        pos = 0
-
-        def take(dtype: str, count: int) -> np.ndarray:
-            nonlocal pos
-            arr = np.frombuffer(data, dtype=dtype, count=count, offset=pos)
-            pos += arr.nbytes
-            return arr
-
-        target = take("<f4", n).astype(np.float32)
-        argmax = take("<i4", n).astype(np.int64)
+        rec = np.frombuffer(data, dtype=self._dtype)
+        target = rec["target"].astype(np.float32)
+        argmax = rec["argmax"].astype(np.int64)
         if self.kind == KIND_FULL:
-            scale = take("<f4", n)
-            floor = take("<f4", n)
-            codes = take("<u2", n * self.vocab_size).reshape(n, self.vocab_size)
-            full, probs = decode_full_u16(scale, floor, codes)
+            full, probs = decode_full_u16(rec["scale"], rec["floor"], rec["codes"])
             return RefRows(target, argmax, full=full, probs=probs)
-        k = int(self.topk)
-        ids = take("<i4", n * k).reshape(n, k).astype(np.int64)
-        vals = take("<f4", n * k).reshape(n, k).astype(np.float32)
+        ids = rec["ids"].astype(np.int64)
+        vals = rec["vals"].astype(np.float32)
         return RefRows(target, argmax, topk_ids=ids, topk_logprobs=vals)
 
     def generation(self, key: str) -> Generation:

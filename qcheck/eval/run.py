@@ -20,7 +20,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -397,13 +397,15 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
                       "add_bos": ref_vocab.add_bos, "eos_token_ids": list(ref_vocab.eos_token_ids)}}
     writer = CacheWriter(root, key, kind, ref_vocab.vocab_size, config.cache_topk, meta)
     written = 0
-    progress.start("reference", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
+    requests = [r for e in encoded for r in e.score]
+    progress.start("reference", len(requests) + sum(1 for e in encoded if e.generate))
     try:
-        for enc in encoded:
-            for req, scores in zip(enc.score, runner.score(enc.score), strict=True):
-                writer.add_scores(req.key, scores)
+        for index, start, scores in score_blocks(runner, requests):
+            writer.add_scores(requests[index].key, scores)
+            if start + scores.n_rows == requests[index].n_rows:
                 written += 1
                 progress.advance()
+        for enc in encoded:
             if enc.generate is not None:
                 gen = next(iter(runner.generate([enc.generate])))
                 gen.text = encoder.decode(gen.token_ids)
@@ -426,11 +428,10 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
                    log: Callable[[str], None]) -> CandidateResult:
     import numpy as np
 
-    from qcheck.eval.metrics import CandidateMetrics, compare_rows
+    from qcheck.eval.metrics import CandidateMetrics
     from qcheck.eval.plausibility import (
         implausibility,
         is_unquantised,
-        reference_top1_probability,
         refuse,
         tensor_errors,
         uniform_error,
@@ -453,47 +454,14 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         quantization, activations = built.quantization, built.activations
     try:
         check_same_vocab(ref_vocab, runner.vocab(), spec.name)
-        from qcheck.eval.runners.endpoint import present_rows
-
         if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
             runner.prefetch(encoded)
-        caps = runner.capabilities
         acc = CandidateMetrics(choice_metric=config.choice_metric, n_boot=config.bootstrap, seed=config.seed)
         skipped = {"text": 0, "choice": 0, "generate": 0}
         confidence: list[np.ndarray] = []
         progress.start(f"candidate {spec.name}", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
         try:
-            for enc in encoded:
-                item = enc.item
-                if enc.score:
-                    if not caps.has_prompt_logprobs:
-                        skipped[item.kind] += 1
-                        progress.advance(len(enc.score))
-                        continue
-                    lls_ref, lls_cand = [], []
-                    for index, (req, cand) in enumerate(zip(enc.score, runner.score(enc.score), strict=True)):
-                        ref = reader.rows(req.key)
-                        where = f"candidate {spec.name}, item {item.id}"
-                        if item.kind == "text" or index == item.answer:
-                            ref_p, cand_p, targets_p = present_rows(ref, cand, req.targets)
-                            acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, where))
-                            confidence.append(reference_top1_probability(ref_p))
-                        lls_ref.append(float(ref.target_logprobs.astype(np.float64).sum()))
-                        lls_cand.append(float(cand.target_logprobs.astype(np.float64).sum()))
-                        progress.advance()
-                    if item.kind == "choice":
-                        acc.add_choice(item, np.array(lls_ref), np.array(lls_cand))
-                if enc.generate is not None:
-                    if not caps.can_generate:
-                        skipped["generate"] += 1
-                        progress.advance()
-                        continue
-                    ref_gen = reader.generation(enc.generate.key)
-                    cand_gen = next(iter(runner.generate([enc.generate])))
-                    cand_text = cand_gen.text if cand_gen.text is not None else encoder.decode(cand_gen.token_ids)
-                    ref_text = ref_gen.text if ref_gen.text is not None else encoder.decode(ref_gen.token_ids)
-                    acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
-                    progress.advance()
+            _score_candidate(spec.name, runner, encoded, encoder, reader, acc, skipped, confidence, progress)
         finally:
             progress.stop()
         notes.extend(getattr(runner, "notes", None) or [])
@@ -534,6 +502,76 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
     finally:
         if spec.runner is None:
             runner.close()
+
+
+def score_blocks(runner: Any, requests: list[Any]) -> Iterator[tuple[int, int, Any]]:
+    """(request index, first row, TokenScores) blocks: the runner's own ``score_blocks`` when it has one (rows
+    of a long request in bounded blocks), else each request's whole rows from ``score``."""
+    if hasattr(runner, "score_blocks"):
+        yield from runner.score_blocks(requests)
+        return
+    for index, scores in enumerate(runner.score(requests)):
+        yield index, 0, scores
+
+
+def _score_candidate(name: str, runner: CandidateRunner, encoded: list[Any], encoder: Any, reader: CacheReader,
+                     acc: Any, skipped: dict[str, int], confidence: list[Any], progress: _Progress) -> None:
+    """Stream the candidate's rows block by block against the cached reference rows; then the items' own
+    outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched."""
+    import numpy as np
+
+    from qcheck.eval.metrics import compare_rows
+    from qcheck.eval.plausibility import reference_top1_probability
+    from qcheck.eval.runners.endpoint import present_rows
+
+    caps = runner.capabilities
+    owners: list[tuple[Any, int]] = []
+    requests: list[Any] = []
+    for enc in encoded:
+        if enc.score and not caps.has_prompt_logprobs:
+            skipped[enc.item.kind] += 1
+            progress.advance(len(enc.score))
+            continue
+        for index, req in enumerate(enc.score):
+            owners.append((enc, index))
+            requests.append(req)
+    ll_ref = np.zeros(len(requests))
+    ll_cand = np.zeros(len(requests))
+    for i, start, cand in score_blocks(runner, requests):
+        enc, index = owners[i]
+        req, item = requests[i], enc.item
+        stop = start + cand.n_rows
+        if stop > req.n_rows:
+            raise InputError(f"candidate returned {stop} rows, the reference has {req.n_rows}",
+                             where=f"candidate {name}, item {item.id}")
+        ref = reader.rows(req.key, start, stop)
+        if item.kind == "text" or index == item.answer:
+            ref_p, cand_p, targets_p = present_rows(ref, cand, req.targets[start:stop])
+            acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, f"candidate {name}, item {item.id}"))
+            confidence.append(reference_top1_probability(ref_p))
+        ll_ref[i] += float(ref.target_logprobs.astype(np.float64).sum())
+        ll_cand[i] += float(cand.target_logprobs.astype(np.float64).sum())
+        if stop == req.n_rows:
+            progress.advance()
+    first = 0
+    for enc in encoded:
+        item = enc.item
+        if enc.score and caps.has_prompt_logprobs:
+            count = len(enc.score)
+            if item.kind == "choice":
+                acc.add_choice(item, ll_ref[first:first + count], ll_cand[first:first + count])
+            first += count
+        if enc.generate is not None:
+            if not caps.can_generate:
+                skipped["generate"] += 1
+                progress.advance()
+                continue
+            ref_gen = reader.generation(enc.generate.key)
+            cand_gen = next(iter(runner.generate([enc.generate])))
+            cand_text = cand_gen.text if cand_gen.text is not None else encoder.decode(cand_gen.token_ids)
+            ref_text = ref_gen.text if ref_gen.text is not None else encoder.decode(ref_gen.token_ids)
+            acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
+            progress.advance()
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:

@@ -1,0 +1,170 @@
+"""The output layer in row blocks and batched forwards give the same numbers as one whole-request forward.
+
+Real tiny transformers models of three architectures (Llama with an untied head, Gemma 2 with final-logit
+soft-capping and tied embeddings, Qwen2 with tied embeddings) at two vocabulary sizes; the oracle is the
+model's own ``forward(logits_to_keep=n)`` + ``log_softmax``, request by request, as the runner did before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from qcheck.eval.cache import KIND_FULL, KIND_TOPK, CacheReader, CacheWriter  # noqa: E402
+from qcheck.eval.runners.base import ScoreRequest, VocabInfo  # noqa: E402
+from qcheck.eval.runners.reference import TransformersRunner, batches, rows_per_block  # noqa: E402
+
+
+def _model(arch: str, vocab: int) -> object:
+    torch.manual_seed(1)
+    common = {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+    if arch == "llama":
+        config = transformers.LlamaConfig(**common, tie_word_embeddings=False, initializer_range=0.2)
+        return transformers.LlamaForCausalLM(config).eval()
+    if arch == "gemma2":
+        config = transformers.Gemma2Config(**common, head_dim=16, final_logit_softcapping=3.0,
+                                           attn_logit_softcapping=50.0, sliding_window=8, initializer_range=0.2,
+                                           tie_word_embeddings=True)
+        model = transformers.Gemma2ForCausalLM(config).eval()
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        return model
+    config = transformers.Qwen2Config(**common, tie_word_embeddings=True, initializer_range=0.2)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    return model
+
+
+def _requests(vocab: int) -> list[ScoreRequest]:
+    rng = np.random.default_rng(3)
+    out = []
+    for i, (length, start) in enumerate([(23, 1), (9, 4), (40, 1), (12, 7), (2, 1), (31, 30)]):
+        ids = tuple(int(t) for t in rng.integers(0, vocab, size=length))
+        out.append(ScoreRequest(key=f"r{i}", input_ids=ids, start=start))
+    return out
+
+
+def _oracle(model: object, req: ScoreRequest) -> tuple[np.ndarray, np.ndarray]:
+    with torch.inference_mode():
+        ids = torch.tensor([req.input_ids[:-1]])
+        logits = model(input_ids=ids, use_cache=False, logits_to_keep=req.n_rows).logits[0, -req.n_rows:].float()
+        lp = torch.log_softmax(logits, dim=-1)
+    return lp.numpy(), lp.argmax(-1).numpy()
+
+
+ARCHS = ("llama", "gemma2", "qwen2")
+
+
+@pytest.mark.parametrize("vocab", [97, 1000])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_blocked_batched_rows_equal_whole_request_rows(arch: str, vocab: int) -> None:
+    model = _model(arch, vocab)
+    info = VocabInfo(vocab_size=vocab, bos_token_id=None, add_bos=False)
+    reqs = _requests(vocab)
+    oracle = [_oracle(model, r) for r in reqs]
+    # 5 rows per block (at the 1000 vocabulary) and every request batched with its neighbours ...
+    blocked = TransformersRunner(model, info, "blocked", block_bytes=4 * vocab * 5, batch_tokens=10_000)
+    # ... against one request per forward and one row per block
+    single = TransformersRunner(model, info, "single", block_bytes=1, batch_tokens=1)
+    assert rows_per_block(vocab, blocked.block_bytes) == 5
+    for runner in (blocked, single):
+        seen: dict[int, list[int]] = {}
+        for index, start, rows in runner.score_blocks(reqs):
+            assert rows.n_rows <= (5 if runner is blocked else 1)
+            lp, greedy = oracle[index]
+            want = lp[start:start + rows.n_rows]
+            np.testing.assert_allclose(rows.full, want, atol=2e-5, rtol=0)
+            y = np.asarray(reqs[index].targets[start:start + rows.n_rows])
+            np.testing.assert_allclose(rows.target_logprobs, want[np.arange(len(y)), y], atol=2e-5, rtol=0)
+            assert (rows.greedy_ids == greedy[start:start + rows.n_rows]).mean() == 1.0
+            seen.setdefault(index, []).append(start)
+        # every request, every row, in order
+        assert sorted(seen) == list(range(len(reqs)))
+        for starts in seen.values():
+            assert starts == sorted(starts) and starts[0] == 0
+        assert runner.blocked_head is True and not runner.notes
+    # the batched runner really batched: fewer decoder forwards than requests (+2 for the one-off head check)
+    assert blocked.forward_calls == 1 + 2
+    assert single.forward_calls == len(reqs) + 2
+    # the whole-request form of the protocol concatenates the blocks back
+    whole = list(blocked.score(reqs))
+    assert [w.n_rows for w in whole] == [r.n_rows for r in reqs]
+    np.testing.assert_allclose(whole[2].full, oracle[2][0], atol=2e-5, rtol=0)
+
+
+def test_softcap_is_applied_per_block() -> None:
+    """Without Gemma 2's final soft-capping the rows would differ (the check above is not vacuous)."""
+    model = _model("gemma2", 200)
+    req = _requests(200)[0]
+    with torch.inference_mode():
+        h = model.model(input_ids=torch.tensor([req.input_ids[:-1]]), use_cache=False)[0][0]
+        raw = torch.log_softmax(model.lm_head(h).float(), -1).numpy()
+    lp, _ = _oracle(model, req)
+    assert np.abs(raw - lp).max() > 0.1
+    runner = TransformersRunner(model, VocabInfo(200, None, False), "g")
+    (rows,) = list(runner.score([req]))
+    np.testing.assert_allclose(rows.full, lp, atol=2e-5, rtol=0)
+
+
+def test_a_head_it_cannot_reproduce_falls_back_to_whole_logits() -> None:
+    """A model whose forward post-processes logits in a way the blocked head does not know: the first-request
+    check notices and the runner uses the model's own logits (same numbers, a note says so)."""
+    model = _model("llama", 150)
+
+    class Scaled(type(model)):  # type: ignore[misc]
+        def forward(self, *args: object, **kwargs: object) -> object:
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 0.5
+            return out
+
+    model.__class__ = Scaled
+    reqs = _requests(150)[:3]
+    runner = TransformersRunner(model, VocabInfo(150, None, False), "odd", block_bytes=4 * 150 * 4)
+    got = list(runner.score(reqs))
+    assert runner.blocked_head is False
+    assert "whole-request logits" in runner.notes[0]
+    for req, rows in zip(reqs, got, strict=True):
+        np.testing.assert_allclose(rows.full, _oracle(model, req)[0], atol=2e-5, rtol=0)
+
+
+def test_batches_respect_the_token_budget() -> None:
+    reqs = [ScoreRequest(f"k{i}", tuple(range(n)), 1) for i, n in enumerate([11, 11, 11, 51, 3, 3])]
+    assert list(batches(reqs, max_tokens=30)) == [[0, 1, 2], [3], [4, 5]]
+    assert list(batches(reqs, max_tokens=1)) == [[i] for i in range(6)]
+    assert list(batches(reqs, max_tokens=10_000, max_batch=4)) == [[0, 1, 2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("kind,topk", [(KIND_FULL, None), (KIND_TOPK, 7)])
+def test_cache_rows_written_in_blocks_read_in_any_block(tmp_path, kind: str, topk: int | None) -> None:
+    model = _model("qwen2", 300)
+    reqs = _requests(300)
+    runner = TransformersRunner(model, VocabInfo(300, None, False), "ref", block_bytes=4 * 300 * 4)
+    whole = list(TransformersRunner(model, VocabInfo(300, None, False), "ref2").score(reqs))
+    blocked = CacheWriter(tmp_path / "a", "k", kind, 300, topk, {})
+    for index, _start, rows in runner.score_blocks(reqs):
+        blocked.add_scores(reqs[index].key, rows)
+    at_once = CacheWriter(tmp_path / "b", "k", kind, 300, topk, {})
+    for req, rows in zip(reqs, whole, strict=True):
+        at_once.add_scores(req.key, rows)
+    a, b = CacheReader(blocked.commit()), CacheReader(at_once.commit())
+    assert (a.dir / "rows.bin").stat().st_size == (b.dir / "rows.bin").stat().st_size
+    for req in reqs:
+        full = b.rows(req.key)
+        assert a.n_rows(req.key) == req.n_rows
+        np.testing.assert_allclose(a.rows(req.key).target_logprobs, full.target_logprobs, atol=2e-5)
+        mid = (0, req.n_rows) if req.n_rows < 3 else (1, req.n_rows - 1)
+        part = a.rows(req.key, *mid)
+        np.testing.assert_array_equal(part.argmax, full.argmax[mid[0]:mid[1]])
+        if kind == KIND_FULL:
+            np.testing.assert_allclose(part.full, full.full[mid[0]:mid[1]], atol=4e-4)
+        else:
+            np.testing.assert_array_equal(part.topk_ids, full.topk_ids[mid[0]:mid[1]])
+    from qcheck.errors import InputError
+
+    with pytest.raises(InputError, match="rows 0:99 requested"):
+        a.rows(reqs[1].key, 0, 99)
+    a.close()
+    b.close()
