@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from qcheck.errors import InputError
-from qcheck.eval.encode import Encoder
+from qcheck.eval.encode import Encoder, window_spans
 from qcheck.eval.tasks import TaskItem
 
 
@@ -48,8 +48,20 @@ def test_choice_split_follows_lm_eval():
 
 def test_text_and_generate_requests_and_truncation():
     enc = Encoder(tokenizer(True), max_length=16)
-    long = enc.encode_item(item(kind="text", text="The quick brown fox jumps over the lazy dog. " * 5))
-    assert long.truncated and len(long.score[0].input_ids) == 16 and long.score[0].start == 1
+    text = "The quick brown fox jumps over the lazy dog. " * 5
+    long = enc.encode_item(item(kind="text", text=text))
+    # a long text item is not truncated: sliding windows of 16 tokens, stride 8, each scoring only new tokens
+    ids = enc.encode(text)
+    assert not long.truncated and long.windows == len(long.score) > 2
+    assert all(len(r.input_ids) == 16 for r in long.score)
+    assert long.score[0].start == 1 and all(r.start == 8 for r in long.score[1:-1])
+    assert [r.key for r in long.score[:2]] == ["x", "x@1"]
+    scored = [t for r in long.score for t in r.targets]
+    assert scored == ids[1:]  # every token after the first exactly once, in order
+    pos = 1  # each window holds the real tokens before its scored ones
+    for r in long.score:
+        assert r.input_ids[:r.start] == tuple(ids[pos - r.start:pos])
+        pos += r.n_rows
     gen = enc.encode_item(item(kind="generate", prompt="word " * 30, expected="x", max_new_tokens=6))
     assert gen.truncated and len(gen.generate.prompt_ids) == 10  # left-truncated to leave room for 6 tokens
     assert gen.generate.stop_ids == (tokenizer(True).eos_token_id,)
@@ -58,6 +70,17 @@ def test_text_and_generate_requests_and_truncation():
     # a long context is cut from the left, the answer survives
     ch = enc.encode_item(item(kind="choice", context="context words " * 20, choices=("yes", "no"), answer=0))
     assert ch.truncated and all(len(r.input_ids) <= 16 and r.n_rows >= 1 for r in ch.score)
+
+
+def test_window_spans_by_hand():
+    # 20 tokens, windows of 8, stride 4: [0,8) scores 1..7, [4,12) scores 8..11, ... the last one ends at 20
+    assert window_spans(20, 8, 4) == [(0, 8, 1), (4, 12, 8), (8, 16, 12), (12, 20, 16)]
+    # 18 tokens: the last window is aligned to the end and scores only the 2 tokens left (6 of context)
+    assert window_spans(18, 8, 4) == [(0, 8, 1), (4, 12, 8), (8, 16, 12), (10, 18, 16)]
+    assert window_spans(8, 8, 4) == [(0, 8, 1)]
+    assert window_spans(9, 8, 7) == [(0, 8, 1), (1, 9, 8)]
+    with pytest.raises(InputError, match="stride 16 must be between 1 and max length - 1"):
+        Encoder(tokenizer(True), max_length=16, stride=16)
 
 
 def test_tokenizer_without_bos_gets_lm_evals_prefix_token():

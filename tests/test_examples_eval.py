@@ -96,7 +96,11 @@ def test_readme_command_orders_candidates(readme_run):
     data = readme_run
     assert data["exit_code"] == 0
     assert data["reference"]["vocab_size"] == 256 and data["reference"]["bos_token_id"] == 1
-    assert data["reference"]["forward_calls"] == 14  # the 14 prose items
+    # the 14 prose items (5,020 tokens) in 2 batched forwards of <= 4,096 padded tokens, + 2 for the one-off check
+    # that the output layer applied in row blocks reproduces the model's own logits
+    assert data["reference"]["forward_calls"] == 2 + 2
+    perf = data["performance"]["reference"]
+    assert perf["tokens"] == perf["scored_tokens"] == 5020 and perf["peak_rss_bytes"] > 10**7
     k = kld(data)
     assert list(k) == ["q8", "q4", "fp8"]
     assert [c["backend"] for c in data["candidates"]] == ["simulated:gguf", "simulated:gguf", "simulated:fp8"]

@@ -90,7 +90,11 @@ def report_meta() -> dict[str, Any]:
 @click.option("--cache-topk", type=click.IntRange(1, None), default=None, metavar="K",
               help="Cache only the reference's top-K log-probs + tail mass (KLD becomes a lower bound).")
 @click.option("--max-length", type=click.IntRange(8, 1_000_000), default=512, show_default=True,
-              help="Tokens per item (longer items are truncated).")
+              help="Tokens per window: longer text items are scored in sliding windows (see --stride); longer "
+                   "choice/generate items are left-truncated.")
+@click.option("--stride", type=click.IntRange(1, None), default=None, metavar="N",
+              help="Sliding-window step for long text items (default max-length / 2): each window scores only its "
+                   "last N tokens, the rest is context (llama-perplexity scores the second half of each window).")
 @click.option("--max-items", type=click.IntRange(1, None), default=None, help="Use only the first N items.")
 @click.option("--choice-metric", type=click.Choice(["acc", "acc_norm", "acc_bytes"]), default="acc",
               show_default=True, help="How choice items are judged (lm-eval: acc, acc_norm by chars, acc_bytes).")
@@ -117,7 +121,7 @@ def report_meta() -> dict[str, Any]:
 @output_options
 @limit_options
 def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...], reference_dtype: str, device: str,
-            cache_dir: str | None, no_cache: bool, cache_topk: int | None, max_length: int, max_items: int | None,
+            cache_dir: str | None, no_cache: bool, cache_topk: int | None, max_length: int, stride: int | None, max_items: int | None,
             choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
             limits: Limits, **threshold_values: Any) -> int:
@@ -147,7 +151,7 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
     show_progress = progress if progress is not None else output_spec.fmt == "text"
     config = EvalConfig(reference=reference, candidates=list(candidates), tasks=list(tasks),
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
-                        cache_topk=cache_topk, max_length=max_length, thresholds=thresholds,
+                        cache_topk=cache_topk, max_length=max_length, stride=stride, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
                         progress=show_progress,

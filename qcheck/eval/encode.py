@@ -5,6 +5,14 @@ docs/research/evals.md §6.3); re-tokenising on the candidate side is the common
 Choice items are split the way lm-evaluation-harness ``_encode_pair`` does it: trailing spaces of the
 context move into the continuation, ``context + continuation`` is encoded as a whole and cut at
 ``len(encode(context))``.
+
+A ``text`` item longer than ``max_length`` tokens is scored in sliding windows, as llama-perplexity and the
+Hugging Face strided-perplexity recipe do, instead of being cut: windows of ``max_length`` tokens, each
+``stride`` tokens after the previous one (default half a window), each scoring only the tokens the previous
+window did not reach (its last ``stride`` tokens: the second half at the default stride), so every token is
+scored exactly once with at least ``max_length - stride`` tokens of context; the last window is aligned to the
+item's end. Choice and generate items keep the left truncation of lm-evaluation-harness: a window over a
+multiple-choice context or a prompt would score a different question.
 """
 
 from __future__ import annotations
@@ -24,16 +32,37 @@ class EncodedItem:
     score: list[ScoreRequest] = field(default_factory=list)
     generate: GenerateRequest | None = None
     truncated: bool = False
+    #: sliding windows a long text item was scored in (1: it fitted)
+    windows: int = 1
+
+
+def window_spans(n_tokens: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first scored position) of each window over ``n_tokens`` tokens.
+
+    The first window scores from position 1; every later one scores from where the previous one ended, with
+    the window ending ``stride`` tokens further (the last one at ``n_tokens``)."""
+    if n_tokens <= max_length:
+        return [(0, n_tokens, 1)]
+    spans = [(0, max_length, 1)]
+    while spans[-1][1] < n_tokens:
+        end = min(spans[-1][1] + stride, n_tokens)
+        spans.append((end - max_length, end, spans[-1][1]))
+    return spans
 
 
 class Encoder:
     """Wraps a Hugging Face tokenizer: encodes items, decodes generations, and fingerprints the tokenizer."""
 
-    def __init__(self, tokenizer: Any, max_length: int = 512):
+    def __init__(self, tokenizer: Any, max_length: int = 512, stride: int | None = None):
         if max_length < 8:
             raise InputError(f"max length {max_length} is too small (at least 8 tokens)")
+        stride = max_length // 2 if stride is None else stride
+        if not 1 <= stride < max_length:
+            raise InputError(f"stride {stride} must be between 1 and max length - 1 ({max_length - 1}): every "
+                             "window needs at least one token of context")
         self.tok = tokenizer
         self.max_length = max_length
+        self.stride = stride
         probe = tokenizer("a", add_special_tokens=True)["input_ids"]
         bare = tokenizer("a", add_special_tokens=False)["input_ids"]
         bos = getattr(tokenizer, "bos_token_id", None)
@@ -76,11 +105,13 @@ class Encoder:
             ids = self.encode(item.text or "")
             if not self.add_bos:
                 ids = self._with_prefix(ids)
-            if len(ids) > self.max_length:
-                ids, enc.truncated = ids[: self.max_length], True
             if len(ids) < 2:
                 raise InputError("text: encodes to fewer than 2 tokens, nothing to score", path=item.source)
-            enc.score.append(ScoreRequest(key=item.id, input_ids=tuple(ids), start=1))
+            spans = window_spans(len(ids), self.max_length, self.stride)
+            enc.windows = len(spans)
+            for w, (begin, end, first) in enumerate(spans):
+                enc.score.append(ScoreRequest(key=item.id if w == 0 else f"{item.id}@{w}",
+                                              input_ids=tuple(ids[begin:end]), start=first - begin))
         elif item.kind == "choice":
             context = item.context or ""
             n_spaces = len(context) - len(context.rstrip())

@@ -45,7 +45,7 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 
 EVAL_SCHEMA = "qcheck.eval/1"
 #: bumps when tokenisation or scoring changes, so old cache entries are not reused
-ENCODER_VERSION = 1
+ENCODER_VERSION = 2  # 2: long text items in sliding windows instead of truncated
 #: per-token KLD histogram bin edges (log-spaced, nats) for the report plots
 HIST_EDGES = [0.0, *[10 ** (e / 4) for e in range(-24, 5)]]
 #: dtypes ``--noise-floor`` can load the reference in
@@ -97,6 +97,8 @@ class EvalConfig:
     use_cache: bool = True
     cache_topk: int | None = None
     max_length: int = 512
+    #: sliding-window step for text items longer than ``max_length`` (default ``max_length // 2``)
+    stride: int | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     activation_quant: bool = False
     choice_metric: str = "acc"
@@ -125,13 +127,15 @@ class CandidateResult:
     quantization: dict[str, Any] | None = None
     #: simulated candidates: what was done about activation quantisation (None for engine backends)
     activations: str | None = None
+    #: wall time, tokens/s and peak RSS of this candidate (``qcheck.eval.perf.Phase.to_json``)
+    performance: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend, "path": self.path, "quantization": self.quantization,
                 "activations": self.activations,
                 "metrics": self.metrics, "intervals": self.intervals, "gate": self.gate.to_json(),
                 "per_task": self.per_task, "distribution": self.distribution, "flipped": self.flipped,
-                "notes": self.notes, "warnings": self.warnings}
+                "notes": self.notes, "warnings": self.warnings, "performance": self.performance}
 
 
 @dataclass
@@ -148,6 +152,8 @@ class EvalResult:
     kind: str = "eval"
     #: ``--noise-floor``: the reference in another dtype, scored like a candidate; not part of the gate
     noise_floor: dict[str, Any] | None = None
+    #: the whole run: wall time, the reference pass (None on a cache hit), peak RSS
+    performance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -160,7 +166,8 @@ class EvalResult:
         return {"schema": EVAL_SCHEMA, "reference": self.reference, "tasks": self.tasks,
                 "thresholds": self.thresholds.to_json(), "settings": self.settings,
                 "cache": self.cache.to_json(), "candidates": [c.to_json() for c in self.candidates],
-                "noise_floor": self.noise_floor, "notes": self.notes, "exit_code": self.exit_code}
+                "noise_floor": self.noise_floor, "performance": self.performance, "notes": self.notes,
+                "exit_code": self.exit_code}
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -299,6 +306,9 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         if s.runner is None and s.path and os.path.isdir(s.path):
             refuse_custom_code(s.path, f"candidate {s.name}", config.limits)
 
+    from qcheck.eval.perf import Phase
+
+    run_phase = Phase()
     tasks: TaskSet = load_tasks(config.tasks)
     if config.max_items is not None:
         tasks.items = tasks.items[: config.max_items]
@@ -308,18 +318,24 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     progress = _Progress(config.progress)
 
     tokenizer = load_tokenizer(config.reference)
-    encoder = Encoder(tokenizer, max_length=config.max_length)
+    encoder = Encoder(tokenizer, max_length=config.max_length, stride=config.stride)
     encoded = [encoder.encode_item(item) for item in tasks.items]
     truncated = sum(1 for e in encoded if e.truncated)
+    windowed = [e.windows for e in encoded if e.windows > 1]
     notes: list[str] = []
     if truncated:
-        notes.append(f"{truncated} item(s) were truncated to the {config.max_length}-token limit")
+        notes.append(f"{truncated} choice/generate item(s) were left-truncated to the {config.max_length}-token "
+                     "limit")
+    if windowed:
+        notes.append(f"{len(windowed)} text item(s) longer than {config.max_length} tokens were scored in "
+                     f"{sum(windowed)} sliding windows (stride {encoder.stride}: each window scores only its last "
+                     f"{encoder.stride} tokens, with at least {config.max_length - encoder.stride} tokens of context)")
 
     kind = KIND_TOPK if config.cache_topk else KIND_FULL
     key_parts = {
         "model": model_fingerprint(config.reference, config.limits), "tasks": tasks.sha256,
         "max_items": config.max_items, "tokenizer": encoder.fingerprint(), "dtype": config.reference_dtype,
-        "device": config.device, "max_length": config.max_length, "kind": kind, "topk": config.cache_topk,
+        "device": config.device, "max_length": config.max_length, "stride": encoder.stride, "kind": kind, "topk": config.cache_topk,
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
         "transformers": transformers.__version__.rsplit(".", 1)[0],
     }
@@ -340,10 +356,14 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         ref_json["architecture"] = (getattr(ref_config, "architectures", None) or [None])[0]
         ref_json["model_type"] = getattr(ref_config, "model_type", None)
         written = 0
+        ref_phase: Phase | None = None
         if reader is None:
             log("computing the reference")
-            final, written, ref_json["forward_calls"] = _compute_reference(
-                config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress)
+            ref_phase = Phase()
+            final, written, ref_json["forward_calls"], ref_phase.tokens = _compute_reference(
+                config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress, ref_phase)
+            ref_phase.scored_tokens = sum(r.n_rows for e in encoded for r in e.score)
+            ref_phase.done()
             reader = CacheReader(final)
         vocab_meta = reader.meta.get("vocab", {})
         ref_vocab = VocabInfo(vocab_size=int(vocab_meta.get("vocab_size", reader.vocab_size)),
@@ -371,24 +391,37 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         if tmp_root is not None:
             tmp_root.cleanup()
 
-    settings = {"max_length": config.max_length, "choice_metric": config.choice_metric,
+    settings = {"max_length": config.max_length, "stride": encoder.stride, "choice_metric": config.choice_metric,
                 "bootstrap": config.bootstrap, "seed": config.seed, "activation_quant": config.activation_quant,
                 "max_items": config.max_items, "candidate_dtype": config.reference_dtype}
-    return EvalResult(reference=ref_json, tasks=tasks.to_json() | {"tokens_per_item_limit": config.max_length},
+    run_phase.done()
+    performance = {"wall_seconds": run_phase.seconds,
+                   "reference": ref_phase.to_json() if ref_phase is not None else None,
+                   "peak_rss_bytes": max([p for p in (run_phase.peak_rss, ref_phase and ref_phase.peak_rss,
+                                                      *(c.performance.get("peak_rss_bytes") for c in results))
+                                          if isinstance(p, int)], default=None)}
+    return EvalResult(reference=ref_json, tasks=tasks.to_json() | {"tokens_per_item_limit": config.max_length,
+                                                         "windowed_items": len(windowed),
+                                                         "windows": sum(windowed),
+                                                         "truncated_items": truncated},
                       candidates=results, cache=cache_info, thresholds=config.thresholds, settings=settings,
-                      notes=notes, noise_floor=noise)
+                      notes=notes, noise_floor=noise, performance=performance)
 
 
 def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tokenizer: Any, root: Path, key: str,
-                       kind: str, key_parts: dict[str, Any], progress: _Progress) -> tuple[Path, int, int]:
+                       kind: str, key_parts: dict[str, Any], progress: _Progress,
+                       phase: Any) -> tuple[Path, int, int, int]:
     """Run the reference over every request, streaming its rows into a new cache entry.
 
-    Returns (the committed entry's directory, requests written, forward calls). The model is freed before
-    returning, so candidates never share memory with it.
+    Returns (the committed entry's directory, requests written, forward calls, tokens through the model). The
+    model is freed before returning, so candidates never share memory with it.
     """
+    import time
+
     from qcheck.eval.runners.reference import TransformersRunner, load_reference, vocab_info
 
     model, _, device = load_reference(config.reference, config.reference_dtype, config.device)
+    phase.load_seconds = time.perf_counter() - phase.started
     ref_vocab = vocab_info(model, tokenizer, encoder.add_bos)
     runner = TransformersRunner(model, ref_vocab, name="reference", device=device)
     del model
@@ -398,6 +431,7 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
     writer = CacheWriter(root, key, kind, ref_vocab.vocab_size, config.cache_topk, meta)
     written = 0
     requests = [r for e in encoded for r in e.score]
+    tokens = sum(len(r.input_ids) - 1 for r in requests)
     progress.start("reference", len(requests) + sum(1 for e in encoded if e.generate))
     try:
         for index, start, scores in score_blocks(runner, requests):
@@ -409,6 +443,7 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
             if enc.generate is not None:
                 gen = next(iter(runner.generate([enc.generate])))
                 gen.text = encoder.decode(gen.token_ids)
+                tokens += len(enc.generate.prompt_ids) + len(gen.token_ids)
                 writer.add_generation(enc.generate.key, gen)
                 written += 1
                 progress.advance()
@@ -420,15 +455,18 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
         progress.stop()
         calls = runner.forward_calls
         runner.close()
-    return final, written, calls
+    return final, written, calls, tokens
 
 
 def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader,
                    ref_config: Any, ref_vocab: VocabInfo, progress: _Progress,
                    log: Callable[[str], None]) -> CandidateResult:
+    import time
+
     import numpy as np
 
     from qcheck.eval.metrics import CandidateMetrics
+    from qcheck.eval.perf import Phase
     from qcheck.eval.plausibility import (
         implausibility,
         is_unquantised,
@@ -437,6 +475,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         uniform_error,
     )
 
+    phase = Phase()
     notes: list[str] = []
     quantization: dict[str, Any] | None = None
     activations: str | None = None
@@ -452,6 +491,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         runner = built.runner
         notes.extend(built.notes)
         quantization, activations = built.quantization, built.activations
+        phase.load_seconds = time.perf_counter() - phase.started
     try:
         check_same_vocab(ref_vocab, runner.vocab(), spec.name)
         if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
@@ -461,7 +501,8 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         confidence: list[np.ndarray] = []
         progress.start(f"candidate {spec.name}", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
         try:
-            _score_candidate(spec.name, runner, encoded, encoder, reader, acc, skipped, confidence, progress)
+            phase.tokens = _score_candidate(spec.name, runner, encoded, encoder, reader, acc, skipped, confidence,
+                                            progress)
         finally:
             progress.stop()
         notes.extend(getattr(runner, "notes", None) or [])
@@ -469,7 +510,9 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
             if count:
                 notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
                              + ("return prompt log-probs" if kind_name != "generate" else "generate"))
+        phase.done()
         metrics, intervals = acc.summary()
+        phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
         positions = np.concatenate(confidence) if confidence else np.zeros(0)
         reference_confidence = float(positions.mean()) if positions.size else None
         metrics["reference_top1_probability"] = reference_confidence
@@ -498,7 +541,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         return CandidateResult(name=spec.name, backend=runner.backend, path=spec.path, metrics=metrics,
                                intervals=intervals, gate=gate, notes=notes, warnings=warnings,
                                per_task=acc.per_task(), distribution=distribution, flipped=flipped,
-                               quantization=quantization, activations=activations)
+                               quantization=quantization, activations=activations, performance=phase.to_json())
     finally:
         if spec.runner is None:
             runner.close()
@@ -515,9 +558,10 @@ def score_blocks(runner: Any, requests: list[Any]) -> Iterator[tuple[int, int, A
 
 
 def _score_candidate(name: str, runner: CandidateRunner, encoded: list[Any], encoder: Any, reader: CacheReader,
-                     acc: Any, skipped: dict[str, int], confidence: list[Any], progress: _Progress) -> None:
+                     acc: Any, skipped: dict[str, int], confidence: list[Any], progress: _Progress) -> int:
     """Stream the candidate's rows block by block against the cached reference rows; then the items' own
-    outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched."""
+    outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched.
+    Returns the tokens that went through the candidate (scored requests' inputs, prompts and generations)."""
     import numpy as np
 
     from qcheck.eval.metrics import compare_rows
@@ -535,9 +579,10 @@ def _score_candidate(name: str, runner: CandidateRunner, encoded: list[Any], enc
         for index, req in enumerate(enc.score):
             owners.append((enc, index))
             requests.append(req)
+    tokens = sum(len(r.input_ids) - 1 for r in requests)
     ll_ref = np.zeros(len(requests))
     ll_cand = np.zeros(len(requests))
-    for i, start, cand in score_blocks(runner, requests):
+    for i, start, cand in score_blocks(runner, requests) if requests else ():
         enc, index = owners[i]
         req, item = requests[i], enc.item
         stop = start + cand.n_rows
@@ -568,10 +613,12 @@ def _score_candidate(name: str, runner: CandidateRunner, encoded: list[Any], enc
                 continue
             ref_gen = reader.generation(enc.generate.key)
             cand_gen = next(iter(runner.generate([enc.generate])))
+            tokens += len(enc.generate.prompt_ids) + len(cand_gen.token_ids)
             cand_text = cand_gen.text if cand_gen.text is not None else encoder.decode(cand_gen.token_ids)
             ref_text = ref_gen.text if ref_gen.text is not None else encoder.decode(ref_gen.token_ids)
             acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
             progress.advance()
+    return tokens
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:
@@ -610,7 +657,7 @@ def _noise_floor(config: EvalConfig, encoded: list[Any], encoder: Any, reader: C
     finally:
         runner.close()
     data = result.to_json()
-    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings"):
+    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings", "performance"):
         record[key] = data[key]
     return record
 

@@ -75,6 +75,32 @@ def _summary_row(c: dict[str, Any], gate: str) -> list[str]:
             _pct(m.get("delta_p_rms"), 2), acc, flips, _pct(m.get("greedy_agreement"), 0), gate]
 
 
+def _mb(n: Any) -> str:
+    return "-" if n is None else f"{n / 1e6:,.0f} MB"
+
+
+def _phase(name: str, p: dict[str, Any]) -> str:
+    load = p.get("load_seconds")
+    rate = p.get("tokens_per_second")
+    return (f"  {name}: {p.get('seconds') or 0:.1f} s" + (f" (load {load:.1f} s)" if load is not None else "")
+            + f", {p.get('tokens', 0):,} tokens" + (f" at {rate:,.0f} tokens/s" if rate else "")
+            + f", peak RSS {_mb(p.get('peak_rss_bytes'))}")
+
+
+def _speed(data: dict[str, Any]) -> list[str]:
+    """Wall time, tokens/s and peak RSS per phase (reference pass, each candidate, the noise floor)."""
+    perf = data.get("performance") or {}
+    if not perf:
+        return []
+    lines = [f"speed: {perf.get('wall_seconds') or 0:.1f} s wall, peak RSS {_mb(perf.get('peak_rss_bytes'))}"]
+    if perf.get("reference"):
+        lines.append(_phase("reference", perf["reference"]))
+    for c in [*data["candidates"], *([data["noise_floor"]] if data.get("noise_floor") else [])]:
+        if c.get("performance"):
+            lines.append(_phase(c["name"], c["performance"]))
+    return lines
+
+
 def render(result: Any) -> str:
     data = result.to_json() if hasattr(result, "to_json") else result
     ref = data["reference"]
@@ -141,6 +167,10 @@ def render(result: Any) -> str:
             lines.extend(extra)
     for n in data.get("notes", []):
         lines.append(f"note: {n}")
+    speed = _speed(data)
+    if speed:
+        lines.append("")
+        lines.extend(speed)
     lines.append("")
     passed = sum(1 for c in data["candidates"] if c["gate"]["passed"])
     lines.append(f"{passed}/{len(data['candidates'])} candidate(s) passed; exit code {data['exit_code']}")
