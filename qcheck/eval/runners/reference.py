@@ -120,6 +120,7 @@ class TransformersRunner:
         self.batch_tokens = batch_tokens
         #: None until the first request checked the blocked output layer against the model's own logits
         self.blocked_head: bool | None = None
+        self._whole: tuple[ScoreRequest, Any] | None = None
         self.notes: list[str] = []
         #: counters for tests and benchmarks
         self.forward_calls = 0
@@ -230,9 +231,8 @@ class TransformersRunner:
     def _whole_logits(self, req: ScoreRequest) -> Any:
         """Fallback: the model's own forward for one request's rows (``n x vocab`` logits at once)."""
         torch, _ = torch_modules()
-        cached = getattr(self, "_whole", None)
-        if cached is not None and cached[0] is req:
-            return cached[1]
+        if self._whole is not None and self._whole[0] is req:
+            return self._whole[1]
         ids = torch.tensor([req.input_ids[:-1]], dtype=torch.long, device=self.device)
         logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=req.n_rows).logits[0, -req.n_rows:].float()
         self.forward_calls += 1
