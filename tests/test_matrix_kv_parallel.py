@@ -344,3 +344,11 @@ def test_ollama_spreads_layers_only() -> None:
     assert par(layout(dense, "ollama", "rtx-4090", pp=3)).status == "native"
     v = layout(dense, "ollama", "rtx-4090", tp=2)
     assert par(v).status == "unsupported" and par(v).reasons == ["Ollama has no tensor parallelism (--tp)"]
+
+
+def test_engines_whose_cache_type_is_a_runtime_option_ignore_the_checkpoint_kv(files) -> None:
+    """transformers picks QuantizedCache only from generate(cache_implementation=...): a kv_cache_scheme is not it."""
+    v, _ = kv(files["fp8-kv"], "transformers", "h100")
+    assert kv_dim(v) is None
+    assert kv_status(files["fp8-kv"], "transformers", "h100", "fp8") == "fallback"  # asked for: judged
+    assert kv_dim(kv(files["fp8-kv"], "vllm", "h100")[0]).status == "native"  # vLLM reads kv_cache_scheme

@@ -59,6 +59,8 @@ def judge_kv_cache(deployment: Deployment) -> Judgement | None:
         return None
     dtype, origin = asked
     kv = engine.kv_cache
+    if origin == "checkpoint" and not kv.reads_checkpoint:
+        return None  # the engine caches in its own dtype whatever the checkpoint declares
     what = f"{kv.flag} {dtype}" if origin == "flag" else f"the checkpoint's {dtype} KV cache"
     if origin == "flag" and dtype not in kv.accepts:
         return Judgement(DIMENSION, "unsupported",

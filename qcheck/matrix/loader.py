@@ -283,8 +283,11 @@ def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable
         if not isinstance(table, dict):
             ctx.fail("bad-type", "[kv_cache] must be a table")
         check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
+        reads = table.get("reads_checkpoint", True)
+        if not isinstance(reads, bool):
+            ctx.fail("bad-type", "reads_checkpoint must be true or false")
         kv = KvCache(require_str(table, "flag", ctx), tuple(v.lower() for v in _str_list(table, "accepts", ctx)),
-                     _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx))
+                     _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx), reads)
     entries = raw.get("kv_rule", [])
     if not isinstance(entries, list):
         Where(engine.file).fail("bad-type", "[[kv_rule]] must be an array of tables")

@@ -35,7 +35,7 @@ ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_fo
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
-KV_CACHE_KEYS = {"flag", "accepts", "sources", "note"}
+KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "sources", "note"}
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
@@ -212,6 +212,9 @@ class KvCache:
     flag: str
     accepts: tuple[str, ...]
     sources: tuple[SourceSpec, ...]
+    #: whether the engine stores the KV cache in the dtype a checkpoint declares (kv_cache_scheme,
+    #: kv_cache_quant_algo); false: only --kv-cache-dtype is judged
+    reads_checkpoint: bool = True
 
 
 @dataclass(frozen=True)
