@@ -352,3 +352,16 @@ def test_engines_whose_cache_type_is_a_runtime_option_ignore_the_checkpoint_kv(f
     assert kv_dim(v) is None
     assert kv_status(files["fp8-kv"], "transformers", "h100", "fp8") == "fallback"  # asked for: judged
     assert kv_dim(kv(files["fp8-kv"], "vllm", "h100")[0]).status == "native"  # vLLM reads kv_cache_scheme
+
+
+def test_transformers_splits_unevenly_but_not_experts() -> None:
+    odd = shaped("none", heads=40, kv=8, head_dim=128, inter=13824)
+    assert par(layout(odd, "transformers", tp=3)).status == "native"  # DTensor shards may be uneven
+    moe = shaped("none", heads=32, kv=8, head_dim=128, inter=14336, moe=True)
+    moe.num_experts = 60
+    v = layout(moe, "transformers", ep=8)
+    assert par(v).status == "unsupported"
+    assert par(v).reasons == ["Cannot evenly shard 60 experts across 8 expert-parallel ranks."]
+    assert par(layout(moe, "transformers", ep=4)).status == "native"
+    # vLLM 0.33.0 fused_moe/expert_map_manager.py:68-76 gives the first (experts % ep) ranks one expert more
+    assert par(layout(moe, "vllm", ep=8)).status == "native"

@@ -357,7 +357,7 @@ def test_pipeline_and_expert_parallel() -> None:
     assert ep.status == "unsupported" and "Number of experts in the model must be greater than 0" in ep.reasons[0]
     assert layout(shaped("none", heads=32, kv=8, head_dim=128, inter=14336, moe=True), ep=8).status == "native"
     # engines without parallel data are left alone
-    assert [d.dimension for d in layout(dense, engine="transformers", tp=3).dimensions] == ["weights"]
+    assert [d.dimension for d in layout(dense, engine="lm-studio", tp=3).dimensions] == ["weights"]
 
 
 def test_tp_through_check(files) -> None:

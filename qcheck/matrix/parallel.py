@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 DIMENSION = "parallelism"
 LAYOUTS = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "ep": "expert parallelism"}
-CHECKS = ("attention-heads", "kv-heads", "kv-heads-split", "mlp-divides", "mlp-128", "fp8-block", "group-size", "pp-layers", "ep-moe")
+CHECKS = ("attention-heads", "kv-heads", "kv-heads-split", "mlp-divides", "mlp-128", "fp8-block", "group-size",
+          "pp-layers", "ep-moe", "ep-experts")
 
 
 def judge_parallel(deployment: Deployment) -> Judgement | None:
@@ -44,6 +45,9 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
         problems.append(f"--pp {pp} needs at least one layer per stage; the model has {ins.num_layers}")
     if asked.get("ep", 1) > 1 and "ep-moe" in checks and not ins.moe:
         problems.append("Number of experts in the model must be greater than 0 when expert parallelism is enabled.")
+    ep = asked.get("ep", 1)
+    if ep > 1 and "ep-experts" in checks and ins.num_experts and ins.num_experts % ep:
+        problems.append(f"Cannot evenly shard {ins.num_experts} experts across {ep} expert-parallel ranks.")
     sources = [Source(ref=s.ref, version=s.version, note=s.note) for s in spec.sources]
     if problems:
         return Judgement(DIMENSION, "unsupported", problems, sources)
