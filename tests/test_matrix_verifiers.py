@@ -227,7 +227,7 @@ def test_the_shipped_claims_are_well_formed_and_name_real_rules(claims) -> None:
     for claim in shipped:
         engine = m.engine(claim["engine"])
         known = ({r.id for r in engine.rules} | {r.id for r in engine.modifiers} | {r.id for _, r in engine.kv_rules}
-                 | {"kv_cache accepts", "parallel attention-heads"})
+                 | {"kv_cache accepts"} | {f"parallel {c}" for c in (engine.parallel.checks if engine.parallel else ())})
         assert set(claim["rules"]) <= known, (claim["engine"], set(claim["rules"]) - known)
 
 
