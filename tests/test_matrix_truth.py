@@ -546,3 +546,13 @@ def test_transformers_on_pascal_needs_an_older_torch_build(tmp_path) -> None:
         assert any("cuda 11.8-12.6" in w.lower() for w in v.warnings)
     t4, _ = check(path, "transformers", "t4")
     assert not any("torch 2.13.0" in r for r in t4.requires)
+
+
+def test_sglang_refuses_torchao_checkpoints(tmp_path) -> None:
+    """0.5.23: no 'torchao' in BASE_QUANTIZATION_METHODS; model_config.py raises 'Unknown quantization method'."""
+    path = str(b.torchao_fixture().write(tmp_path / "torchao"))
+    for gpu in ("h100", "mi300x"):
+        v, result = check(path, "sglang", gpu)
+        assert (v.status, v.rule_id) == ("unsupported", "torchao-unsupported") and result.exit_code == 1, gpu
+        assert "unknown quantization method: torchao" in text(v)
+    assert check(path, "vllm", "h100")[0].status != "unsupported"  # vLLM has a torchao method
