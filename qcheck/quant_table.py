@@ -47,6 +47,23 @@ def _fit(memory: dict[str, Any] | None) -> str:
     return "does not fit"
 
 
+def variant_name(path: str) -> str | None:
+    """Which safetensors variant a model path names, for a table row: the sub-folder of a Hub repo
+    (``org/name:fp8/model.safetensors`` -> ``fp8/``), the branch (``org/name@gptq-4bit-32g`` -> ``@gptq-4bit-32g``),
+    both, or a local variant directory's name; None for a GGUF file or a plain repo."""
+    import os
+
+    if os.path.isdir(path):
+        return os.path.basename(os.path.normpath(path)) or None
+    repo, _, selector = path.partition(":")
+    if selector.lower().endswith(".gguf") or path.lower().endswith(".gguf"):
+        return None
+    branch = repo.split("@", 1)[1] if "@" in repo else ""
+    folder = selector.rsplit("/", 1)[0] + "/" if "/" in selector else ""
+    name = (f"@{branch}" if branch else "") + (" " if branch and folder else "") + folder
+    return name or None
+
+
 def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
     """One row per (model, verdict), smallest model first."""
     rows = []
@@ -60,7 +77,7 @@ def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
         for v in result.verdicts:
             mem = v.memory or {}
             rows.append({
-                "path": ins.path, "quant": str(label or q.method), "size_bytes": ins.size_bytes,
+                "path": ins.path, "quant": str(label or q.method), "variant": variant_name(ins.path), "size_bytes": ins.size_bytes,
                 "bits_per_weight": q.bits_per_weight or _DTYPE_BITS.get((ins.dtype or "").lower()), "engine": v.engine, "gpu": v.gpu or v.arch,
                 "status": v.status, "fit": _fit(mem), "fits": mem.get("fits"),
                 "max_context": mem.get("max_context") if mem.get("fits") or (mem.get("max_context_gpus") or 1) > 1
@@ -110,20 +127,75 @@ class QuantTable(ResultSet):
     """A check-set with the which-quant-fits table on top (the JSON adds ``quants``)."""
 
     quants: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. branches that hold no model
 
     @classmethod
-    def from_set(cls, rs: ResultSet) -> QuantTable:
-        return cls(rs.target, rs.results, rs.kind, rs.schema, quants=quant_rows(rs.results))
+    def from_set(cls, rs: ResultSet, notes: Sequence[str] = ()) -> QuantTable:
+        return cls(rs.target, rs.results, rs.kind, rs.schema, quants=quant_rows(rs.results), notes=list(notes))
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
         data["quants"] = self.quants
+        if self.notes:
+            data["notes"] = self.notes
         return data
+
+
+#: at most this many branches of one repo are tabled (``org/name@*``)
+MAX_BRANCHES = 64
+
+
+def hub_branches(repo_id: str, limits: Any) -> list[str]:
+    """The branch names of a Hub repo (``GET /api/models/{repo}/refs``, one bounded JSON request through the
+    Hub client: retries, budget, token redaction), ``main`` first, at most ``MAX_BRANCHES``."""
+    import re
+
+    from qcheck.errors import InputError, RemoteError
+    from qcheck.hub.http import HubClient, hub_endpoint
+    from qcheck.readers.jsonfile import loads_document
+
+    client = HubClient.from_env()
+    url = f"{client.endpoint or hub_endpoint()}/api/models/{repo_id}/refs"
+    resp = client.request("GET", url, repo_id=repo_id, what="repo refs", max_bytes=limits.max_json_bytes + 1)
+    where = f"{repo_id} (repo refs)"
+    if len(resp.body) > limits.max_json_bytes:
+        raise InputError(f"repo refs are over {limits.max_json_bytes} bytes (limit max_json_bytes)", path=where)
+    try:
+        data = loads_document(resp.body, name="repo refs", limits=limits, path=where)
+    except InputError as exc:
+        raise RemoteError(f"the Hub answered something that is not a list of refs: {exc}") from None
+    raw = data.get("branches") if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        raise RemoteError(f"{where}: the Hub's answer has no list of branches")
+    names = []
+    for entry in raw:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and 0 < len(name) <= 256 and re.fullmatch(r"[^\s:@\\]+", name) \
+                and ".." not in name:
+            names.append(name)
+    names.sort(key=lambda n: (n != "main", n))
+    return names[:MAX_BRANCHES]
+
+
+def branch_targets(target: str, limits: Any) -> list[str]:
+    """For ``org/name@*[:selector]`` (every branch of a Hub repo): one target per branch, ``org/name@branch``;
+    empty for any other target."""
+    from qcheck.hub.target import hub_target
+
+    if "@*" not in target:
+        return []
+    t = hub_target(target)
+    if t is None or t.revision != "*":
+        return []
+    tail = f":{t.selector}" if t.selector else ""
+    return [f"{t.repo_id}@{b}{tail}" for b in hub_branches(t.repo_id, limits)]
 
 
 def render_text(table: QuantTable) -> str:
     """The table for people: quant, size, bits/weight, engine x GPU, status, fit, max context, decode ceiling."""
-    head = ["quant", "size", "bpw", "engine x gpu", "status", "memory", "max context", "decode tok/s*"]
+    variants = any(r.get("variant") for r in table.quants)
+    head = [*(["variant"] if variants else []), "quant", "size", "bpw", "engine x gpu", "status", "memory",
+            "max context", "decode tok/s*"]
     body = []
     for r in table.quants:
         size = human(r["size_bytes"])
@@ -134,7 +206,8 @@ def render_text(table: QuantTable) -> str:
         if r["max_context"] is not None and r["max_context_gpus"] > 1:
             ctx += f" on {r['max_context_gpus']} GPUs"
         dec = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:,.0f}"
-        body.append([r["quant"], size, bpw, f"{r['engine']} x {r['gpu']}", r["status"], r["fit"], ctx, dec])
+        body.append([*([r.get("variant") or "-"] if variants else []), r["quant"], size, bpw,
+                     f"{r['engine']} x {r['gpu']}", r["status"], r["fit"], ctx, dec])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
     lines = [f"{table.target}: {len({r['path'] for r in table.quants})} models", ""]
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=False)).rstrip())
@@ -145,5 +218,7 @@ def render_text(table: QuantTable) -> str:
     lines.append("memory at context " + ", ".join(str(c) for c in sorted(ctxs)) + " (docs/memory.md); max context: "
                  "the largest that fits one GPU at the batch (or the GPUs it needs); * decode: an upper bound from memory bandwidth "
                  "(estimate)")
+    for note in table.notes:
+        lines.append(note)
     lines.append(f"--all shows each model's detail; {len(table.quants)} row(s) (exit {table.exit_code})")
     return "\n".join(lines) + "\n"

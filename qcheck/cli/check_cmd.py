@@ -94,19 +94,35 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
     from qcheck.hub.select import AmbiguousTargetError
     from qcheck.memory import check_path_with_memory
-    from qcheck.quant_table import QuantTable, variant_dirs
+    from qcheck.quant_table import QuantTable, branch_targets, variant_dirs
     from qcheck.readers.directory import SeveralModelsError
 
-    variants = variant_dirs(target) if gpus else []
-    if variants:  # a directory of safetensors variants: one table (or each model's detail with --all)
+    branches = branch_targets(target, limits)
+    variants = branches or (variant_dirs(target) if gpus else [])
+    if variants:  # safetensors variants (local sub-directories, or every branch of a Hub repo with @*): one table
         from qcheck.check import CHECK_SET_SCHEMA, ResultSet
+        from qcheck.errors import QcheckError, UsageError
+        from qcheck.hub.errors import RateLimitedError
 
-        results = [check_path_with_memory(v, engines, gpus, limits=limits, require_native=require_native,
-                                          allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                          kv_cache_dtype=kv_cache_dtype, gpu_memory=detected, notes=notes,
-                                          options=layout) for v in variants]
-        variant_set = ResultSet(target, list(results), kind="check-set", schema=CHECK_SET_SCHEMA)
-        return finish(variant_set if all_models else QuantTable.from_set(variant_set), output_spec)
+        results: list = []
+        skipped: list[str] = []
+        for v in variants:
+            try:
+                one = check_path_with_memory(v, engines, gpus, limits=limits, require_native=require_native,
+                                             allow_unknown=allow_unknown, context=context, batch=batch or 1,
+                                             kv_cache_dtype=kv_cache_dtype, gpu_memory=detected, notes=notes,
+                                             options=layout, all_models=bool(branches))
+            except QcheckError as exc:
+                if not branches or isinstance(exc, RateLimitedError):
+                    raise
+                skipped.append(f"{v}: {str(exc).splitlines()[0][:200]}")  # a branch without a model
+                continue
+            results.extend(getattr(one, "results", [one]))
+        if not results:
+            raise UsageError(f"{target}: no branch holds a checkpoint qcheck can read ({'; '.join(skipped[:3])})")
+        variant_set = ResultSet(target, results, kind="check-set", schema=CHECK_SET_SCHEMA)
+        notes_out = [f"skipped {s}" for s in skipped]
+        return finish(variant_set if all_models else QuantTable.from_set(variant_set, notes_out), output_spec)
 
     try:
         if context is not None or batch is not None or kv_cache_dtype is not None or detected is not None:

@@ -93,6 +93,36 @@ def describe_choices(choices: list[GgufChoice]) -> str:
     return ", ".join(f"{c.label}{gb(c.size)}" for c in choices)
 
 
+#: at most this many sub-folder variants of one repo are read
+MAX_VARIANT_FOLDERS = 64
+#: at most this many safetensors shards per sub-folder variant
+MAX_VARIANT_SHARDS = 256
+
+
+def variant_folders(files: dict[str, int | None]) -> dict[str, list[str]]:
+    """Sub-folders that each hold a safetensors model (a ``config.json`` and ``*.safetensors`` directly in them:
+    ``fp8/``, ``awq/``, ``gptq-int4/`` ...), mapped to the files to read (the shards, and the index if any), when
+    the repo has no weights at its top level; at most ``MAX_VARIANT_FOLDERS``, each at most
+    ``MAX_VARIANT_SHARDS`` shards."""
+    if any("/" not in n and n.lower().endswith((".safetensors", ".gguf")) for n in files):
+        return {}
+    by_folder: dict[str, list[str]] = {}
+    configs = {n.rsplit("/", 1)[0] for n in files if "/" in n and n.rsplit("/", 1)[1] == "config.json"}
+    for name in sorted(files):
+        if "/" not in name:
+            continue
+        folder, base = name.rsplit("/", 1)
+        if folder not in configs or folder.startswith(".") or "/." in folder:
+            continue
+        if base.lower().endswith(".safetensors") or base == "model.safetensors.index.json":
+            if folder not in by_folder and len(by_folder) >= MAX_VARIANT_FOLDERS:
+                continue
+            members = by_folder.setdefault(folder, [])
+            if len(members) < MAX_VARIANT_SHARDS:
+                members.append(name)
+    return {f: m for f, m in by_folder.items() if any(n.lower().endswith(".safetensors") for n in m)}
+
+
 def pick(files: dict[str, int | None], selector: str | None, repo: str, *, all_models: bool = False
          ) -> list[list[str] | None]:
     """The checkpoints to read: each a list of file names, or None for "the safetensors model directory".
@@ -140,8 +170,16 @@ def pick(files: dict[str, int | None], selector: str | None, repo: str, *, all_m
     if any("/" not in n and n.lower().endswith((".bin", ".pt", ".pth", ".ckpt")) for n in files):
         return [None]  # pickles: the readers detect them and refuse to load them
     nested = [n for n in files if n.lower().endswith(".safetensors")]
+    variants = variant_folders(files)
+    if variants and all_models:
+        return [names for names in variants.values()]
     if nested:
         folders = sorted({n.rsplit("/", 1)[0] for n in nested})
+        if len(variants) >= 2:
+            raise AmbiguousTargetError(
+                f"{repo} holds {len(variants)} safetensors models in sub-folders ({', '.join(list(variants)[:5])}); "
+                f"pick one with {repo}:{next(iter(variants.values()))[0]}, or pass --all (or --gpu G for the "
+                "which-quant-fits table)")
         raise AmbiguousTargetError(f"{repo} has safetensors files only in sub-folders ({', '.join(folders[:5])}); "
                                    f"name one file, e.g. {repo}:{nested[0]}")
     from qcheck.hub.errors import NotFoundError

@@ -2,6 +2,7 @@
 
 It serves what ``huggingface_hub`` and qcheck call, the way the real Hub answers:
 
+* ``GET /api/models/{repo}/refs`` (branches with their commits, as ``list_repo_refs`` reads them)
 * ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{rev}`` (``?blobs=true`` adds ``size``, ``blobId``,
   ``lfs``): ``id``, ``sha`` (the resolved commit), ``siblings``, ``private``, ``gated``;
 * ``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` with ``Range`` (206 + ``Content-Range``, 416), ``ETag``,
@@ -319,6 +320,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- endpoints -----------------------------------------------------------------------------------
     def _api(self, entry: LoggedRequest, rest: str, query: dict[str, list[str]]) -> None:
+        refs = re.match(r"^([^/]+/[^/]+?)/refs$", rest)
+        if refs:  # the branches and tags, as the Hub's list_repo_refs endpoint answers
+            repo = self._repo_access(entry, refs.group(1), files=False)
+            if repo is not None:
+                branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha}
+                            for b, sha in sorted(repo.refs.items())]
+                self._send(entry, 200, json.dumps({"branches": branches, "converts": [], "tags": []}).encode(),
+                           {"Content-Type": "application/json"})
+            return
         m = re.match(r"^([^/]+/[^/]+?)(?:/revision/(.+))?$", rest)
         if not m:
             self._error(entry, 404, None, "bad api path")
