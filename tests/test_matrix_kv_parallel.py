@@ -365,3 +365,12 @@ def test_transformers_splits_unevenly_but_not_experts() -> None:
     assert par(layout(moe, "transformers", ep=4)).status == "native"
     # vLLM 0.33.0 fused_moe/expert_map_manager.py:68-76 gives the first (experts % ep) ranks one expert more
     assert par(layout(moe, "vllm", ep=8)).status == "native"
+
+
+def test_llama_cpp_kv_types_hold_back_to_the_oldest_build(files) -> None:
+    """b6122 and b8095 (node-llama-cpp bundles) have the same kv_cache_types as b11312 and refuse a quantised V
+    cache without flash attention, so b6301 and b8895 are judged like b11312."""
+    for version in ("b6301", "b8895", "b11312"):
+        v, _ = kv(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q4_0")
+        assert kv_dim(v).status == "native" and any("-fa" in r for r in v.requires), version
+        assert kv_status(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q6_k") == "unsupported"
