@@ -65,8 +65,25 @@ def _read(path: Path, engine: str):
     return validate(tomllib.loads(path.read_text()), path.name, engine)
 
 
-def test_vllm_registry_history(tool, tmp_path) -> None:
+def _gguf_inputs(tool, cache: Path) -> None:
+    """The transformers wheel and vllm-gguf-plugin wheel the vLLM GGUF list is derived with."""
+    _wheel(cache, "transformers", tool.GGUF_TRANSFORMERS, {
+        "transformers/models/auto/modeling_auto.py":
+            'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("llama", "LlamaForCausalLM"), '
+            '("qwen3", "Qwen3ForCausalLM"), ("qwen3_moe", "Qwen3MoeForCausalLM"), ("cohere", "CohereForCausalLM"), '
+            '("t5", "T5ForCausalLM"), ("gpt_oss", "GptOssForCausalLM")])\n',
+        "transformers/integrations/ggml.py": 'GGUF_CONFIG_MAPPING = {"llama": {}, "qwen3": {}, "qwen3_moe": {}}\n'})
+    _wheel(cache, "vllm-gguf-plugin", tool.GGUF_PLUGIN_VERSION, {
+        "vllm_gguf_plugin/weights_adapter/default.py":
+            'def build(model_type):\n    if model_type == "cohere":\n        model_type = "command-r"\n'
+            '    if model_type in ("qwen2_moe", "qwen3_moe"):\n        # merged experts\n'
+            '        model_type = model_type.replace("_", "")\n'})
+
+
+def test_vllm_registry_history(tool, tmp_path, monkeypatch) -> None:
     cache = tmp_path / "cache"
+    _gguf_inputs(tool, cache)
+    monkeypatch.setattr(tool, "OUT_DIR", tmp_path / "no-llama-cpp-data")
     _sdist(cache, "vllm", "0.1.0", {"vllm/model_executor/models/__init__.py":
                                     '_MODELS = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
                                     '           "OldForCausalLM": ("old", "Old")}\n'})
@@ -86,6 +103,39 @@ def test_vllm_registry_history(tool, tmp_path) -> None:
     assert (reg.arch["Qwen3ForCausalLM"].first, reg.arch["BertModel"].kind) == ("0.2.0", "embedding")
     assert "BartModel" not in reg.arch  # an out-of-tree plugin's model is not vLLM's
     assert "vllm-0.2.0.tar.gz (PyPI sdist, sha256 " in data.read["0.2.0"]
+
+
+def test_vllm_gguf_names_per_release(tool, tmp_path, monkeypatch) -> None:
+    """vLLM's GGUF list: model_type -> class (transformers) -> this release's registry, renamed to the GGUF name by
+    the in-tree loader (before 0.24) or vllm-gguf-plugin (from 0.24), limited to names llama.cpp defines."""
+    cache = tmp_path / "cache"
+    _gguf_inputs(tool, cache)
+    llama = tmp_path / "arch"
+    llama.mkdir()
+    (llama / "llama.cpp.toml").write_text('[[list]]\nnames = "gguf-arch"\narch = """\nllama b1 - text\n'
+                                          'qwen3 b1 - text\nqwen3moe b1 - text\ncommand-r b1 - text\n'
+                                          't5 b1 - text\ngpt-oss b1 - text\n"""\n')
+    monkeypatch.setattr(tool, "OUT_DIR", llama)
+    registry = ('_TEXT_GENERATION_MODELS = {"LlamaForCausalLM": ("l", "L"), "Qwen3ForCausalLM": ("q", "Q"), '
+                '"Qwen3MoeForCausalLM": ("q", "Q"), "CohereForCausalLM": ("c", "C"), "GptOssForCausalLM": ("g", "G")}\n')
+    _sdist(cache, "vllm", "0.23.0", {
+        "vllm/model_executor/models/registry.py": registry,
+        "vllm/model_executor/model_loader/gguf_loader.py":
+            'class GGUFModelLoader:\n    def m(self, model_type):\n        if model_type == "cohere":\n'
+            '            model_type = "command-r"\n'})
+    _sdist(cache, "vllm", "0.24.0", {"vllm/model_executor/models/registry.py": registry})
+    out = tmp_path / "out"
+    assert tool.main(["vllm", "--versions", "0.23.0", "0.24.0", "--out", str(out)]) == 0
+    data = _read(out / "vllm.toml", "vllm")
+    _, gguf = data.lists
+    assert gguf.containers == ("gguf",) and gguf.names == "gguf-arch" and gguf.unlisted
+    # 0.23: transformers' GGUF config reader knows llama, qwen3, qwen3_moe; the core loader has no qwen3moe rename
+    assert {n for n, e in gguf.arch.items() if e.first == "0.23.0"} == {"llama", "qwen3"}
+    # 0.24 (plugin): no config-reader gate; the plugin renames cohere and qwen3_moe; t5's class is not registered;
+    # gpt_oss is no GGUF name (the GGUF one is gpt-oss): not listed, so unknown rather than guessed
+    assert set(gguf.arch) == {"llama", "qwen3", "qwen3moe", "command-r"}
+    assert gguf.arch["command-r"].first == "0.24.0"
+    assert "vllm_gguf_plugin-" in data.read["0.24.0"] and "vllm_gguf_plugin" not in data.read["0.23.0"]
 
 
 def test_wheels_of_transformers_sglang_mlx_exllama(tool, tmp_path) -> None:
@@ -234,6 +284,60 @@ def test_ollama_from_release_tags(tool, tmp_path) -> None:
     tag("v0.5.0", {"convert/convert.go": "func LoadModelMetadata() { lookup(p.Architectures[0]) }\n"})
     with pytest.raises(SystemExit, match="no Architectures"):
         tool.write_ollama(repo / ".git", tmp_path / "out")
+
+
+def _tagged_repo(root: Path):
+    """A git repository and a function committing files and tagging the commit."""
+    root.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+
+    def tag(name: str, files: dict[str, str]) -> None:
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", name, "--allow-empty"], check=True)
+        subprocess.run([*git, "tag", name], check=True)
+
+    return tag
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repository")
+def test_tensorrt_llm_from_release_tags(tool, tmp_path) -> None:
+    """TensorRT-LLM's PyTorch backend (decorators, then the lazy index) and its engine backend's MODEL_MAP, per
+    final release tag; release candidates are not read."""
+    tag = _tagged_repo(tmp_path / "trt")
+    models = "tensorrt_llm/_torch/models/"
+    tag("v1.0.0", {models + "modeling_llama.py": '@register_auto_model("LlamaForCausalLM")\nclass L: pass\n',
+                   models + "modeling_qwen.py": '@register_auto_model(\n    "Qwen2ForCausalLM")\nclass Q: pass\n',
+                   "tensorrt_llm/models/__init__.py": "MODEL_MAP = {'GPT2LMHeadModel': G, 'LlamaForCausalLM': L}\n"})
+    tag("v1.1.0rc1", {models + "modeling_gemma.py": '@register_auto_model("Gemma3ForCausalLM")\n'})
+    tag("v1.1.0", {models + "_arch_index.py": 'MODEL_ARCH_TO_MODULE = {"Qwen3ForCausalLM": "modeling_qwen3",\n'
+                                              '    "LlamaForCausalLM": "modeling_llama"}\n'})
+    (tmp_path / "trt" / models / "modeling_qwen.py").unlink()
+    tag("v1.2.0", {})
+    path = tool.write_tensorrt_llm(tmp_path / "trt" / ".git", tmp_path / "out")
+    data = _read(path, "tensorrt-llm")
+    assert data.versions_read == ("1.0.0", "1.1.0", "1.2.0")
+    torch, engine = data.lists
+    assert (torch.role, engine.role) == ("load", "convert")
+    assert set(torch.arch) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM", "Qwen3ForCausalLM"}
+    assert (torch.arch["Qwen2ForCausalLM"].last, torch.arch["Gemma3ForCausalLM"].first) == ("1.1.0", "1.1.0")
+    assert set(engine.arch) == {"GPT2LMHeadModel", "LlamaForCausalLM"}
+    with pytest.raises(SystemExit, match="no release tag"):
+        tool.write_tensorrt_llm(_empty_repo(tmp_path / "empty"), tmp_path / "out2")
+
+
+def _empty_repo(root: Path) -> Path:
+    _tagged_repo(root)("v0.1.0", {"README.md": "x\n"})
+    return root / ".git"
+
+
+def test_lm_studio_says_why_it_has_no_mapping(tool, tmp_path) -> None:
+    data = _read(tool.write_lm_studio(tmp_path), "lm-studio")
+    assert data.lists == [] and data.derive is not None and data.derive.versions == {}
+    assert "no public source maps" in (data.derive.note or "") and "lmstudio-bug-tracker" in data.derive.source
 
 
 def test_output_is_deterministic(tool, tmp_path) -> None:

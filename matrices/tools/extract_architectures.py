@@ -55,7 +55,9 @@ sys.path.insert(0, str(REPO))  # the parsers are qcheck's own (``--engine NAME=i
 from qcheck.matrix.arch_sources import (  # noqa: E402
     MLX_NOT_MODELS,
     parse_arch_strings,
+    parse_causal_lm_types,
     parse_convert_hf,
+    parse_gguf_renames,
     parse_llama_arch,
     parse_mlx_remapping,
     parse_ollama_convert,
@@ -63,6 +65,8 @@ from qcheck.matrix.arch_sources import (  # noqa: E402
     parse_transformers_config,
     parse_transformers_gguf,
     parse_transformers_modeling,
+    parse_trtllm_model_map,
+    parse_trtllm_models,
     parse_vllm_registry,
 )
 
@@ -155,17 +159,12 @@ def _derive_lines(derive: dict[str, object]) -> list[str]:
 
 
 #: engines that hand some checkpoints to another engine's loader (read from their source, see the refs)
-DERIVES: dict[str, dict[str, object]] = {
-    "vllm": {"containers": ["gguf"], "from": "transformers",
-             "source": "vllm-project/vllm: vllm/transformers_utils/config.py + model_loader/gguf_loader.py (a GGUF's "
-                       "config is read with transformers' GGUF loader, then mapped back by model_type)",
-             "note": "judged at the newest transformers release read; since 0.24.0 GGUF also needs vllm-gguf-plugin",
-             "absent": "unknown"},
-}
+DERIVES: dict[str, dict[str, object]] = {}
 
 
 def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[str, str], command: str,
-                versions_of: str | None = None, derive: dict[str, object] | None = None) -> str:
+                versions_of: str | None = None, derive: dict[str, object] | None = None, note: str | None = None,
+                source: str | None = None, source_read: str | None = None) -> str:
     """The architectures file for one engine (deterministic: names sorted, versions oldest first)."""
     versions = list(read)
     lines = [
@@ -180,6 +179,9 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
         f"versions_read = [{', '.join(_q(v) for v in versions)}]",
         f"generated_by = {_q(command)}",
         *([f"versions_of = {_q(versions_of)}"] if versions_of else []),
+        *([f"note = {_q(note)}"] if note else []),
+        *([f"source = {_q(source)}"] if source else []),
+        *([f"source_read = {_q(source_read)}"] if source_read else []),
         *(_derive_lines(derive) if derive else []),
         "",
         "[architectures.read]",
@@ -320,7 +322,17 @@ def sha256(path: Path) -> str:
 # --------------------------------------------------------------------------------------------------------------
 # engines
 
+#: vLLM's GGUF path (read with the registry): core gguf_loader.py up to 0.23, vllm-gguf-plugin from 0.24.0 (its
+#: newest release on PyPI is read for every vLLM release from then on), with transformers' auto mappings of this
+#: release (how vLLM names a GGUF's HF class: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+GGUF_PLUGIN_FROM = "0.24.0"
+GGUF_PLUGIN_VERSION = "0.0.5"
+GGUF_TRANSFORMERS = "5.24.0"
+
+
 def extract_vllm(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
+    from packaging.version import Version
+
     reg = NameList("registry", "hf-class", ["safetensors"],
                    "vllm-project/vllm: vllm/model_executor/models/registry.py (every _*_MODELS dict; "
                    "before 0.6: models/__init__.py)",
@@ -329,6 +341,27 @@ def extract_vllm(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str
                    fallback={"via": "transformers", "marker": "TransformersForCausalLM",
                              "reason": "vLLM's Transformers backend (--model-impl auto/transformers) runs it only if "
                                        "transformers' implementation supports vLLM's attention interface"})
+    tf = Archive(pip_wheel("transformers", GGUF_TRANSFORMERS))
+    causal = parse_causal_lm_types(tf.text(tf.find("transformers/models/auto/modeling_auto.py")[0]))
+    tf_gguf = parse_transformers_gguf(tf.text(tf.find("transformers/integrations/ggml.py")[0]))
+    plugin_path = pip_wheel("vllm-gguf-plugin", GGUF_PLUGIN_VERSION)
+    plugin = Archive(plugin_path)
+    plugin_renames = parse_gguf_renames(plugin.text(plugin.find("vllm_gguf_plugin/weights_adapter/default.py")[0]))
+    gguf = NameList("gguf", "gguf-arch", ["gguf"],
+                    f"vllm-project/vllm: model_loader/gguf_loader.py (before 0.7: model_loader/loader.py) up to 0.23, "
+                    f"vllm-gguf-plugin {GGUF_PLUGIN_VERSION} weights_adapter/default.py from {GGUF_PLUGIN_FROM} "
+                    f"(model_type -> GGUF name renames); transformers {GGUF_TRANSFORMERS} MODEL_FOR_CAUSAL_LM_MAPPING_NAMES "
+                    "(model_type -> the class vLLM loads) and, before 0.24, GGUF_CONFIG_MAPPING (transformers' GGUF "
+                    "config reader); this release's registry",
+                    note=f"a GGUF architecture is listed when its model_type (after the loader's renames) is a "
+                         f"transformers causal-LM type whose class this vLLM release registers, and a GGUF name "
+                         f"llama.cpp defines (architectures/llama.cpp.toml); transformers {GGUF_TRANSFORMERS} stands in "
+                         "for the transformers installed beside each vLLM release",
+                    unlisted="vLLM names a GGUF's class from transformers' causal-LM mapping of its model_type; a "
+                             "GGUF architecture qcheck cannot trace through that chain (no causal-LM model_type of "
+                             "that name, a class vLLM does not register, or a rename the loader does in code qcheck "
+                             "does not read) is not known either way")
+    gguf_names = _llama_cpp_gguf_names()
     read = {}
     for v, path in _releases("vllm", versions, pypi_sdist):
         arc = Archive(path)
@@ -336,8 +369,50 @@ def extract_vllm(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str
         if not files:
             raise SystemExit(f"vllm {v}: no registry.py in {path.name}")
         reg.seen[v] = parse_vllm_registry(arc.text(files[0]))
-        read[v] = f"{path.name} (PyPI sdist, sha256 {sha256(path)}...)"
-    return [reg], read
+        what = f"{path.name} (PyPI sdist, sha256 {sha256(path)}...)"
+        if Version(v) >= Version(GGUF_PLUGIN_FROM):
+            renames: dict[str, str] | None = plugin_renames
+            what += f"; GGUF: {plugin_path.name} (PyPI wheel, sha256 {sha256(plugin_path)}...)"
+        else:
+            loader = [n for n in arc.find("model_loader/gguf_loader.py") + arc.find("model_loader/loader.py")
+                      if "GGUFModelLoader" in arc.text(n)]
+            renames = parse_gguf_renames(arc.text(loader[0])) if loader else None
+        if renames is not None:
+            names = _vllm_gguf_names(reg.seen[v], causal, renames,
+                                     None if Version(v) >= Version(GGUF_PLUGIN_FROM) else tf_gguf)
+            gguf.seen[v] = {n: k for n, k in names.items() if not gguf_names or n in gguf_names}
+        read[v] = what
+    return [reg, gguf] if gguf.seen else [reg], read
+
+
+def _llama_cpp_gguf_names() -> set[str]:
+    """Every GGUF architecture name llama.cpp defined in a build read (architectures/llama.cpp.toml, generated
+    first): a model_type that is no such name (gpt_oss: the GGUF name is gpt-oss) is one no GGUF file carries, and
+    vLLM's weight mapping (gguf-py's MODEL_ARCH_NAMES) would not find it either. Empty when there is no file."""
+    import tomllib
+
+    path = OUT_DIR / "llama.cpp.toml"
+    if not path.is_file():
+        return set()
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {line.split()[0] for lst in data["list"] if lst["names"] == "gguf-arch"
+            for line in lst["arch"].splitlines() if line.strip()}
+
+
+def _vllm_gguf_names(registry: dict[str, str], causal: dict[str, str], renames: dict[str, str],
+                     config_reader: set[str] | None) -> dict[str, str]:
+    """{GGUF architecture: kind} a vLLM release loads: model_type -> (renamed) GGUF name, kept when transformers
+    maps the model_type to a class the registry has, and (in-tree loader) transformers' GGUF config reader knows
+    the model_type or the GGUF name."""
+    out: dict[str, str] = {}
+    for model_type, cls in sorted(causal.items()):
+        name = renames.get(model_type, model_type)
+        if cls not in registry:
+            continue
+        if config_reader is not None and model_type not in config_reader and name not in config_reader:
+            continue
+        out.setdefault(name, registry[cls])
+    return out
 
 
 def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
@@ -584,6 +659,101 @@ def _pep440(version: str) -> bool:
     return True
 
 
+def write_tensorrt_llm(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
+    """matrices/architectures/tensorrt-llm.toml from the final release tags (``vX.Y.Z``) of a TensorRT-LLM git
+    repository (a clone or mirror; ``git clone --filter=blob:none`` is enough): the PyTorch backend's registered
+    HF classes (the default backend since 1.0) and the TensorRT-engine backend's ``MODEL_MAP`` (a checkpoint is
+    converted and built with trtllm-build first: shown by ``--arch``, not a verdict)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True).stdout
+
+    from packaging.version import Version
+
+    tags = [t for t in git("tag", "--list", "v*").split() if re.fullmatch(r"v\d+\.\d+\.\d+", t)]
+    tags.sort(key=lambda t: Version(t[1:]))
+    torch = NameList("pytorch", "hf-class", ["safetensors"],
+                     "NVIDIA/TensorRT-LLM: tensorrt_llm/_torch/models/*.py (@register_auto_model decorators; "
+                     "_arch_index.py MODEL_ARCH_TO_MODULE)",
+                     note="the PyTorch backend (trtllm-serve / LLM API default since 1.0)")
+    engine = NameList("trt-engine", "hf-class", ["safetensors"],
+                      "NVIDIA/TensorRT-LLM: tensorrt_llm/models/__init__.py (MODEL_MAP)", role="convert",
+                      note="the TensorRT-engine backend: convert_checkpoint.py then trtllm-build")
+    read: dict[str, str] = {}
+    for tag in tags:
+        version = tag[1:]
+        files = [f for f in git("ls-tree", "-r", "--name-only", tag, "tensorrt_llm/_torch/models/").split()
+                 if f.endswith(".py")]
+        names = set().union(*(parse_trtllm_models(git("show", f"{tag}:{f}")) for f in files)) if files else set()
+        model_map = parse_trtllm_model_map(git("show", f"{tag}:tensorrt_llm/models/__init__.py") or "x = 0\n")
+        if not names and not model_map:
+            continue
+        torch.seen[version] = {n: _hf_kind(n) for n in sorted(names)}
+        engine.seen[version] = {n: _hf_kind(n) for n in sorted(model_map)}
+        read[version] = f"NVIDIA/TensorRT-LLM git tag {tag} ({git('rev-parse', '--short=8', tag + '^{commit}').strip()})"
+    if not read:
+        raise SystemExit(f"{git_dir}: no release tag vX.Y.Z with TensorRT-LLM model sources")
+    lists = [lst for lst in (torch, engine) if any(lst.seen.values())]
+    text = render_toml("tensorrt-llm", "pep440", lists, read,
+                       "python matrices/tools/extract_architectures.py tensorrt-llm --trtllm-git TRTLLM_GIT_DIR")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "tensorrt-llm.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+#: LM Studio: where its llama.cpp runtime versions were seen, and why they map to no llama.cpp build per app release
+LM_STUDIO = {
+    "source": "lmstudio-ai/lmstudio-bug-tracker #966 (app 0.3.24 with the runtime 'CUDA 12 llama.cpp (Linux) v1.48.0'), "
+              "#1308 (runtime 1.63.1 carries llama.cpp commit 7bed317), #1758 (app 0.4.9, runtimes v2.10.0/v2.11.0), "
+              "#2422 (runtimes 2.29.1/2.31.2, 2026-09); lmstudio-ai/docs (no runtime-to-llama.cpp table)",
+    "note": "LM Studio runs GGUF with a llama.cpp runtime that it updates separately from the app (runtime v1.x/v2.x, "
+            "Settings > Runtime); no public source maps an app or runtime release to a llama.cpp build",
+}
+
+
+def write_lm_studio(out_dir: Path = OUT_DIR) -> Path:
+    """matrices/architectures/lm-studio.toml: GGUF goes through llama.cpp, but no release maps to a llama.cpp build,
+    so every GGUF architecture is unknown on LM Studio, with that reason (the MLX runtime has no list either)."""
+    derive = {"containers": ["gguf"], "from": "llama.cpp", "source": LM_STUDIO["source"], "note": LM_STUDIO["note"],
+              "versions": {}}
+    text = render_toml("lm-studio", "pep440", [], {}, "python matrices/tools/extract_architectures.py lm-studio",
+                       derive=derive)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "lm-studio.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+#: hosted providers: what their upload docs say about architectures (read 2026-12-01 with the docs search
+#: tool; no provider publishes an exhaustive list of HF classes, so every architecture stays unknown)
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "together": ("Together AI documents no architecture list for uploads: any 'text generation or embedding model' "
+                 "in Hugging Face format that fits one node is eligible, and the upload is validated on their side",
+                 "https://docs.together.ai/docs/dedicated-endpoints/custom-models"),
+    "fireworks": ("Fireworks documents its upload architectures as a non-exhaustive list of model families ('supports "
+                  "most popular model architectures, including' DeepSeek, Qwen, Kimi K2, GLM 4, Llama, Mistral, Gemma, "
+                  "GPT-OSS ...), not HF classes: a class is neither confirmed nor refused by it",
+                  "https://docs.fireworks.ai/models/uploading-custom-models"),
+    "groq": ("Groq documents no upload of full custom weights (LoRA adapters for its own base models only)",
+             "docs/research/peers.md §1.4 (Groq docs)"),
+    "cerebras": ("Cerebras takes fine-tuned weights only for the architecture of an existing dedicated endpoint "
+                 "(Management API, private preview) and publishes no list",
+                 "docs/research/peers.md §1.4 (Cerebras docs)"),
+}
+PROVIDERS_READ = "2026-12-01"
+
+
+def write_provider(engine: str, out_dir: Path = OUT_DIR) -> Path:
+    """matrices/architectures/<provider>.toml: no list, and why (every architecture is unknown there)."""
+    note, source = PROVIDERS[engine]
+    text = render_toml(engine, "pep440", [], {}, f"python matrices/tools/extract_architectures.py {engine}",
+                       note=note, source=source, source_read=PROVIDERS_READ)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{engine}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _member(t: tarfile.TarFile, name: str) -> bytes:
     f = t.extractfile(name)
     if f is None:
@@ -617,13 +787,30 @@ def write_engine(engine: str, versions: Sequence[str], out_dir: Path = OUT_DIR) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("engines", nargs="+", help=f"'all' or some of: {', '.join(ENGINES)}, ollama")
+    parser.add_argument("engines", nargs="+",
+                        help=f"'all' or some of: {', '.join(ENGINES)}, ollama, lm-studio, tensorrt-llm, "
+                             f"{', '.join(PROVIDERS)}")
     parser.add_argument("--versions", nargs="*", help="releases to read (default: the list in this script)")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--ollama-git", type=Path, help="an Ollama git repository with its release tags (for ollama)")
+    parser.add_argument("--trtllm-git", type=Path, help="a TensorRT-LLM git repository with its release tags")
     args = parser.parse_args(argv)
-    engines = [*ENGINES, "ollama"] if args.engines == ["all"] else args.engines
+    engines = [*ENGINES, "ollama", "lm-studio", "tensorrt-llm", *PROVIDERS] if args.engines == ["all"] \
+        else args.engines
     for engine in engines:
+        if engine == "lm-studio":
+            print(f"wrote {write_lm_studio(args.out)}")
+            continue
+        if engine in PROVIDERS:
+            print(f"wrote {write_provider(engine, args.out)}")
+            continue
+        if engine == "tensorrt-llm":
+            if args.trtllm_git is None:
+                print("tensorrt-llm: skipped (give --trtllm-git DIR: a clone of github.com/NVIDIA/TensorRT-LLM with "
+                      "tags; its wheels are on pypi.nvidia.com only and PyPI's sdists are stubs)", file=sys.stderr)
+                continue
+            print(f"wrote {write_tensorrt_llm(args.trtllm_git, args.out)}")
+            continue
         if engine == "ollama":
             if args.ollama_git is None:
                 print("ollama: skipped (give --ollama-git DIR: a clone of github.com/ollama/ollama with tags)",

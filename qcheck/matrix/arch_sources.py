@@ -177,6 +177,58 @@ def parse_convert_hf(text: str) -> set[str]:
     return out
 
 
+_GGUF_RENAME = re.compile(r'if\s+model_type\s*(?:==|in)\s*(\([^)]*\)|"[^"]+")\s*:\s*\n(?:\s*#[^\n]*\n)*'
+                          r'\s*model_type\s*=\s*(?:"([^"]+)"|model_type\.replace\(\s*"_"\s*,\s*""\s*\))')
+
+
+def parse_gguf_renames(text: str) -> dict[str, str]:
+    """{HF model_type: GGUF architecture} where vLLM's GGUF weight mapping (model_loader/gguf_loader.py, or
+    vllm-gguf-plugin's weights_adapter/default.py) renames a model_type before looking up gguf-py's tensor-name map
+    (``if model_type == "cohere": model_type = "command-r"``; ``.replace("_", "")`` for qwen2_moe/qwen3_moe).
+    Every other model_type must be a GGUF architecture name as it is."""
+    out: dict[str, str] = {}
+    for sources, target in _GGUF_RENAME.findall(text):
+        for name in re.findall(r'"([^"]+)"', sources):
+            out[name] = target or name.replace("_", "")
+    return out
+
+
+def parse_causal_lm_types(text: str) -> dict[str, str]:
+    """{model_type: HF class} of transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (modeling_auto.py): how vLLM
+    names the architecture of a GGUF ("Can't get gguf config for X" for a type not in it)."""
+    for node in ast.parse(text).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
+            return {k: v[0] for k, v in _pairs(node.value) if v}
+    return {}
+
+
+_TRTLLM_REGISTER = re.compile(r'@register_auto_model\(\s*"([A-Za-z0-9_]+)"')
+
+
+def parse_trtllm_models(text: str) -> set[str]:
+    """The HF classes TensorRT-LLM's PyTorch backend loads: ``@register_auto_model("X")`` decorators of
+    ``tensorrt_llm/_torch/models/modeling_*.py`` and the keys of ``MODEL_ARCH_TO_MODULE`` (``_arch_index.py``,
+    the lazy-loading index of the same decorators in newer releases)."""
+    out = set(_TRTLLM_REGISTER.findall(text))
+    if "MODEL_ARCH_TO_MODULE" in text:
+        for node in ast.parse(text).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "MODEL_ARCH_TO_MODULE" and isinstance(node.value, ast.Dict)):
+                out.update(k for k in (_const_str(x) for x in node.value.keys if x is not None) if k)
+    return out
+
+
+def parse_trtllm_model_map(text: str) -> set[str]:
+    """The HF classes of TensorRT-LLM's TensorRT-engine backend: the string keys of ``MODEL_MAP`` in
+    ``tensorrt_llm/models/__init__.py`` (checkpoints converted, then built with trtllm-build)."""
+    for node in ast.parse(text).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "MODEL_MAP" and isinstance(node.value, ast.Dict)):
+            return {k for k in (_const_str(x) for x in node.value.keys if x is not None) if k}
+    return set()
+
+
 _GO_ARCH_SWITCH = re.compile(r"switch\s+[\w.]*Architectures\[0\]\s*\{(.*?)\n\s*default:", re.S)
 _GO_CASE = re.compile(r"^\s*case\s+([^:\n]+):", re.M)
 

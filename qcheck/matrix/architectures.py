@@ -37,7 +37,8 @@ KINDS = ("text", "multimodal", "embedding", "encoder-decoder", "speculative", "r
 ROLES = ("load", "convert")
 CONTAINERS = ("gguf", "safetensors")
 FILE_KEYS = {"architectures", "list"}
-HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive"}
+HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read", "versions_of", "note", "derive",
+             "source", "source_read"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
 LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted", "fallback",
              "methods"}
@@ -112,6 +113,9 @@ class ArchData:
     versions_of: str | None = None
     note: str | None = None
     derive: Derive | None = None
+    #: for a file without lists: where its ``note`` was read, and when
+    source: str | None = None
+    source_read: str | None = None
 
 
 _CACHE: dict[tuple[Path, str], ArchData | None] = {}
@@ -170,15 +174,17 @@ def validate(raw: dict[str, Any], display: str, engine: str) -> ArchData:
         ctx.fail("read", "read must say, for every version in versions_read, which package file it came from")
     derive = _validate_derive(head.get("derive"), Where(display, "[architectures.derive]"))
     lists_raw = raw.get("list", [])
-    if not isinstance(lists_raw, list) or (not lists_raw and derive is None):
-        top.fail("type", "[[list]] must be one or more tables (or [architectures.derive] must say where from)")
+    if not isinstance(lists_raw, list) or (not lists_raw and derive is None and not head.get("note")):
+        top.fail("type", "[[list]] must be one or more tables (or [architectures.derive] must say where from, or "
+                         "note why there is no list)")
     lists = [_validate_list(entry, display, scheme, parsed) for entry in lists_raw]
     ids = [lst.id for lst in lists]
     if len(set(ids)) != len(ids):
         top.fail("duplicate-id", f"list ids repeat: {ids}")
     return ArchData(engine=engine, file=display, scheme=scheme, versions_read=versions, read=dict(read),
                     generated_by=str(head["generated_by"]), lists=lists,
-                    versions_of=head.get("versions_of"), note=head.get("note"), derive=derive)
+                    versions_of=head.get("versions_of"), note=head.get("note"), derive=derive,
+                    source=head.get("source"), source_read=head.get("source_read"))
 
 
 def _validate_derive(raw: Any, ctx: Where) -> Derive | None:
@@ -197,7 +203,7 @@ def _validate_derive(raw: Any, ctx: Where) -> Derive | None:
     absent = raw.get("absent", "unsupported")
     if absent not in ("unsupported", "unknown"):
         ctx.fail("absent", f"absent {absent!r} must be unsupported or unknown")
-    return Derive(containers, str(raw["from"]), str(raw["source"]), dict(versions) if versions else None,
+    return Derive(containers, str(raw["from"]), str(raw["source"]), dict(versions) if versions is not None else None,
                   raw.get("note"), absent)
 
 
@@ -382,6 +388,9 @@ def judge_architecture(d: Deployment) -> Judgement | None:
         if insp.container == "safetensors" and any(lst.role == "convert" for lst in lists):
             return None  # llama.cpp-like: loads GGUF only; the weight-format rules say so
         what = "GGUF files" if insp.container == "gguf" else f"{insp.container} checkpoints"
+        if not data.lists and data.derive is None and data.note:
+            return Judgement(DIMENSION, "unknown", [f"{data.note}: whether {engine.name} takes {shown} is not known"],
+                             [Source(ref=data.source, version=data.source_read)] if data.source else [])
         return Judgement(DIMENSION, "unknown", [
             f"qcheck has no data on which architectures {engine.name} loads from {what}: whether it loads "
             f"{shown} is not known"])
@@ -411,9 +420,11 @@ def _judge_derived(d: Deployment, derive: Derive, names: dict[str, str], shown: 
     else:
         version = derive.versions.get(d.version)
         if version is None:
+            why = (f"{derive.note}: whether it loads {shown} is not known" if not derive.versions and derive.note
+                   else f"which {derive.engine} version it bundles is not recorded (known: "
+                        f"{', '.join(derive.versions) or 'none'})")
             return Judgement(DIMENSION, "unknown", [
-                f"{engine.name} {d.version} loads these through {derive.engine}, but which {derive.engine} version "
-                f"it bundles is not recorded (known: {', '.join(derive.versions) or 'none'})"],
+                f"{engine.name} {d.version} loads these through {derive.engine}, but {why}"],
                 [Source(ref=derive.source)])
         via += f" {version}"
     judgement = _judge_in_list(d, other, lst, names[lst.names], version=version, label=derive.engine,
@@ -628,6 +639,8 @@ class ArchSupport:
         of = f" ({self.versions_of} releases)" if self.versions_of else ""
         if self.status == "no-data":
             return f"{self.engine:<13} no architecture data: unknown"
+        if self.status == "derived-unmapped":
+            return f"{self.engine:<13} no list: {self.source}"
         if self.status.startswith("derived:"):
             _, other, containers = self.status.split(":", 2)
             mapped = f", release -> {other} version recorded for {span}" if span else ""
@@ -664,12 +677,19 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
             status = "removed" if entry.last else ("converts" if lst.role == "convert" else "loads")
             out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
                                    list(lst.versions_read), data.versions_of, lst.source, status))
-        if data.derive is not None:
+        if data.derive is not None and data.derive.versions == {}:
+            out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
+                                   f"{'/'.join(data.derive.containers).upper()} through {data.derive.engine}, "
+                                   f"{data.derive.note or 'releases not mapped'}: unknown", "derived-unmapped"))
+        elif data.derive is not None:
             d = data.derive
             known = list(d.versions or {})
             span = [known[0], known[-1]] if known else []
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, span, None, d.source,
                                    f"derived:{d.engine}:{'/'.join(d.containers)}"))
+        elif not hits and not data.lists:
+            out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
+                                   f"{data.note or 'no list'}: unknown", "derived-unmapped"))
         elif not hits:
             lst = data.lists[0]
             names = "/".join(dict.fromkeys(x.names for x in data.lists if x.role == "load"))
