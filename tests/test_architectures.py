@@ -349,6 +349,45 @@ def test_ollama_import_list_judges_only_the_weights_it_imports(tmp_path, capsys,
                                    "checkpoints: whether it loads Qwen3ForCausalLM is not known"]
 
 
+@pytest.mark.parametrize(("arch", "engine", "status", "suggestion"), [
+    ("llama", "vllm", "native", None), ("llama", "vllm==0.6.0", "native", None),
+    ("qwen3", "vllm==0.8.0", "unsupported", "--engine vllm==0.8.5"),  # Qwen3 arrived in vLLM 0.8.5
+    ("qwen3", "vllm==0.8.5", "native", None),
+    ("qwen2moe", "vllm==0.10.0", "unsupported", "--engine vllm==0.10.2"),  # the loader's qwen2_moe rename
+    ("command-r", "vllm==0.23.0", "unsupported", "--engine vllm==0.24.0"),  # needs the plugin's reader
+    ("mpt", "vllm==0.33.0", "unsupported", "--engine vllm==0.28.0"),  # MPT left the registry after 0.28
+    ("t5", "vllm", "unknown", None),  # no causal-LM class vLLM registers: not traceable, never native
+])
+def test_shipped_gguf_on_vllm(tmp_path, capsys, shipped, arch, engine, status, suggestion) -> None:
+    """vLLM's own GGUF mapping per release (in-tree loader, then vllm-gguf-plugin), through the CLI."""
+    code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, arch)), "--engine", engine, "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert arch_dim["status"] == status, arch_dim
+    assert any("vllm-gguf-plugin" in s["ref"] for s in arch_dim["sources"])
+    if suggestion:
+        assert any(suggestion in s for s in arch_dim["suggestions"]), arch_dim["suggestions"]
+    if status != "native":
+        assert code == 1 and v["status"] != "native"
+
+
+def test_lm_studio_and_providers_say_why_the_architecture_is_unknown(tmp_path, capsys, shipped) -> None:
+    code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, "llama")), "--engine", "lm-studio", "--gpu",
+                       "rtx-4090", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    assert code == 1 and arch_dim["status"] == "unknown"
+    assert "no public source maps an app or runtime release to a llama.cpp build" in arch_dim["reasons"][0]
+    model = st_model(tmp_path, "LlamaForCausalLM", "llama")
+    for provider, needle in (("fireworks", "non-exhaustive list of model families"),
+                             ("together", "documents no architecture list")):
+        code, out, _ = cli(capsys, "check", str(model), "--engine", provider, "--json")
+        [v] = verdicts(out)
+        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        assert arch_dim["status"] == "unknown" and needle in arch_dim["reasons"][0], arch_dim
+        assert arch_dim["sources"][0]["version"] == "2026-12-01"
+
+
 # ---------------------------------------------------------------------------------- --engine NAME=installed
 
 def _fake_install(site: Path, dist: str, version: str, files: dict[str, str]) -> None:

@@ -741,11 +741,17 @@ PROVIDERS: dict[str, tuple[str, str]] = {
                  "docs/research/peers.md §1.4 (Cerebras docs)"),
 }
 PROVIDERS_READ = "2026-12-01"
+#: TensorRT-LLM until a release is read with --trtllm-git (the same note-only file as a provider's)
+PROVIDERS_NO_DATA = {
+    "tensorrt-llm": ("no TensorRT-LLM release was read: PyPI has stub sdists only (its wheels are on pypi.nvidia.com), "
+                     "and the generator needs a git clone with release tags (--trtllm-git)",
+                     "pypi.org/simple/tensorrt-llm (sdists of 1.2.x-1.4.0rc1: PKG-INFO, LICENSE, pyproject.toml only)"),
+}
 
 
 def write_provider(engine: str, out_dir: Path = OUT_DIR) -> Path:
     """matrices/architectures/<provider>.toml: no list, and why (every architecture is unknown there)."""
-    note, source = PROVIDERS[engine]
+    note, source = {**PROVIDERS, **PROVIDERS_NO_DATA}[engine]
     text = render_toml(engine, "pep440", [], {}, f"python matrices/tools/extract_architectures.py {engine}",
                        note=note, source=source, source_read=PROVIDERS_READ)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -806,8 +812,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if engine == "tensorrt-llm":
             if args.trtllm_git is None:
-                print("tensorrt-llm: skipped (give --trtllm-git DIR: a clone of github.com/NVIDIA/TensorRT-LLM with "
-                      "tags; its wheels are on pypi.nvidia.com only and PyPI's sdists are stubs)", file=sys.stderr)
+                print("tensorrt-llm: no release read (give --trtllm-git DIR: a clone of github.com/NVIDIA/TensorRT-LLM "
+                      "with tags); writing the file that says so", file=sys.stderr)
+                print(f"wrote {write_provider(engine, args.out)}")
                 continue
             print(f"wrote {write_tensorrt_llm(args.trtllm_git, args.out)}")
             continue

@@ -629,7 +629,7 @@ class ArchSupport:
     versions_read: builtins.list[str]
     versions_of: str | None
     source: str | None
-    status: str  # "loads", "converts", "removed", "never", "no-data", "derived:<engine>:<containers>"
+    status: str  # "loads", "converts", "removed", "never", "no-data", "no-list", "derived:<engine>:<containers>"
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -639,7 +639,7 @@ class ArchSupport:
         of = f" ({self.versions_of} releases)" if self.versions_of else ""
         if self.status == "no-data":
             return f"{self.engine:<13} no architecture data: unknown"
-        if self.status == "derived-unmapped":
+        if self.status == "no-list":
             return f"{self.engine:<13} no list: {self.source}"
         if self.status.startswith("derived:"):
             _, other, containers = self.status.split(":", 2)
@@ -677,24 +677,24 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
             status = "removed" if entry.last else ("converts" if lst.role == "convert" else "loads")
             out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
                                    list(lst.versions_read), data.versions_of, lst.source, status))
+        if not hits and data.lists:
+            lst = data.lists[0]
+            names = "/".join(dict.fromkeys(x.names for x in data.lists if x.role == "load"))
+            out.append(ArchSupport(engine, lst.id, names if "/" not in names else None, None, None, None, None,
+                                   None, list(lst.versions_read), data.versions_of, lst.source, "never"))
         if data.derive is not None and data.derive.versions == {}:
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
                                    f"{'/'.join(data.derive.containers).upper()} through {data.derive.engine}, "
-                                   f"{data.derive.note or 'releases not mapped'}: unknown", "derived-unmapped"))
+                                   f"{data.derive.note or 'releases not mapped'}: unknown", "no-list"))
         elif data.derive is not None:
             d = data.derive
             known = list(d.versions or {})
             span = [known[0], known[-1]] if known else []
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, span, None, d.source,
                                    f"derived:{d.engine}:{'/'.join(d.containers)}"))
-        elif not hits and not data.lists:
+        elif not data.lists:
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
-                                   f"{data.note or 'no list'}: unknown", "derived-unmapped"))
-        elif not hits:
-            lst = data.lists[0]
-            names = "/".join(dict.fromkeys(x.names for x in data.lists if x.role == "load"))
-            out.append(ArchSupport(engine, lst.id, names if "/" not in names else None, None, None, None, None,
-                                   None, list(lst.versions_read), data.versions_of, lst.source, "never"))
+                                   f"{data.note or 'no list'}: unknown", "no-list"))
     return out
 
 
