@@ -445,6 +445,15 @@ def test_installed_engine_through_the_shipped_matrix(tmp_path, capsys, shipped, 
     assert "does not register Qwen3ForCausalLM" in v["reasons"][0]
     code, _, err = cli(capsys, "check", str(qwen), "--engine", "sglang=installed", "--gpu", "h100")
     assert code == 2 and "sglang is not installed in this Python" in err
+    # a GGUF: qcheck reads no GGUF mapping from an installed vLLM, so the shipped list judges it at 0.23.0
+    for arch, status in (("qwen3", "native"), ("command-r", "unsupported")):
+        code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, arch, f"{arch}.gguf")), "--engine",
+                           "vllm=installed", "--gpu", "h100", "--json")
+        [v] = verdicts(out)
+        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        assert arch_dim["status"] == status, arch_dim
+        assert arch_dim["warnings"] == ["installed vllm 0.23.0: qcheck reads no gguf list from it; judged from the "
+                                        "shipped data"]
 
 
 def test_plain_check_never_imports_an_engine(tmp_path, site) -> None:

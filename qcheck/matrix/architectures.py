@@ -396,7 +396,13 @@ def judge_architecture(d: Deployment) -> Judgement | None:
             f"{shown} is not known"])
     lst = _preferred(load, names)
     judgement = _judge_in_list(d, data, lst, names[lst.names])
-    if d.request.installed is not None:
+    inst = d.request.installed
+    if inst is not None and inst.registry(lst.names) is None:
+        # the installed engine carries no such list qcheck can read (vLLM's GGUF mapping): the shipped data judges
+        judgement.warnings.append(f"installed {inst.package} {inst.version}: qcheck reads no {lst.id} list from it; "
+                                  f"judged from the shipped data")
+        return judgement
+    if inst is not None:
         return _judge_installed(d, names, judgement, lst)
     return judgement
 
