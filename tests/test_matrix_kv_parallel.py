@@ -374,3 +374,14 @@ def test_llama_cpp_kv_types_hold_back_to_the_oldest_build(files) -> None:
         v, _ = kv(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q4_0")
         assert kv_dim(v).status == "native" and any("-fa" in r for r in v.requires), version
         assert kv_status(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q6_k") == "unsupported"
+
+
+def test_sglang_nvfp4_moe_on_sm120_takes_the_cutlass_runner() -> None:
+    nvfp4 = {"weight_bits": 4, "weight_dtype": "fp4_e2m1", "activation_dtype": "fp4_e2m1", "group_size": 16,
+             "producer": "modelopt", "config_method": "NVFP4"}
+    moe = shaped("nvfp4", heads=32, kv=8, head_dim=128, inter=14336, moe=True, **nvfp4)
+    v = layout(moe, "sglang", "rtx-5090")
+    assert (v.status, v.rule_id) == ("native", "nvfp4-moe-sm120") and "CUTLASS FP4 MoE" in (v.kernel or "")
+    dense = shaped("nvfp4", heads=32, kv=8, head_dim=128, inter=14336, **nvfp4)
+    assert layout(dense, "sglang", "rtx-5090").rule_id == "nvfp4-sm120"
+    assert layout(moe, "sglang", "b200").rule_id == "nvfp4-sm100"
