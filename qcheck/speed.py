@@ -11,8 +11,9 @@ BF16/FP16 although the GPU has FP8/FP4 tensor cores, so
 
     prefill tokens/s  <=  TFLOPS(compute format) x 10^12 / (2 x active parameters)
 
-Bandwidth and TFLOPS are the datasheet figures in ``matrices/gpus.toml`` ``[[perf]]``; real engines reach
-roughly 60-90% of them, so these are ceilings, not predictions (docs/memory.md).
+Bandwidth and TFLOPS are the datasheet figures in ``matrices/gpus.toml`` ``[[perf]]`` (each with its source);
+no calibration factor is applied: published llama.cpp decode runs reached 48-80% of this ceiling
+(``CALIBRATION``, docs/memory.md), so these are ceilings, not predictions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from qcheck.model import Inspection, Verdict
+
+#: how far measured decode speeds stayed below the ceiling (docs/memory.md "Calibration"); stated, not applied
+CALIBRATION = ("published llama.cpp decode on RTX 4090 / RTX 3090 Ti reached 48-80% of this ceiling (estimate / "
+               "measured 1.25-2.09; docs/memory.md)")
 
 _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
 
@@ -66,6 +71,7 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
         "formula": "decode <= batch x bandwidth / (weights read + batch x KV bytes at context); "
                    "prefill <= TFLOPS(format) / (2 x active parameters)",
         "source": perf.source_of("bandwidth_gbs", *([flops_key] if flops_key else [])),
+        "calibration": CALIBRATION,
     }
     parts = []
     if decode is not None:
@@ -81,6 +87,6 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
                          f"{best[1] / tflops:.1f}x")
     elif tflops is None:
         parts.append(f"prefill: unknown (no sourced {fmt.upper()} throughput for this GPU)")
-    out["summary"] = ("estimate: " + "; ".join(parts) + " (datasheet figures, matrices/gpus.toml [[perf]])" if parts
-                      else "estimate: not enough data")
+    out["summary"] = ("estimate: " + "; ".join(parts) + " (datasheet ceilings: measured llama.cpp decode reached "
+                      "48-80% of them, docs/memory.md)" if parts else "estimate: not enough data")
     return out

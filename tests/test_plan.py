@@ -193,6 +193,8 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     assert marlin.memory["speed_summary"].startswith("estimate: decode <= ")
     # every figure used says where it was read; a figure nobody could source is unknown, and said so
     assert f["source"].startswith("bandwidth_gbs: https://") and "; bf16: https://" in f["source"]
+    # a ceiling, not a prediction: the measured calibration is stated, not applied
+    assert "48-80%" in f["calibration"] and "48-80%" in f["summary"]
     gguf = Inspection(path="m.gguf", container="gguf", size_bytes=4 * 10**9, parameters=8 * 10**9, num_layers=32,
                       hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
                       quantization=Quantization(method="gguf"))
