@@ -65,7 +65,10 @@ print(json.dumps({"base_kib": base, "peak_kib": kib("VmHWM:"), "seconds": time.p
 
 
 def measure(cfg: dict, ctx: int) -> dict:
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "OMP_NUM_THREADS": "1", "BENCH_THREADS": "1"}
+    # a fixed mmap threshold: every tensor over 64 KiB is its own mapping, returned to the OS when freed, so the
+    # peak RSS follows the live tensor bytes (glibc's dynamic threshold would keep freed activations in the heap)
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "OMP_NUM_THREADS": "1", "BENCH_THREADS": "1",
+           "MALLOC_MMAP_THRESHOLD_": "65536"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cfg), str(ctx)], capture_output=True, text=True,
                           env=env, timeout=3600)
     if proc.returncode != 0:
