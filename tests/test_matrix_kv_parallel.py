@@ -322,10 +322,11 @@ def test_vllm_kv_beyond_nvidia(files) -> None:
 
 def test_a_quantised_kv_no_rule_speaks_about_is_unknown(files) -> None:
     """An accepted quantised dtype without a rule for the GPU is unknown, not silently accepted."""
-    v, code = kv(files["awq"], "vllm", "arc-b580", "fp8")  # vLLM XPU: its FP8 KV was not read
+    v, code = kv(files["awq"], "vllm", "arc-b580", "fp8_e5m2")  # not in the XPU backend's list, refusal not read
     assert kv_dim(v).status == "unknown" and code == 1
-    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8: no sourced rule for vLLM 0.33.0 with this KV-cache dtype on " \
-                                   "battlemage"
+    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8_e5m2: no sourced rule for vLLM 0.33.0 with this KV-cache " \
+                                   "dtype on battlemage"
+    assert kv_status(files["awq"], "vllm", "arc-b580", "fp8") == "fallback"  # XPU Flash Attention, no FP8 units
     assert kv_dim(kv(files["awq"], "vllm", "arc-b580", "bfloat16")[0]) is None  # unquantised: nothing to judge
 
 
