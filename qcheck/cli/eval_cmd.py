@@ -72,8 +72,12 @@ def report_meta() -> dict[str, Any]:
 
 
 @click.command("eval")
-@click.option("--reference", "-r", required=True, metavar="DIR",
-              help="The unquantised transformers model directory (config.json, safetensors, tokenizer).")
+@click.option("--reference", "-r", required=True, metavar="DIR|URL",
+              help="The unquantised transformers model directory (config.json, safetensors, tokenizer), or an "
+                   "OpenAI-compatible endpoint serving it: URL[#model=M&top_k=K|full&api_key_env=VAR] with "
+                   "--reference-files.")
+@click.option("--reference-files", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="With an endpoint --reference: a local folder with its tokenizer and config.json (no weights).")
 @click.option("--candidate", "-c", "candidates", multiple=True, metavar="[NAME=]PATH",
               help="A quantised checkpoint to compare (GGUF file, model directory; llamacpp:PATH.gguf runs it "
                    "with llama.cpp's kernels); repeatable.")
@@ -120,8 +124,9 @@ def report_meta() -> dict[str, Any]:
                    "QCHECK_PROGRESS_INTERVAL seconds (30) with an ETA.")
 @output_options
 @limit_options
-def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...], reference_dtype: str, device: str,
-            cache_dir: str | None, no_cache: bool, cache_topk: int | None, max_length: int, stride: int | None, max_items: int | None,
+def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
+            reference_dtype: str, device: str, cache_dir: str | None, no_cache: bool, cache_topk: int | None,
+            max_length: int, stride: int | None, max_items: int | None,
             choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
             limits: Limits, **threshold_values: Any) -> int:
@@ -149,7 +154,8 @@ def command(reference: str, candidates: tuple[str, ...], tasks: tuple[str, ...],
         thresholds = Thresholds.from_mapping(explicit, base=thresholds)
     thresholds.use_intervals = gate_on_intervals
     show_progress = progress if progress is not None else output_spec.fmt == "text"
-    config = EvalConfig(reference=reference, candidates=list(candidates), tasks=list(tasks),
+    config = EvalConfig(reference=reference, reference_files=reference_files, candidates=list(candidates),
+                        tasks=list(tasks),
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
                         cache_topk=cache_topk, max_length=max_length, stride=stride, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,

@@ -215,6 +215,30 @@ class CacheWriter:
         self._last = key
         self.offset += rec.nbytes
 
+    def add_topk(self, key: str, scores: TokenScores) -> None:
+        """Store rows that arrive as top-k already (an endpoint reference): padded to K with id -1, which the
+        metrics leave out of the top-k set; a NaN target (a position the server did not return) stays NaN."""
+        if self.kind != KIND_TOPK or scores.topk_ids is None or scores.topk_logprobs is None:
+            raise ValueError("add_topk needs a top-k entry and top-k rows")
+        from qcheck.eval.remote_reference import padded_topk
+
+        ids, vals = padded_topk(scores, int(self.topk or 1))
+        if ids.size and int(ids.max()) >= self.vocab_size:
+            raise InputError(f"reference returned token id {int(ids.max())} outside the vocabulary of {self.vocab_size}",
+                             where=f"request {key}")
+        n = scores.n_rows
+        rec = np.empty(n, dtype=self._dtype)
+        rec["target"] = np.asarray(scores.target_logprobs, dtype=np.float32)
+        rec["argmax"] = np.asarray(scores.greedy_ids, dtype=np.int64)
+        rec["ids"] = ids
+        rec["vals"] = vals
+        if key in self.index:
+            raise ValueError(f"request {key!r} was already written")
+        self._fh.write(rec.tobytes())
+        self.index[key] = [self.offset, n]
+        self._last = key
+        self.offset += rec.nbytes
+
     def add_generation(self, key: str, generation: Generation) -> None:
         self.generations[key] = {"token_ids": [int(t) for t in generation.token_ids], "text": generation.text}
 

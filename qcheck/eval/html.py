@@ -200,8 +200,13 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
     else:
         verdict = "PASS" if data["exit_code"] == 0 else "FAIL"
         out.append(f'<h1>qcheck eval: <span class="{verdict.lower()}">{verdict}</span></h1>')
-    out.append(f"<p>Reference <code>{_e(ref['path'])}</code> ({_e(ref.get('architecture'))}, {_e(ref.get('dtype'))}, "
-               f"{_e(ref.get('device'))}); {tasks['items']} items from {len(tasks['files'])} task file(s); "
+    endpoint = ref.get("endpoint")
+    how = f"{_e(ref.get('dtype'))}, {_e(ref.get('device'))}" if not endpoint else (
+        f"endpoint {_e(endpoint.get('flavour'))}, model <code>{_e(endpoint.get('model'))}</code>, "
+        + ("full-vocabulary log-probs" if endpoint.get("logprobs") == "full" else
+           f"<strong>top-{_e(endpoint.get('top_k'))} approximation</strong>: KLD is a lower bound"))
+    out.append(f"<p>Reference <code>{_e(ref['path'])}</code> ({_e(ref.get('architecture'))}, {how}); "
+               f"{tasks['items']} items from {len(tasks['files'])} task file(s); "
                f"reference log-probs {'reused from cache' if cache['hit'] else 'computed'} "
                f"(<code>{_e(cache['kind'])}</code>: {_e(cache.get('precision'))}).</p>")
     if thr:

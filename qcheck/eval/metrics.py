@@ -91,7 +91,7 @@ def _with_target(ids: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.n
     extra = targets.astype(np.int64)[:, None]
     dup = (ids == extra).any(axis=1, keepdims=True)
     all_ids = np.concatenate([ids, extra], axis=1)
-    valid = np.concatenate([np.ones_like(ids, dtype=bool), ~dup], axis=1)
+    valid = np.concatenate([ids >= 0, ~dup], axis=1)  # negative ids pad a narrower row (an endpoint reference)
     return all_ids, valid
 
 
@@ -104,7 +104,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
     ref_logp = ref.target_logprobs.astype(np.float64)
     cand_logp = np.maximum(cand.target_logprobs.astype(np.float64), LOG_FLOOR)
     top1 = np.asarray(ref.argmax) == np.asarray(cand.greedy_ids)
-    greedy_known = np.asarray(cand.greedy_ids) >= 0
+    greedy_known = (np.asarray(cand.greedy_ids) >= 0) & (np.asarray(ref.argmax) >= 0)
     known = None if greedy_known.all() else greedy_known
 
     if ref.full is not None and cand.full is not None:
@@ -128,7 +128,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
     if cand.full is not None:  # reference top-k: S = reference's top-K + the actual token
         ids, valid = _with_target(ref.topk_ids, y)
         lp = np.concatenate([ref.topk_logprobs.astype(np.float64), ref_logp[:, None]], axis=1)
-        lq = np.take_along_axis(cand.full, ids, axis=1).astype(np.float64)
+        lq = np.take_along_axis(cand.full, np.maximum(ids, 0), axis=1).astype(np.float64)
         kld, rest = bucketed_kl(lp, lq, valid)
         return RowComparison(kld, top1, ref_logp, cand_logp, top1_known=known, exact=False, rest_mass=rest)
 
@@ -145,7 +145,7 @@ def compare_rows(ref: RefRows, cand: TokenScores, targets: tuple[int, ...] | np.
         seen = set()
         for i, v in zip(ref.topk_ids[r], ref.topk_logprobs[r], strict=True):
             i = int(i)
-            if i in cand_map and i not in seen:
+            if i >= 0 and i in cand_map and i not in seen:
                 lp[r, col], lq[r, col], valid[r, col] = float(v), cand_map[i], True
                 seen.add(i)
                 col += 1

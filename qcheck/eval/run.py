@@ -109,6 +109,8 @@ class EvalConfig:
     progress: bool = False
     #: also score the reference itself in this dtype against the cached reference (``--noise-floor``); never gated
     noise_floor: str | None = None
+    #: with an endpoint ``reference`` (http(s)://...): the local folder with its tokenizer and config.json
+    reference_files: str | None = None
 
 
 @dataclass
@@ -299,9 +301,22 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     for s in specs:
         if s.runner is None and s.backend == DEFAULT_BACKEND and (not s.path or not os.path.exists(s.path)):
             raise InputError("no such file or directory", path=s.path or s.name)
+    from qcheck.eval.remote_reference import RemoteReference, is_endpoint
     from qcheck.eval.safe_load import check_reference, refuse_custom_code
 
-    check_reference(config.reference, config.limits)  # before transformers reads anything
+    remote = RemoteReference.parse(config.reference, config.reference_files) if is_endpoint(config.reference) \
+        else None
+    if remote is None and config.reference_files:
+        raise UsageError("--reference-files is for an endpoint --reference (http(s)://...); a local reference "
+                         "directory has its own files")
+    if remote is not None and config.noise_floor:
+        raise UsageError("--noise-floor loads the reference's weights in another dtype: it needs a local reference "
+                         "directory, not an endpoint")
+    ref_dir = remote.files if remote is not None else config.reference
+    if remote is not None:
+        refuse_custom_code(ref_dir, "reference", config.limits)
+    else:
+        check_reference(config.reference, config.limits)  # before transformers reads anything
     for s in specs:
         if s.runner is None and s.path and os.path.isdir(s.path):
             refuse_custom_code(s.path, f"candidate {s.name}", config.limits)
@@ -317,7 +332,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     log = on_event or (lambda _msg: None)
     progress = _Progress(config.progress)
 
-    tokenizer = load_tokenizer(config.reference)
+    tokenizer = load_tokenizer(ref_dir)
     encoder = Encoder(tokenizer, max_length=config.max_length, stride=config.stride)
     encoded = [encoder.encode_item(item) for item in tasks.items]
     truncated = sum(1 for e in encoded if e.truncated)
@@ -332,8 +347,23 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
                      f"{encoder.stride} tokens, with at least {config.max_length - encoder.stride} tokens of context)")
 
     kind = KIND_TOPK if config.cache_topk else KIND_FULL
+    ref_runner: Any = None
+    remote_kind = ""
+    if remote is not None:
+        from qcheck.eval.remote_reference import connect
+
+        ref_config = transformers.AutoConfig.from_pretrained(ref_dir, **NO_CODE) \
+            if (Path(ref_dir) / "config.json").is_file() else None
+        if ref_config is None and any(s.runner is None and s.backend == DEFAULT_BACKEND for s in specs):
+            raise UsageError("simulated candidates are dequantised into the reference's architecture: put its "
+                             "config.json into --reference-files")
+        longest = max((len(r.input_ids) for e in encoded for r in e.score), default=1)
+        ref_runner, remote_kind = connect(remote, tokenizer, remote.vocab(tokenizer, ref_config, encoder.add_bos),
+                                          longest, config.limits)
+        kind = "endpoint"
     key_parts = {
-        "model": model_fingerprint(config.reference, config.limits), "tasks": tasks.sha256,
+        "model": remote.fingerprint(ref_runner) if remote is not None
+        else model_fingerprint(config.reference, config.limits), "tasks": tasks.sha256,
         "max_items": config.max_items, "tokenizer": encoder.fingerprint(), "dtype": config.reference_dtype,
         "device": config.device, "max_length": config.max_length, "stride": encoder.stride, "kind": kind, "topk": config.cache_topk,
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
@@ -352,7 +382,11 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         hit = reader is not None
         ref_json: dict[str, Any] = {"path": config.reference, "dtype": config.reference_dtype, "device": config.device,
                                     "fingerprint": key_parts["model"][:16], "tokenizer": key_parts["tokenizer"][:16]}
-        ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
+        if remote is None:
+            ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
+        else:
+            ref_json.update(_remote_json(remote, ref_runner, ref_dir))
+            notes.extend(remote.notes)
         ref_json["architecture"] = (getattr(ref_config, "architectures", None) or [None])[0]
         ref_json["model_type"] = getattr(ref_config, "model_type", None)
         written = 0
@@ -360,20 +394,37 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         if reader is None:
             log("computing the reference")
             ref_phase = Phase()
-            final, written, ref_json["forward_calls"], ref_phase.tokens = _compute_reference(
-                config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress, ref_phase)
+            if remote is not None:
+                final, written = _compute_remote_reference(ref_runner, remote_kind, encoded, encoder, root, key,
+                                                           key_parts, progress)
+                ref_json["requests"] = written
+                ref_phase.tokens = sum(len(r.input_ids) for e in encoded for r in e.score)
+                from qcheck.eval.remote_reference import runner_notes
+
+                notes.extend(runner_notes(ref_runner))
+            else:
+                final, written, ref_json["forward_calls"], ref_phase.tokens = _compute_reference(
+                    config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress, ref_phase)
             ref_phase.scored_tokens = sum(r.n_rows for e in encoded for r in e.score)
             ref_phase.done()
             reader = CacheReader(final)
+        if remote is not None:
+            from qcheck.eval.remote_reference import label
+
+            logprobs = "full" if reader.kind == KIND_FULL else "top-k"
+            ref_json["endpoint"]["logprobs"] = logprobs
+            ref_json["endpoint"]["top_k"] = None if logprobs == "full" else ref_runner.opts.top_k
+            notes.append("reference log-probs: " + label("full" if logprobs == "full" else "topk",
+                                                         ref_runner.opts.top_k))
         vocab_meta = reader.meta.get("vocab", {})
         ref_vocab = VocabInfo(vocab_size=int(vocab_meta.get("vocab_size", reader.vocab_size)),
                               bos_token_id=vocab_meta.get("bos_token_id"), add_bos=bool(vocab_meta.get("add_bos")),
                               eos_token_ids=tuple(vocab_meta.get("eos_token_ids") or ()))
         ref_json["vocab_size"] = ref_vocab.vocab_size
         ref_json["bos_token_id"] = ref_vocab.bos_token_id
-        cache_info = CacheInfo(hit=hit, kind=kind, path=str(reader.dir), key=key, topk=config.cache_topk,
+        cache_info = CacheInfo(hit=hit, kind=reader.kind, path=str(reader.dir), key=key, topk=reader.topk,
                                persistent=config.use_cache, requests_written=written, bytes=reader.size,
-                               precision=precision_note(kind, config.cache_topk))
+                               precision=precision_note(reader.kind, reader.topk))
 
         results: list[CandidateResult] = []
         noise: dict[str, Any] | None = None
@@ -458,6 +509,34 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
     return final, written, calls, tokens
 
 
+def _remote_json(remote: Any, runner: Any, files: str) -> dict[str, Any]:
+    """What the report says about an endpoint reference (``reference.endpoint``); its dtype is the server's."""
+    return {"path": remote.target.split("#", 1)[0], "files": files, "dtype": None, "device": None,
+            "endpoint": {"flavour": runner.flavour, "model": runner.model, "mode": runner.mode,
+                         "prompt_format": runner.prompt_format}}
+
+
+def _compute_remote_reference(runner: Any, kind: str, encoded: list[Any], encoder: Any, root: Path, key: str,
+                              key_parts: dict[str, Any], progress: _Progress) -> tuple[Path, int]:
+    """The endpoint reference's rows into a new cache entry (``qcheck.eval.remote_reference``)."""
+    from qcheck.eval.remote_reference import write_reference
+
+    vocab = runner.reference
+    meta = {"reference": runner.opts.url, "created_by": "qcheck eval", "parts": key_parts,
+            "vocab": {"vocab_size": vocab.vocab_size, "bos_token_id": vocab.bos_token_id, "add_bos": vocab.add_bos,
+                      "eos_token_ids": list(vocab.eos_token_ids)}}
+
+    def make_writer(cache_kind: str, topk: int | None) -> CacheWriter:
+        return CacheWriter(root, key, cache_kind, vocab.vocab_size, topk, meta)
+
+    progress.start("reference (endpoint)", sum(len(e.score) + (1 if e.generate else 0) for e in encoded))
+    try:
+        writer, _, written = write_reference(runner, kind, encoded, encoder, make_writer, progress)
+    finally:
+        progress.stop()
+    return writer.commit(), written
+
+
 def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader,
                    ref_config: Any, ref_vocab: VocabInfo, progress: _Progress,
                    log: Callable[[str], None]) -> CandidateResult:
@@ -520,7 +599,8 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         extreme_warning = None
         if reasons:
             model = getattr(runner, "model", None)
-            errors = tensor_errors(config.reference, model) if model is not None and spec.backend == "simulated" \
+            errors = tensor_errors(config.reference_files or config.reference, model) \
+                if model is not None and spec.backend == "simulated" \
                 else []
             median = uniform_error(errors) if not is_unquantised(quantization) else None
             if median is None:

@@ -107,7 +107,12 @@ def render(result: Any) -> str:
     tasks = data["tasks"]
     cache = data["cache"]
     by_kind = ", ".join(f"{n} {k}" for k, n in tasks.get("by_kind", {}).items() if n)
-    lines = [f"qcheck eval: reference {ref['path']} ({ref.get('dtype')}, {ref.get('device')}); "
+    endpoint = ref.get("endpoint")
+    how = f"{ref.get('dtype')}, {ref.get('device')}" if not endpoint else (
+        f"endpoint {endpoint.get('flavour')}, model {endpoint.get('model')}; "
+        + ("full-vocabulary log-probs" if endpoint.get("logprobs") == "full" else
+           f"top-{endpoint.get('top_k')} approximation: KLD is a lower bound"))
+    lines = [f"qcheck eval: reference {ref['path']} ({how}); "
              f"{tasks['items']} items ({by_kind}) from {len(tasks['files'])} task file(s)"]
     source = "reused from cache" if cache["hit"] else "computed" + (" and cached" if cache.get("persistent") else "")
     lines.append(f"reference log-probs: {source} [{cache['kind']}{'' if not cache.get('topk') else ' k=' + str(cache['topk'])}]"

@@ -49,6 +49,8 @@ class Behaviour:
     delay: float = 0.0
     #: hostile answers to prompt_logprobs: "nan" (a NaN log-prob), "positive" (log-prob 2.0), "html" (not JSON)
     corrupt: str | None = None
+    #: vLLM's --max-logprobs: prompt_logprobs above it get vLLM's HTTP 400
+    max_logprobs: int | None = None
 
 
 class FakeEngine:
@@ -87,6 +89,8 @@ class FakeServer:
         self.inflight = 0
         #: token ids of every prompt the completions route decoded (text prompts tokenised here)
         self.prompts: list[list[int]] = []
+        #: every completions request body, as received
+        self.bodies: list[dict[str, Any]] = []
         self.inflight_max = 0
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -214,12 +218,16 @@ class FakeServer:
             return 400, {"error": {"message": "logprobs is not supported", "type": "invalid_request_error"}}, {}
         if b.style == "llama-server" and body.get("echo"):
             return 500, {"error": {"code": 500, "message": "Only no echo is supported", "type": "server_error"}}, {}
+        self.bodies.append(body)
         ids = self._prompt_ids(body.get("prompt"))
         if ids is not None:
             self.prompts.append(list(ids))
         if ids is None:
             return 400, {"error": {"message": "prompt must be a string"}}, {}
         k = body.get("prompt_logprobs")
+        if k is not None and b.style == "vllm" and b.max_logprobs is not None and k > b.max_logprobs:
+            return 400, {"object": "error", "message": f"Requested prompt logprobs of {k}, which is greater than max "
+                         f"allowed: {b.max_logprobs}", "type": "BadRequestError", "code": 400}, {}
         if k is not None and b.style == "vllm":
             rows = self.engine.rows(ids)
             plp: list[Any] = [None]

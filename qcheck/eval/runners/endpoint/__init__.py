@@ -491,12 +491,12 @@ class EndpointRunner:
 
 
 def present_rows(ref: Any, cand: TokenScores, targets: Sequence[int]) -> tuple[Any, TokenScores, np.ndarray]:
-    """Drop positions the candidate could not return (NaN target log-prob) from both sides, paired.
+    """Drop positions either side could not return (NaN target log-prob) from both sides, paired.
 
-    Only endpoint runners produce such rows (llama-cpp-python's echo omits the first token after BOS); for
-    every other runner this returns its inputs unchanged."""
+    Only endpoints produce such rows (llama-cpp-python's echo omits the first token after BOS), as a candidate or as
+    the reference; for every other runner this returns its inputs unchanged."""
     y = np.asarray(targets, dtype=np.int64)
-    keep = ~np.isnan(cand.target_logprobs)
+    keep = ~np.isnan(cand.target_logprobs) & ~np.isnan(np.asarray(ref.target_logprobs, dtype=np.float32))
     if keep.all():
         return ref, cand, y
     from dataclasses import replace
