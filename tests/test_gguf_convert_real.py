@@ -22,8 +22,7 @@ from support.llamacpp_convert import ARCHITECTURES, NO_BOS, REPO, build_tiny_mod
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-#: architectures measured through the CLI beside llama.cpp's own Q8_0 kernels (dense with BOS, BOS-less MoE);
-#: gemma2 is not one: llama.cpp's and transformers' Gemma 2 differ by a KLD of ~0.016 even in F32
+#: architectures measured through the CLI beside llama.cpp's own Q8_0 kernels (dense with BOS, BOS-less MoE)
 CLI_ARCHS = ("llama", "qwen2_moe")
 
 
@@ -150,3 +149,55 @@ def test_q8_0_simulated_beside_llama_cpp(exports, arch, tmp_path):
     q8cpp = _llama_cpp_kld(model_dir / "model-f32.gguf", model_dir / "model-q8_0.gguf", ids)
     assert 0 < q8 < 0.01 and 0 < q8cpp < 0.01, (q8, q8cpp)
     assert q8cpp / 5 < q8 < q8cpp * 2, (q8, q8cpp)
+
+
+#: llama.cpp's F32 logits against transformers' float32 ones on the same export (no quantisation at all): what is left
+#: is kernel arithmetic and llama.cpp's F16 KV cache, ~1e-6 nats
+F32_ENGINE_KLD = 1e-4
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "llama"])
+def test_llama_cpp_f32_equals_transformers(exports, arch):
+    """The Gemma 2 F32 gap (KLD 0.025 between llama.cpp and transformers on the same weights) was the tiny config's
+    query_pre_attn_scalar (transformers' default 256 with head_dim 16), which llama.cpp ignores: it scales by
+    1/sqrt(head_dim). With the released models' relation (query_pre_attn_scalar = head_dim) the engines agree."""
+    pytest.importorskip("llama_cpp")
+    from transformers import AutoModelForCausalLM
+
+    from qcheck.eval.runners.llamacpp import LlamaCppRunner, attention_scale_note, log_softmax
+
+    model_dir = exports[arch]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert attention_scale_note(model.config) is None
+    ids = [1, *np.random.default_rng(0).integers(3, 512, 60).tolist()]
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].double().log_softmax(-1).numpy()
+    runner = LlamaCppRunner(str(model_dir / "model-f32.gguf"), "x", n_ctx=256)
+    try:
+        runner.llm.reset()
+        runner.llm.eval(ids)
+        cand = log_softmax(np.asarray(runner.llm.scores[: len(ids)], dtype=np.float64)).astype(np.float64)
+    finally:
+        runner.close()
+    kld = float((np.exp(ref) * (ref - cand)).sum(axis=1).mean())
+    assert kld < F32_ENGINE_KLD, f"{arch}: llama.cpp vs transformers F32 KLD {kld:.3e}"
+
+
+def test_attention_scale_note_names_what_llama_cpp_ignores():
+    """A Gemma config whose query_pre_attn_scalar llama.cpp does not use is named in the llama.cpp candidate's notes;
+    the released shapes (2B: 256 = head_dim; 27B: 144 = hidden/heads at 46 layers) are not."""
+    from transformers import AutoConfig
+
+    from qcheck.eval.runners.llamacpp import attention_scale_note
+
+    tiny = AutoConfig.for_model("gemma2", head_dim=16, hidden_size=64, num_attention_heads=4)
+    note = attention_scale_note(tiny)
+    assert note is not None and "1/sqrt(16)" in note and "query_pre_attn_scalar 256" in note
+    assert attention_scale_note(AutoConfig.for_model("gemma2", head_dim=256, query_pre_attn_scalar=256)) is None
+    g27 = AutoConfig.for_model("gemma2", hidden_size=4608, num_attention_heads=32, head_dim=128,
+                               query_pre_attn_scalar=144, num_hidden_layers=46)
+    assert attention_scale_note(g27) is None
+    assert "1/sqrt(128)" in attention_scale_note(AutoConfig.for_model(
+        "gemma2", hidden_size=4608, num_attention_heads=32, head_dim=128, query_pre_attn_scalar=144,
+        num_hidden_layers=40))
+    assert attention_scale_note(AutoConfig.for_model("llama")) is None

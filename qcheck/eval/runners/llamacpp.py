@@ -195,6 +195,36 @@ TOKENIZER_PROBES = (
 )
 
 
+#: llama.cpp's Gemma 2 / Gemma 3 graphs (src/models/gemma2.cpp, gemma3.cpp) never read ``query_pre_attn_scalar``: they
+#: scale queries by 1/sqrt(head_dim), or by 1/sqrt(hidden_size / heads) for the layer count of the 27B models
+LLAMA_CPP_27B_LAYERS = {"gemma2": 46, "gemma3_text": 62, "gemma3": 62}
+
+
+def attention_scale_note(config: Any) -> str | None:
+    """Why llama.cpp cannot match a Gemma 2/3 reference whose ``query_pre_attn_scalar`` is not what llama.cpp assumes.
+
+    transformers scales attention scores by ``query_pre_attn_scalar ** -0.5``; llama.cpp by ``head_dim ** -0.5``
+    (``(hidden/heads) ** -0.5`` when the layer count is the 27B's). The released 2B/9B/27B (and Gemma 3) configs
+    agree with llama.cpp; a fine-tune or pruned model with another value runs with the wrong scale in llama.cpp,
+    which no quantisation explains (a tiny Gemma 2 F32 export: KLD 0.025 instead of 4e-8)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    model_type = getattr(text, "model_type", None)
+    scalar = getattr(text, "query_pre_attn_scalar", None)
+    if model_type not in LLAMA_CPP_27B_LAYERS or not isinstance(scalar, (int, float)) or scalar <= 0:
+        return None
+    heads = int(getattr(text, "num_attention_heads", 0) or 0)
+    head_dim = getattr(text, "head_dim", None) or (int(text.hidden_size) // heads if heads else None)
+    if not head_dim:
+        return None
+    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
+    used = int(text.hidden_size) / heads if layers == LLAMA_CPP_27B_LAYERS[model_type] and heads else float(head_dim)
+    if abs(used - float(scalar)) <= 1e-6 * float(scalar):
+        return None
+    return (f"llama.cpp scales {model_type} attention by 1/sqrt({used:g}), ignoring the reference's "
+            f"query_pre_attn_scalar {scalar:g} (transformers uses 1/sqrt({scalar:g})): this candidate's KLD includes "
+            "that implementation difference, not only quantisation loss")
+
+
 def build(name: str, target: str, context: Any) -> Any:
     """The ``llamacpp`` backend (``--candidate NAME=llamacpp:PATH.gguf``): the GGUF under llama.cpp's kernels."""
     from qcheck.eval.runners import BuiltRunner
@@ -209,6 +239,10 @@ def build(name: str, target: str, context: Any) -> Any:
     notes = ["llama.cpp kernels in process (llama-cpp-python): full-vocabulary logits, exact KL divergence; "
              "activations are quantised as llama.cpp's kernels do, which the simulated candidate does not "
              "reproduce (docs/engines.md)"]
+    scale_note = attention_scale_note(context.reference_config) if getattr(context, "reference_config", None) \
+        is not None else None
+    if scale_note:
+        notes.append(scale_note)
     quantization = None
     try:
         from qcheck.inspect import inspect_path
