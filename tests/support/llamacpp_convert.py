@@ -31,8 +31,11 @@ ARCHITECTURES: dict[str, dict] = {
     "llama": {},
     "mistral": {},
     "gemma": {"head_dim": 16},
-    "gemma2": {"head_dim": 16},
-    "gemma3_text": {"head_dim": 16},
+    # query_pre_attn_scalar = head_dim as in the released 2B/9B (and Gemma 3 1B-12B) configs: llama.cpp ignores the
+    # field and scales by 1/sqrt(head_dim), so transformers' default of 256 with a head_dim of 16 made llama.cpp's and
+    # transformers' tiny Gemma 2 differ by a KLD of 0.025 even in F32 (docs/engines.md)
+    "gemma2": {"head_dim": 16, "query_pre_attn_scalar": 16},
+    "gemma3_text": {"head_dim": 16, "query_pre_attn_scalar": 16},
     "qwen2": {},
     "qwen3": {"head_dim": 16},
     "phi3": {},
@@ -108,12 +111,13 @@ def llama_cpp_source() -> Path:
     return root
 
 
-def build_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
+def build_tiny_model(model_type: str, out: Path, seed: int = 0, **sizes: int) -> Path:
     """A tiny random transformers model of ``model_type`` saved as BF16 safetensors, with the tests' BPE tokenizer
     (512 tokens, and the class transformers picks for the model type may add its own specials: the embedding has
     576 rows, padded as real vocabularies are, except where the converter trims it to the tokenizer).
 
-    Norm weights get noise so that offsets such as Gemma's ``1 + w`` are visible in the output."""
+    Norm weights get noise so that offsets such as Gemma's ``1 + w`` are visible in the output. ``sizes`` override
+    the common shape (``hidden_size=256`` for K-quants, whose blocks are 256 values along a row)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -134,7 +138,7 @@ def build_tiny_model(model_type: str, out: Path, seed: int = 0) -> Path:
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    config = AutoConfig.for_model(model_type, **common, **ARCHITECTURES[model_type])
+    config = AutoConfig.for_model(model_type, **{**common, **ARCHITECTURES[model_type], **sizes})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
