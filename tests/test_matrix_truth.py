@@ -556,3 +556,24 @@ def test_sglang_refuses_torchao_checkpoints(tmp_path) -> None:
         assert (v.status, v.rule_id) == ("unsupported", "torchao-unsupported") and result.exit_code == 1, gpu
         assert "unknown quantization method: torchao" in text(v)
     assert check(path, "vllm", "h100")[0].status != "unsupported"  # vLLM has a torchao method
+
+
+def test_mlx_loads_compressed_tensors_only_where_a_model_renames_the_weights(files, tmp_path) -> None:
+    """mlx-lm 0.32.1 utils.py:309-327 maps the config, :496-516 quantizes only layers with MLX 'scales', :597 is
+    strict: weight_packed/weight_scale are renamed only by the deepseek_v3/kimi_k3/mistral4 model files."""
+    v, result = check(files["w4a16"], "mlx", "m3-max")
+    assert (v.status, v.rule_id) == ("unsupported", "ct-weights-not-renamed") and result.exit_code == 1
+    assert "received parameters not in model" in text(v)
+    assert check(files["w4a16"], "mlx==0.29.4", "m3-max")[0].rule_id == "ct-int4-unread"
+    deepseek = b.w4a16_ct()
+    deepseek.configs["config.json"]["model_type"] = "deepseek_v3"
+    ds, _ = check(str(deepseek.write(tmp_path / "ds-w4a16")), "mlx", "m3-max")
+    assert (ds.dimensions[0].status, ds.rule_id) == ("unknown", "ct-weights-renamed-models")
+    nvfp4 = str(b.nvfp4_ct_fixture().write(tmp_path / "nvfp4-ct"))
+    assert check(nvfp4, "mlx", "m3-max")[0].status == "unsupported"
+    assert check(nvfp4, "mlx==0.29.4", "m3-max")[0].status == "unknown"  # was native, read at 0.32.1 only
+    fp8, _ = check(str(b.fp8_ct_channel().write(tmp_path / "fp8-ct")), "mlx", "m3-max")
+    assert (fp8.status, fp8.rule_id) == ("unsupported", "ct-format-refused") and "dequantize to bf16" in text(fp8)
+    modelopt, _ = check(str(b.nvfp4_modelopt_fixture().write(tmp_path / "nvfp4-mo")), "mlx", "m3-max")
+    assert (modelopt.status, modelopt.rule_id) == ("unknown", "nvfp4-modelopt")
+    assert check(files["awq"], "mlx", "m3-max")[0].status == "native"  # AutoAWQ packs are repacked
