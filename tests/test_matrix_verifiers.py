@@ -231,6 +231,11 @@ def test_the_shipped_claims_are_well_formed_and_name_real_rules(claims) -> None:
         assert set(claim["rules"]) <= known, (claim["engine"], set(claim["rules"]) - known)
 
 
+def test_a_pattern_without_a_group_is_a_problem_not_a_crash(claims) -> None:
+    assert claims.check({"pattern": "min 80", "expect": "80"}, "min 80") == "the pattern has no group to compare"
+    assert claims.check({"pattern": r"min (\d+)", "expect": "80"}, "min 80") is None
+
+
 def test_a_claim_without_an_expectation_is_refused(claims, tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('[[claim]]\nengine = "e"\npackage = "e"\nversion = "1"\ndist = "wheel"\npath = "x"\npattern = "y"\n')

@@ -62,6 +62,8 @@ def check(claim: dict[str, Any], text: str) -> str | None:
         return None if found == bool(claim["present"]) else f"pattern {'found' if found else 'not found'}"
     if match is None:
         return "pattern not found"
+    if match.re.groups < 1:
+        return "the pattern has no group to compare"
     value = match.group(1)
     if "expect_items" in claim:
         items = re.findall(claim["item"], value)
