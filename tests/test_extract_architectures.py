@@ -261,8 +261,14 @@ def test_ollama_from_release_tags(tool, tmp_path) -> None:
         body = "".join(f"\tcase {c}:\n\t\tconv = &m{{}}\n" for c in cases)
         return f"func LoadModelMetadata() {{\n\tswitch p.Architectures[0] {{\n{body}\tdefault:\n\t\treturn err\n\t}}\n}}\n"
 
+    arch = 'LLM_ARCH_NAMES = {\n    { LLM_ARCH_LLAMA, "llama" },\n    { LLM_ARCH_GEMMA, "gemma" },\n};\n'
     tag("v0.1.0", {"README.md": "no importer yet\n"})
-    tag("v0.2.0", {"convert/safetensors.go": switch('"MistralForCausalLM"', '"GemmaForCausalLM"')})
+    (repo / "llama" / "llama.cpp" / "src").mkdir(parents=True)
+    (repo / "model" / "models" / "gemma3").mkdir(parents=True)
+    tag("v0.2.0", {"convert/safetensors.go": switch('"MistralForCausalLM"', '"GemmaForCausalLM"'),
+                   "llama/llama.cpp/src/llama-arch.cpp": arch,
+                   "model/models/gemma3/model.go": 'func init() {\n\tmodel.Register("gemma3", New)\n'
+                                                   '\tmodel.Register("gemma3_embed", newEmbed)\n}\n'})
     (repo / "convert" / "safetensors.go").unlink()
     tag("v0.3.0", {"convert/convert.go": switch('"LlamaForCausalLM"', '"GemmaForCausalLM", "BertModel"',
                                                 '"Qwen2VLForConditionalGeneration"'),
@@ -273,8 +279,11 @@ def test_ollama_from_release_tags(tool, tmp_path) -> None:
     data = _read(path, "ollama")
     assert data.versions_read == ("0.2.0", "0.3.0", "0.4.0rc1")
     assert data.derive is not None and data.derive.versions == {"0.3.0": "b5000", "0.4.0rc1": "b6000"}
-    [imp] = data.lists
+    engine, vendored, imp = data.lists
     assert imp.methods == ("none", "fp8", "mxfp4") and imp.containers == ("safetensors",)
+    # the own engine at every tag from its first; the vendored llama.cpp only where no build is pinned
+    assert set(engine.arch) == {"gemma3"} and engine.versions_read == ("0.2.0", "0.3.0", "0.4.0rc1")
+    assert set(vendored.arch) == {"llama", "gemma"} and vendored.versions_read == ("0.2.0",)
     assert (imp.arch["MistralForCausalLM"].first, imp.arch["MistralForCausalLM"].last) == ("0.2.0", "0.2.0")
     assert (imp.arch["GemmaForCausalLM"].last, imp.arch["Qwen3ForCausalLM"].first) == ("0.3.0", "0.4.0rc1")
     assert (imp.arch["BertModel"].kind, imp.arch["Qwen2VLForConditionalGeneration"].kind) == ("embedding",

@@ -61,6 +61,7 @@ from qcheck.matrix.arch_sources import (  # noqa: E402
     parse_llama_arch,
     parse_mlx_remapping,
     parse_ollama_convert,
+    parse_ollama_engine,
     parse_sglang_entry,
     parse_transformers_config,
     parse_transformers_gguf,
@@ -611,18 +612,42 @@ def write_ollama(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
                             "experimental MLX runner's importer (x/create) is not read; kinds from the HF class "
                             "names (XModel: embedding, ...ForConditionalGeneration: multimodal)",
                        methods=["none", "fp8", "mxfp4"])
+    engine = NameList("engine", "gguf-arch", ["gguf"],
+                      "ollama/ollama: model/models/*/ (model.Register names of Ollama's own Go engine)",
+                      note="Ollama runs these GGUF architectures on its own engine whatever llama.cpp it bundles")
+    vendored = NameList("vendored", "gguf-arch", ["gguf"],
+                        "ollama/ollama: llama/llama.cpp/src/llama-arch.cpp (llama/llama.cpp before 0.6: the llama.cpp "
+                        "source Ollama vendored before LLAMA_CPP_VERSION)",
+                        note="from 0.30 Ollama pins a llama.cpp build instead (see derive); releases whose llama.cpp "
+                             "was a git submodule (llm/llama.cpp, before 0.4) are not read")
     read: dict[str, str] = {}
     finals = [t for t in tags if not Version(version_of[t]).is_prerelease]
     for tag in finals + [t for t in tags[-1:] if t not in finals]:
+        sha = git("rev-parse", "--short=8", f"{tag}^{{commit}}").stdout.strip()
+        version = version_of[tag]
+        listing = git("ls-tree", "-r", "--name-only", tag, "model/models/").stdout.split()
+        if listing or engine.seen:
+            engine.seen[version] = dict.fromkeys(sorted(set().union(*(
+                parse_ollama_engine(git("show", f"{tag}:{f}").stdout) for f in listing
+                if f.endswith(".go") and not f.endswith("_test.go")))), "text")
+            read[version] = f"ollama git tag {tag} ({sha})"
+        submodule = git("ls-tree", tag, "llm/llama.cpp").stdout.split()[1:2] == ["commit"]
+        if version not in builds and not submodule:
+            text = next((t for t in (git("show", f"{tag}:{f}").stdout for f in (
+                "llama/llama.cpp/src/llama-arch.cpp", "llama/llama.cpp/src/llama.cpp", "llama/llama.cpp")) if t), "")
+            archs = parse_llama_arch(text) if text else set()
+            if "llama" in archs:  # a vendored llama.cpp defines llama; anything else is not one qcheck can read
+                vendored.seen[version] = dict.fromkeys(sorted(archs), "text")
+                read[version] = f"ollama git tag {tag} ({sha})"
         text = "\n".join(git("show", f"{tag}:{f}").stdout for f in ("convert/convert.go", "convert/safetensors.go"))
         names = parse_ollama_convert(text)
         if not names:
             if convert.seen:
                 raise SystemExit(f"ollama {tag}: no Architectures[0] switch found in convert/ (the parser needs updating)")
             continue  # before the safetensors importer
-        sha = git("rev-parse", "--short=8", f"{tag}^{{commit}}").stdout.strip()
-        convert.seen[version_of[tag]] = {n: _hf_kind(n) for n in sorted(names)}
-        read[version_of[tag]] = f"ollama git tag {tag} ({sha})"
+        convert.seen[version] = {n: _hf_kind(n) for n in sorted(names)}
+        read[version] = f"ollama git tag {tag} ({sha})"
+    read = dict(sorted(read.items(), key=lambda kv: Version(kv[0])))
     derive = {"containers": ["gguf"], "from": "llama.cpp",
               "source": f"ollama/ollama: LLAMA_CPP_VERSION at each release tag (repository at {head})",
               "note": "Ollama runs GGUF files with the llama.cpp build it pins (llama-server); releases before "
@@ -631,7 +656,8 @@ def write_ollama(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
     if not read:
         newest = list(builds)[-1:] or ["0"]
         read = {newest[0]: f"ollama git tag v{newest[0]} ({head})"}
-    text = render_toml("ollama", "pep440", [convert] if convert.seen else [], read, command, derive=derive)
+    lists = [lst for lst in (engine, vendored, convert) if lst.seen]
+    text = render_toml("ollama", "pep440", lists, read, command, derive=derive)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "ollama.toml"
     path.write_text(text, encoding="utf-8")

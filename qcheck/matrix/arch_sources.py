@@ -229,6 +229,15 @@ def parse_trtllm_model_map(text: str) -> set[str]:
     return set()
 
 
+_GO_REGISTER = re.compile(r'model\.Register\(\s*"([^"]+)"')
+
+
+def parse_ollama_engine(text: str) -> set[str]:
+    """The GGUF architectures Ollama's own Go engine implements: ``model.Register("gemma3", New)`` in
+    model/models/*/ (a registration suffixed ``_embed`` is the embedding variant of the same architecture)."""
+    return {n for n in _GO_REGISTER.findall(text) if not n.endswith("_embed")}
+
+
 _GO_ARCH_SWITCH = re.compile(r"switch\s+[\w.]*Architectures\[0\]\s*\{(.*?)\n\s*default:", re.S)
 _GO_CASE = re.compile(r"^\s*case\s+([^:\n]+):", re.M)
 

@@ -382,8 +382,15 @@ def judge_architecture(d: Deployment) -> Judgement | None:
     lists = [lst for lst in data.lists if insp.container in lst.containers and lst.names in names
              and (lst.methods is None or method in lst.methods)]
     load = [lst for lst in lists if lst.role == "load"]
-    if not load and data.derive is not None and insp.container in data.derive.containers:
-        return _judge_derived(d, data.derive, names, shown)
+    derive = data.derive
+    if derive is not None and insp.container in derive.containers and (
+            not load or (derive.versions and d.version in derive.versions)):
+        # the other engine decides, unless a list still read at this version loads the name (Ollama's own engine)
+        at = _requested(d.version, data.scheme, d.at)
+        current = [lst for lst in load if names[lst.names] in lst.arch and lst.parsed[-1] >= at]
+        own = next((j for j in (_judge_in_list(d, data, lst, names[lst.names]) for lst in current)
+                    if j.status == "native"), None)
+        return own if own is not None else _judge_derived(d, derive, names, shown)
     if not load:
         if insp.container == "safetensors" and any(lst.role == "convert" for lst in lists):
             return None  # llama.cpp-like: loads GGUF only; the weight-format rules say so
@@ -394,8 +401,7 @@ def judge_architecture(d: Deployment) -> Judgement | None:
         return Judgement(DIMENSION, "unknown", [
             f"qcheck has no data on which architectures {engine.name} loads from {what}: whether it loads "
             f"{shown} is not known"])
-    lst = _preferred(load, names)
-    judgement = _judge_in_list(d, data, lst, names[lst.names])
+    lst, judgement = _best(d, data, load, names)
     inst = d.request.installed
     if inst is not None and inst.registry(lst.names) is None:
         # the installed engine carries no such list qcheck can read (vLLM's GGUF mapping): the shipped data judges
@@ -479,6 +485,20 @@ def _judge_installed(d: Deployment, names: dict[str, str], shipped: Judgement | 
 
 def _some(names: list[str], limit: int = 5) -> str:
     return f" ({', '.join(names[:limit])}{' ...' if len(names) > limit else ''})" if names else ""
+
+
+def _best(d: Deployment, data: ArchData, load: list[ArchList], names: dict[str, str]) -> tuple[ArchList, Judgement]:
+    """The list that decides and its judgement: of the lists holding the name, one that loads it at this version
+    (Ollama's own engine or its vendored llama.cpp), else the first of them (file order), else the first list."""
+    holding = [lst for lst in load if names[lst.names] in lst.arch]
+    judged = [(lst, _judge_in_list(d, data, lst, names[lst.names])) for lst in holding]
+    native = next((pair for pair in judged if pair[1].status == "native"), None)
+    if native is not None:
+        return native
+    if judged:
+        return judged[0]
+    lst = _preferred(load, names)
+    return lst, _judge_in_list(d, data, lst, names[lst.names])
 
 
 def _preferred(lists: list[ArchList], names: dict[str, str]) -> ArchList:
@@ -684,10 +704,15 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
             out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
                                    list(lst.versions_read), data.versions_of, lst.source, status))
         if not hits and data.lists:
-            lst = data.lists[0]
-            names = "/".join(dict.fromkeys(x.names for x in data.lists if x.role == "load"))
-            out.append(ArchSupport(engine, lst.id, names if "/" not in names else None, None, None, None, None,
-                                   None, list(lst.versions_read), data.versions_of, lst.source, "never"))
+            load = [x for x in data.lists if x.role == "load"] or data.lists
+            # a name with capitals is asked as an HF class: say so of a class list when there is one (Ollama has
+            # GGUF-name lists and a class list)
+            classy = any(c.isupper() for c in name)
+            lst = next((x for x in load if (x.names == "hf-class") == classy), load[0])
+            namings = set(x.names for x in load)
+            out.append(ArchSupport(engine, lst.id, lst.names if len(namings) == 1 or lst.names == "hf-class" else None,
+                                   None, None, None, None, None, list(lst.versions_read), data.versions_of,
+                                   lst.source, "never"))
         if data.derive is not None and data.derive.versions == {}:
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
                                    f"{'/'.join(data.derive.containers).upper()} through {data.derive.engine}, "
