@@ -68,7 +68,7 @@ def formula_vs_llamacpp(workdir: Path) -> None:
                 mem = dataclasses.replace(base, params={**base.params, "n_ubatch": ub, "flash_attn": int(fa)})
                 est = estimate_memory(ins, context=ctx, engine="llama.cpp", engine_memory=mem,
                                       gguf_metadata=ck.metadata, tensors=ck.tensors, device="RAM")
-                parts = {p["name"]: p["bytes"] / MIB for p in est.parts}
+                parts = {p.name: p.bytes / MIB for p in est.parts}
                 c = parts["compute buffer"]
                 err = (c - b.compute) / b.compute
                 errors[fa].append(err)

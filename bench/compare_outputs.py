@@ -38,6 +38,13 @@ GPUS = ("h100", "b200", "rtx-4090", "a100", "mi300x", "m3-max", "cpu")
 #: explicit engine versions (``--engine name==version``) judged on a Hopper and an Ampere GPU; the list is
 #: read from the matrix at baseline time (oldest, middle and newest version of each engine) and stored
 ENGINE_GPUS = ("h100", "a100")
+#: the memory-fit estimate (``Verdict.memory``, with its speed ceiling): every engine on products with and
+#: without speed data, an architecture (no product memory: the note), the CPU (RAM) and Apple (unified memory)
+MEMORY_ARGS = ("--gpu", "h100", "--gpu", "rtx-4090", "--gpu", "m3-max", "--gpu", "cpu", "--gpu", "hopper",
+               "--context", "8192")
+#: and a loaded deployment: a long context, a batch, a KV cache dtype, tensor parallelism
+MEMORY_LOADED_ARGS = ("--engine", "vllm", "--engine", "llama.cpp", "--engine", "sglang", "--gpu", "h100",
+                      "--gpu", "a100", "--context", "65536", "--batch", "4", "--kv-cache-dtype", "fp8", "--tp", "2")
 
 
 # ------------------------------------------------------------------------------------------ corpus
@@ -129,9 +136,10 @@ def _mismatches(b: Any) -> dict[str, Any]:
 def _gguf_cases(root: Path) -> list[Path]:
     """GGUF files of many tensor types (gguf-py's writer), one per type, with the matching file type."""
     sys.path.insert(0, str(REPO / "tests"))
-    import gguf_helpers
     from gguf.constants import GGMLQuantizationType as Q
     from gguf.constants import LlamaFileType as F
+
+    from support import gguf_helpers
 
     types = {
         "F32": (Q.F32, F.ALL_F32), "F16": (Q.F16, F.MOSTLY_F16), "BF16": (Q.BF16, F.MOSTLY_BF16),
@@ -176,6 +184,19 @@ def _adapter_cases(b: Any, root: Path) -> list[Path]:
     return out
 
 
+def build_variants(root: Path) -> Path:
+    """A directory of safetensors variants (bf16/, fp8/, awq/, gptq/): ``check DIR --gpu G`` answers with the
+    which-quant-fits table. Kept under ``root/.variants`` (not a corpus case of its own)."""
+    out = root / ".variants"
+    if not (out / ".complete").exists():
+        b = _builders()
+        for name, make in (("bf16", b.bf16_llama), ("fp8", b.fp8_ct_channel), ("awq", b.awq_fixture),
+                           ("gptq", b.gptq_fixture)):
+            make().write(out / name)
+        (out / ".complete").write_text("ok\n")
+    return out
+
+
 def build_corpus(root: Path) -> list[Path]:
     """Write every corpus case under ``root`` (once) and return their paths, sorted."""
     marker = root / ".complete"
@@ -216,7 +237,9 @@ def _engine_specs() -> list[str]:
     return specs
 
 
-def _invoke(args: list[str]) -> dict[str, Any]:
+def _invoke(args: list[str], raw: bool = False) -> dict[str, Any]:
+    """One command's exit code, parsed JSON (or text) and stderr; ``raw`` keeps the JSON's exact text too, so
+    key order and number formatting are compared byte for byte."""
     from qcheck.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -229,13 +252,16 @@ def _invoke(args: list[str]) -> dict[str, Any]:
         except Exception as exc:  # record, do not abort the whole comparison
             code = f"exception {type(exc).__name__}: {exc}"
     text = out.getvalue()
-    if "--json" not in args:
+    if "--json" not in args and "json" not in args:
         return {"exit": code, "json": {"text": text}, "stderr": err.getvalue().strip()}
     try:
         parsed: Any = json.loads(text) if text.strip() else None
     except ValueError:
         parsed = {"unparsed_stdout": text}
-    return {"exit": code, "json": parsed, "stderr": err.getvalue().strip() if not parsed else ""}
+    result = {"exit": code, "json": parsed, "stderr": err.getvalue().strip() if not parsed else ""}
+    if raw:
+        result["raw"] = text
+    return result
 
 
 def _normalise(value: Any, roots: dict[str, str]) -> Any:
@@ -258,6 +284,21 @@ def run(corpus: Path, out: Path, cases_from: Path | None) -> int:
         results[f"inspect-text {key}"] = _invoke(["inspect", str(path)])
         results[f"check-gpus {key}"] = _invoke(["check", str(path), "--json", *gpu_args])
         results[f"check-engines {key}"] = _invoke(["check", str(path), "--json", *engine_args])
+        results[f"check-memory {key}"] = _invoke(["check", str(path), "--json", *MEMORY_ARGS], raw=True)
+        results[f"check-memory-loaded {key}"] = _invoke(["check", str(path), "--json", *MEMORY_LOADED_ARGS],
+                                                        raw=True)
+        results[f"check-memory-text {key}"] = _invoke(["check", str(path), *MEMORY_ARGS])
+    for path in example_paths():  # every report format that shows the memory estimate
+        for fmt in ("markdown", "junit", "github"):
+            results[f"check-memory-{fmt} examples/{path.name}"] = _invoke(
+                ["check", str(path), "--format", fmt, *MEMORY_ARGS])
+    variants = build_variants(corpus)
+    results["quant-table json"] = _invoke(["check", str(variants), "--json", *MEMORY_ARGS], raw=True)
+    results["quant-table text"] = _invoke(["check", str(variants), *MEMORY_ARGS])
+    policy = str(REPO / "examples" / "qcheck.toml")
+    results["gate json"] = _invoke(["gate", "--policy", policy, "--format", "json"], raw=True)
+    results["gate text"] = _invoke(["gate", "--policy", policy])
+    results["gate markdown"] = _invoke(["gate", "--policy", policy, "--format", "markdown"])
     results["matrix markdown"] = _invoke(["matrix", "--format", "markdown"])
     data = {"engine_specs": specs, "gpus": list(GPUS), "results": _normalise(results, roots)}
     out.write_text(json.dumps(data, indent=1, sort_keys=True))

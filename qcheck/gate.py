@@ -119,8 +119,8 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = N
                                allow_unknown=target.allow_unknown, matrix=matrix, annotate=annotate)
             for verdict in result.verdicts:
                 data = verdict.to_json()
-                memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory
-                                    and verdict.memory.get("fits") is False)
+                memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory is not None
+                                    and verdict.memory.fits is False)
                 data["policy"] = {"require_native": target.require_native, "allow_unknown": target.allow_unknown,
                                   "target": target.key}
                 data["memory_fails"] = memory_fails

@@ -31,8 +31,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from qcheck.errors import UsageError
+from qcheck.memory_engines import Part
 from qcheck.model import Inspection, Verdict
 from qcheck.readers.gguf_meta import model_keys
+from qcheck.speed import SpeedEstimate, estimate_speed
 
 GIB = 1024**3
 MAX_GPUS = 64
@@ -207,6 +209,29 @@ def layout_from_inspection(ins: Inspection) -> KVLayout:
 
 
 @dataclass
+class OffloadPlan:
+    """llama.cpp's partial offload (JSON ``memory.offload``): ``-ngl`` layers on the GPU, or for MoE the
+    ``--n-cpu-moe`` layers whose experts stay in RAM (the ``moe_*`` fields, only when such a plan fits)."""
+
+    n_layers: int
+    ngl: int
+    gpu_bytes: int
+    ram_bytes: int
+    summary: str = ""
+    n_cpu_moe: int | None = None
+    moe_gpu_bytes: int | None = None
+    moe_ram_bytes: int | None = None
+    override_tensor: str | None = None  # the equivalent -ot pattern; None when no layer's experts move
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.n_cpu_moe is None:  # no MoE plan: the moe_* keys are absent, not null
+            for key in ("n_cpu_moe", "moe_gpu_bytes", "moe_ram_bytes", "override_tensor"):
+                del data[key]
+        return data
+
+
+@dataclass
 class MemoryEstimate:
     """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
 
@@ -231,8 +256,8 @@ class MemoryEstimate:
     overhead_source: str
     assumptions: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
-    #: where each number comes from: [{name, bytes, basis (header|formula|source|estimate|measured), how}]
-    parts: list[dict[str, Any]] = field(default_factory=list)
+    #: where each number comes from: name, bytes, basis (header|formula|source|estimate|measured), how
+    parts: list[Part] = field(default_factory=list)
     overhead_known: bool = True
     engine: str | None = None
     device: str = "GPU"  # GPU | RAM | unified
@@ -244,18 +269,32 @@ class MemoryEstimate:
     #: not enough (tensor parallelism splits the KV heads, a layer split the layers)
     max_context_gpus: int = 1
     model_context: int | None = None
-    offload: dict[str, Any] | None = None
+    offload: OffloadPlan | None = None
     #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
     active_weight_bytes: int | None = None
     active_parameters: int | None = None
     tp: int | None = None  # the GPU count the user chose (--tp); fit and max context are per GPU at it
+    #: filled by apply_memory: why there is no fit (an architecture, not a product), and the speed ceiling
+    note: str | None = None
+    speed: SpeedEstimate | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
+        and the speed record (with its summary line) when there are any."""
         data = asdict(self)
+        del data["note"], data["speed"]
+        if self.offload is not None:
+            data["offload"] = self.offload.to_json()
         for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
                     "per_gpu_bytes"):
             value = data[key]
             data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
+        data["summary"] = self.summary()
+        if self.note is not None:
+            data["note"] = self.note
+        if self.speed is not None:
+            data["speed"] = self.speed.to_json()
+            data["speed_summary"] = self.speed.summary
         return data
 
     def summary(self) -> str:
@@ -267,9 +306,9 @@ class MemoryEstimate:
         where = {"RAM": "in RAM", "unified": "in unified memory"}.get(self.device, "on one GPU")
         terms = [f"weights {g(self.weights_bytes)}", f"KV {g(self.kv_cache_bytes)}"]
         if self.overhead_known:
-            terms += [f"{p['name']} {g(p['bytes'])}" for p in self.parts
-                      if p["name"] not in ("weights", "KV cache", "weights in host memory") and p["bytes"] >= 0.05 * GIB]
-            if not any(p["name"] not in ("weights", "KV cache", "weights in host memory") and p["bytes"] >= 0.05 * GIB
+            terms += [f"{p.name} {g(p.bytes)}" for p in self.parts
+                      if p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB]
+            if not any(p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB
                        for p in self.parts):
                 terms.append(f"buffers {g(self.activation_bytes + self.fixed_bytes)}")
         text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
@@ -293,7 +332,7 @@ class MemoryEstimate:
             text += f"; does not fit {usable} at --tp {self.tp}" + \
                 (f"; {self.gpus_needed} GPUs would" if self.gpus_needed else "")
         elif self.offload:
-            text += f"; does not fit {usable}: {self.offload['summary']}"
+            text += f"; does not fit {usable}: {self.offload.summary}"
         elif self.gpus_needed:
             how = "tensor parallelism" if self.parallelism == "tensor" else "a layer split"
             text += f"; does not fit {usable}, needs {self.gpus_needed} with {how} ({g(self.per_gpu_bytes)} GiB each)"
@@ -620,14 +659,14 @@ def estimate_memory(inspection: Inspection, *, context: int | None = None, batch
         kv_bytes_per_token=per_token, context=ctx, batch=batch, activation_bytes=activation, fixed_bytes=fixed,
         total_bytes=total, gpu_memory_bytes=gpu_bytes, usable_bytes=usable, fits=fits, gpus_needed=needed,
         parallelism=placement, per_gpu_bytes=per_gpu, max_gpus=max_gpus, formula=formula,
-        overhead_source=source, assumptions=assumptions, ignored=ignored, parts=[p.to_json() for p in parts],
+        overhead_source=source, assumptions=assumptions, ignored=ignored, parts=parts,
         overhead_known=plan is not None, engine=engine, device=device, host_bytes=host,
         reserve=reserve.text if reserve is not None else "", max_context=max_ctx, max_batch=max_batch,
         max_context_gpus=max_ctx_gpus,
         model_context=model_ctx, offload=offload, tp=n_dev if n_dev > 1 else None, active_weight_bytes=active_bytes, active_parameters=active_params)
 
 
-def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, lay: KVLayout) -> dict[str, Any] | None:
+def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, lay: KVLayout) -> OffloadPlan | None:
     """llama.cpp's partial offload when the whole model does not fit one GPU: how many repeating layers
     (``-ngl``), or for MoE how many layers' experts stay in RAM (``--n-cpu-moe``), and the GPU/RAM split.
 
@@ -651,10 +690,10 @@ def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, la
             best = k
             break
     gpu_dense = int(sum(layers[n - best:]) + kv_layer * best + buffers)
-    plan: dict[str, Any] = {"n_layers": n, "ngl": best, "gpu_bytes": gpu_dense,
-                            "ram_bytes": total_weights - sum(layers[n - best:]) + int(kv_layer * (n - best))}
-    plan["summary"] = (f"offload {best} of {n} layers: -ngl {best} ({gpu_dense / GIB:.1f} GiB on the GPU, "
-                       f"{plan['ram_bytes'] / GIB:.1f} GiB in RAM)") if best else \
+    plan = OffloadPlan(n_layers=n, ngl=best, gpu_bytes=gpu_dense,
+                       ram_bytes=total_weights - sum(layers[n - best:]) + int(kv_layer * (n - best)))
+    plan.summary = (f"offload {best} of {n} layers: -ngl {best} ({gpu_dense / GIB:.1f} GiB on the GPU, "
+                    f"{plan.ram_bytes / GIB:.1f} GiB in RAM)") if best else \
         "not even one layer fits the GPU beside the buffers"
     if shape.moe and any(experts):
         dense_part = sum(layers) - sum(experts) + output + kv + buffers
@@ -663,12 +702,12 @@ def _offload(shape: Any, scale: float, kv: int, over: list[Any], usable: int, la
             if gpu <= usable:
                 ram = total_weights - (sum(layers) - sum(experts)) - output - sum(experts[cpu_layers:])
                 layers_re = "|".join(str(i) for i in range(cpu_layers))
-                plan.update(n_cpu_moe=cpu_layers, moe_gpu_bytes=int(gpu), moe_ram_bytes=int(ram),
-                            override_tensor=f"blk\\.({layers_re})\\.ffn_(up|down|gate)_exps\\.=CPU" if cpu_layers
-                            else None)
-                plan["summary"] = (f"MoE: -ngl {n + 1} --n-cpu-moe {cpu_layers} keeps the experts of {cpu_layers} "
-                                   f"of {n} layers in RAM ({gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in "
-                                   "RAM)")
+                plan.n_cpu_moe, plan.moe_gpu_bytes, plan.moe_ram_bytes = cpu_layers, int(gpu), int(ram)
+                plan.override_tensor = (f"blk\\.({layers_re})\\.ffn_(up|down|gate)_exps\\.=CPU" if cpu_layers
+                                        else None)
+                plan.summary = (f"MoE: -ngl {n + 1} --n-cpu-moe {cpu_layers} keeps the experts of {cpu_layers} "
+                                f"of {n} layers in RAM ({gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in "
+                                "RAM)")
                 break
     return plan
 
@@ -730,25 +769,19 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, *,
                               dequantized=is_dequantizing(v), gpu_memory_gib=mem_gib, engine=v.engine,
                               engine_memory=params, config=config, gguf_metadata=gguf_metadata, tensors=tensors,
                               device=device, tp=tp)
-        data = est.to_json()
-        data["summary"] = est.summary()
         if mem_gib is None and device != "RAM":
-            data["note"] = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
-                            "with its memory")
+            est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
+                        "with its memory")
         perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
         arch = matrix.gpus.archs.get(v.arch) if v.arch else None
         if perf is not None and arch is not None and v.status != "unsupported":
-            from qcheck.speed import estimate_speed
-
-            speed = estimate_speed(v, inspection, data, perf, arch.native_formats, est.active_weight_bytes,
-                                   est.active_parameters)
-            data["speed"] = speed
-            data["speed_summary"] = speed["summary"]
-        v.memory = data
+            est.speed = estimate_speed(v, inspection, est, perf, arch.native_formats, est.active_weight_bytes,
+                                       est.active_parameters)
+        v.memory = est
         if est.fits is False:
             usable = (est.usable_bytes or 0) / GIB
             if est.offload:
-                more = f"; {est.offload['summary']}"
+                more = f"; {est.offload.summary}"
             elif est.gpus_needed:
                 more = f"; {est.gpus_needed} GPUs would ({est.parallelism})"
             else:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # the record lives with its formulas; nothing here builds one
+    from qcheck.memory import MemoryEstimate
 
 Container = Literal["gguf", "safetensors", "pickle"]
 Status = Literal["native", "fallback", "unsupported", "unknown"]
@@ -238,8 +241,8 @@ class Verdict:
     suggestions: list[str] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: filled by the memory-fit estimate when asked for (issue: hub + memory)
-    memory: dict[str, Any] | None = None
+    #: the memory-fit estimate (with its speed ceiling), filled by qcheck.memory.apply_memory when asked for
+    memory: MemoryEstimate | None = None
     #: the id of the matrix rule that decided, for debugging and SARIF rule ids
     rule_id: str | None = None
     #: the compute backend the engine uses for this GPU (llama.cpp/Ollama/LM Studio: cuda, rocm, metal, vulkan ...)
@@ -249,4 +252,7 @@ class Verdict:
     dimensions: list[Judgement] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.memory is not None:  # its own JSON: GiB figures and summary lines besides the fields
+            data["memory"] = self.memory.to_json()
+        return data

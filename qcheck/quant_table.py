@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.check import ResultSet
+
+if TYPE_CHECKING:
+    from qcheck.memory import MemoryEstimate
 
 GIB = 1024**3
 _DTYPE_BITS = {"bfloat16": 16.0, "float16": 16.0, "float32": 32.0}
@@ -28,22 +31,22 @@ def human(size: int | None) -> str:
     return f"{size} B"
 
 
-def _fit(memory: dict[str, Any] | None) -> str:
-    if not memory:
+def _fit(memory: MemoryEstimate | None) -> str:
+    if memory is None:
         return "unknown"
-    if memory.get("fits") is True:
+    if memory.fits is True:
         return "fits"
-    if memory.get("fits") is None:
-        return "unknown" if memory.get("gpu_memory_bytes") else "no memory figure"
-    offload = memory.get("offload")
+    if memory.fits is None:
+        return "unknown" if memory.gpu_memory_bytes else "no memory figure"
+    offload = memory.offload
     if offload:
-        if offload.get("n_cpu_moe") is not None:
-            return f"offload: --n-cpu-moe {offload['n_cpu_moe']}"
-        if offload.get("ngl"):
-            return f"offload: -ngl {offload['ngl']}/{offload['n_layers']}"
+        if offload.n_cpu_moe is not None:
+            return f"offload: --n-cpu-moe {offload.n_cpu_moe}"
+        if offload.ngl:
+            return f"offload: -ngl {offload.ngl}/{offload.n_layers}"
         return "does not fit"
-    if memory.get("gpus_needed"):
-        return f"needs {memory['gpus_needed']} GPUs"
+    if memory.gpus_needed:
+        return f"needs {memory.gpus_needed} GPUs"
     return "does not fit"
 
 
@@ -75,16 +78,18 @@ def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
         label = (quant_label(ins.path.rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or q.gguf_file_type
                  or (q.method if q.method != "none" else (ins.dtype or "unquantised")))
         for v in result.verdicts:
-            mem = v.memory or {}
+            mem = v.memory
+            speed = mem.speed if mem is not None else None
             rows.append({
                 "path": ins.path, "quant": str(label or q.method), "variant": variant_name(ins.path), "size_bytes": ins.size_bytes,
                 "bits_per_weight": q.bits_per_weight or _DTYPE_BITS.get((ins.dtype or "").lower()), "engine": v.engine, "gpu": v.gpu or v.arch,
-                "status": v.status, "fit": _fit(mem), "fits": mem.get("fits"),
-                "max_context": mem.get("max_context") if mem.get("fits") or (mem.get("max_context_gpus") or 1) > 1
+                "status": v.status, "fit": _fit(mem), "fits": mem.fits if mem is not None else None,
+                "max_context": mem.max_context if mem is not None and (mem.fits or mem.max_context_gpus > 1)
                 else None,
-                "max_context_gpus": mem.get("max_context_gpus") or 1,
-                "model_context": mem.get("model_context"), "context": mem.get("context"),
-                "decode_tokens_per_s": (mem.get("speed") or {}).get("decode_tokens_per_s"),
+                "max_context_gpus": mem.max_context_gpus if mem is not None else 1,
+                "model_context": mem.model_context if mem is not None else None,
+                "context": mem.context if mem is not None else None,
+                "decode_tokens_per_s": speed.decode_tokens_per_s if speed is not None else None,
             })
     rows.sort(key=lambda r: (r["size_bytes"] or 0, r["path"], r["engine"], r["gpu"] or ""))
     return rows

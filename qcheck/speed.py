@@ -18,13 +18,17 @@ no calibration factor is applied: published llama.cpp decode runs reached 48-80%
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from qcheck.model import Inspection, Verdict
 
 #: how far measured decode speeds stayed below the ceiling (docs/memory.md "Calibration"); stated, not applied
 CALIBRATION = ("published llama.cpp decode on RTX 4090 / RTX 3090 Ti reached 48-80% of this ceiling (estimate / "
                "measured 1.25-2.09; docs/memory.md)")
+
+if TYPE_CHECKING:
+    from qcheck.memory import MemoryEstimate
 
 _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
 
@@ -47,13 +51,36 @@ def compute_format(verdict: Verdict, inspection: Inspection, native: frozenset[s
     return half, "16-bit tensor cores"
 
 
-def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, Any], perf: Any,
-                   native: frozenset[str], active_bytes: int | None, active_params: int | None) -> dict[str, Any]:
+@dataclass
+class SpeedEstimate:
+    """The JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
+
+    label: str
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: int | None
+    bytes_per_step: int
+    batch: int
+    bandwidth_gbs: float
+    compute_format: str
+    compute_why: str
+    tflops: float | None
+    active_parameters: int | None
+    formula: str
+    source: str
+    calibration: str  # how far measured speeds stayed below such ceilings (stated, not applied)
+    summary: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstimate, perf: Any,
+                   native: frozenset[str], active_bytes: int | None, active_params: int | None) -> SpeedEstimate:
     """The ``speed`` record for one verdict; ``perf`` is the GPU's ``[[perf]]`` entry (GpuPerf)."""
     fmt, why = compute_format(verdict, inspection, native)
-    batch = int(memory.get("batch") or 1)
-    per_token_kv = float(memory.get("kv_bytes_per_token") or 0) * int(memory.get("context") or 0)
-    weights_read = active_bytes if active_bytes is not None else int(memory.get("weights_bytes") or 0)
+    batch = int(memory.batch or 1)
+    per_token_kv = float(memory.kv_bytes_per_token or 0) * int(memory.context or 0)
+    weights_read = active_bytes if active_bytes is not None else int(memory.weights_bytes or 0)
     step_bytes = weights_read + batch * per_token_kv
     bw = perf.bandwidth_gbs * 1e9
     decode = batch * bw / step_bytes if step_bytes else None
@@ -62,17 +89,17 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
     tflops = perf.tflops.get(flops_key) if flops_key else None
     prefill = tflops * 1e12 / (2 * active_params) if tflops and active_params else None
     best = max(perf.tflops.items(), key=lambda kv: kv[1], default=None)
-    out: dict[str, Any] = {
-        "label": "estimate (upper bound from datasheet figures)",
-        "decode_tokens_per_s": None if decode is None else round(decode, 1),
-        "prefill_tokens_per_s": None if prefill is None else round(prefill),
-        "bytes_per_step": int(step_bytes), "batch": batch, "bandwidth_gbs": perf.bandwidth_gbs,
-        "compute_format": fmt, "compute_why": why, "tflops": tflops, "active_parameters": active_params,
-        "formula": "decode <= batch x bandwidth / (weights read + batch x KV bytes at context); "
-                   "prefill <= TFLOPS(format) / (2 x active parameters)",
-        "source": perf.source_of("bandwidth_gbs", *([flops_key] if flops_key else [])),
-        "calibration": CALIBRATION,
-    }
+    out = SpeedEstimate(
+        label="estimate (upper bound from datasheet figures)",
+        decode_tokens_per_s=None if decode is None else round(decode, 1),
+        prefill_tokens_per_s=None if prefill is None else round(prefill),
+        bytes_per_step=int(step_bytes), batch=batch, bandwidth_gbs=perf.bandwidth_gbs,
+        compute_format=fmt, compute_why=why, tflops=tflops, active_parameters=active_params,
+        formula="decode <= batch x bandwidth / (weights read + batch x KV bytes at context); "
+                "prefill <= TFLOPS(format) / (2 x active parameters)",
+        source=perf.source_of("bandwidth_gbs", *([flops_key] if flops_key else [])),
+        calibration=CALIBRATION,
+    )
     parts = []
     if decode is not None:
         step = f"{step_bytes / 1e9:.2f} GB" if step_bytes >= 1e8 else f"{step_bytes / 1e6:.2f} MB"
@@ -87,6 +114,6 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: dict[str, A
                          f"{best[1] / tflops:.1f}x")
     elif tflops is None:
         parts.append(f"prefill: unknown (no sourced {fmt.upper()} throughput for this GPU)")
-    out["summary"] = ("estimate: " + "; ".join(parts) + " (datasheet ceilings: measured llama.cpp decode reached "
-                      "48-80% of them, docs/memory.md)" if parts else "estimate: not enough data")
+    out.summary = ("estimate: " + "; ".join(parts) + " (datasheet ceilings: measured llama.cpp decode reached "
+                   "48-80% of them, docs/memory.md)" if parts else "estimate: not enough data")
     return out

@@ -275,11 +275,11 @@ def test_annotate_hook_fills_every_verdict() -> None:
 
     def annotate(inspection: Inspection, verdict: Verdict) -> None:
         seen.append(inspection is insp)
-        verdict.memory = {"gpu_gib": m.gpus.gpus[verdict.gpu].memory_gib}
+        verdict.warnings.append(f"gpu_gib={m.gpus.gpus[verdict.gpu].memory_gib}")
 
     result = run_check(insp, ["fastserve"], ["h100", "t4"], matrix=m, annotate=annotate)
     assert seen == [True, True]
-    assert [v.memory for v in result.verdicts] == [{"gpu_gib": 80}, {"gpu_gib": 16}]
+    assert [v.warnings[-1] for v in result.verdicts] == ["gpu_gib=80", "gpu_gib=16"]
 
 
 def test_pickle_checkpoint_is_not_judged(tmp_path: Path) -> None:

@@ -232,12 +232,12 @@ def test_apply_memory_fills_each_verdict_on_hardware():
     ]
     apply_memory(verdicts, ins, gpu_memory_gib={"h100": 80.0}.get, context=8192, config=LLAMA_70B)
     h100, ampere, hosted = verdicts
-    assert h100.memory["gpus_needed"] == 2 and h100.memory["fits"] is False
-    assert h100.memory["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 2 * 8192
+    assert h100.memory.gpus_needed == 2 and h100.memory.fits is False
+    assert h100.memory.kv_cache_bytes == 2 * 80 * 8 * 128 * 2 * 8192
     assert "memory: needs 138.1 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
-    assert h100.memory["summary"].startswith("needs 138.1 GiB on one GPU")
-    assert ampere.memory["fits"] is None and "GPU product" in ampere.memory["note"]
-    assert ampere.memory["weights_basis"] == "dequantized-bf16" and ampere.memory["parallelism"] == "layer-split"
+    assert h100.memory.summary().startswith("needs 138.1 GiB on one GPU")
+    assert ampere.memory.fits is None and "GPU product" in ampere.memory.note
+    assert ampere.memory.weights_basis == "dequantized-bf16" and ampere.memory.parallelism == "layer-split"
     assert hosted.memory is None
     assert is_dequantizing(verdicts[1])
     assert not is_dequantizing(Verdict(engine="vllm", engine_version=None, gpu=None, arch=None,

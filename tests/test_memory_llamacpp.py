@@ -57,7 +57,7 @@ def _predict(path, n_ctx: int, n_ubatch: int, flash_attn: bool = True):
     mem = dataclasses.replace(mem, params={**mem.params, "n_ubatch": n_ubatch, "flash_attn": int(flash_attn)})
     est = estimate_memory(ins, context=n_ctx, engine="llama.cpp", engine_memory=mem, gguf_metadata=ck.metadata,
                           tensors=ck.tensors, device="RAM")
-    parts = {p["name"]: p["bytes"] for p in est.parts}
+    parts = {p.name: p.bytes for p in est.parts}
     return est, parts, ins, ck
 
 

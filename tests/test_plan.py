@@ -108,8 +108,8 @@ def test_llamacpp_fit_margin_and_vllm_reservation_are_in_the_memory_line():
     assert cpp.usable_bytes == 23 * GIB
     assert "fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin)" in cpp.summary()
     # the Llama-3-8B compute buffer llama.cpp logs at 8k with flash attention: 266.5 MiB (output stage)
-    compute = next(p for p in cpp.parts if p["name"] == "compute buffer")
-    assert compute["bytes"] == 512 * (128256 + 2 * 4096) * 4 and compute["basis"] == "formula"
+    compute = next(p for p in cpp.parts if p.name == "compute buffer")
+    assert compute.bytes == 512 * (128256 + 2 * 4096) * 4 and compute.basis == "formula"
     vllm = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=24)
     assert vllm.usable_bytes == int(24 * GIB * 0.92) and "gpu_memory_utilization 0.92 x 24.0 GiB" in vllm.summary()
     olla = estimate_memory(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=16)
@@ -142,9 +142,9 @@ def test_llamacpp_offload_counts_layers_that_fit_beside_the_buffers():
     off = est.offload
     kv_layer = 2 * 8 * 128 * 2 * 8192  # per layer at 8k, f16
     buffers = est.activation_bytes + est.fixed_bytes
-    n = off["ngl"]
+    n = off.ngl
     assert n * (per + kv_layer) + buffers <= 15 * GIB < (n + 1) * (per + kv_layer) + buffers
-    assert off["summary"].startswith(f"offload {n} of 32 layers: -ngl {n}")
+    assert off.summary.startswith(f"offload {n} of 32 layers: -ngl {n}")
     assert "does not fit 15.0 GiB usable" in est.summary()
 
 
@@ -155,11 +155,11 @@ def test_moe_offload_keeps_experts_of_the_first_layers_in_ram():
     cfg = dict(LLAMA_8B, num_hidden_layers=48)
     est = estimate_memory(ins, context=4096, config=cfg, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
     off = est.offload
-    assert off["n_cpu_moe"] is not None and 0 < off["n_cpu_moe"] <= 48
-    assert off["moe_gpu_bytes"] <= est.usable_bytes
-    assert f"--n-cpu-moe {off['n_cpu_moe']}" in off["summary"]
+    assert off.n_cpu_moe is not None and 0 < off.n_cpu_moe <= 48
+    assert off.moe_gpu_bytes <= est.usable_bytes
+    assert f"--n-cpu-moe {off.n_cpu_moe}" in off.summary
     # one fewer layer's experts in RAM would not fit
-    assert off["moe_gpu_bytes"] + experts > est.usable_bytes
+    assert off.moe_gpu_bytes + experts > est.usable_bytes
 
 
 def _verdict(engine: str, gpu: str | None, arch: str, status: str = "native", kernel: str | None = None) -> Verdict:
@@ -171,10 +171,10 @@ def test_cpu_targets_say_in_ram_and_unified_memory_uses_the_wired_limit():
     ins = _ins()
     cpu, mac = _verdict("llama.cpp", "cpu", "x86"), _verdict("mlx", "m3-max", "apple")
     apply_memory([cpu, mac], ins, context=8192, config=LLAMA_8B)
-    assert "GiB in RAM" in cpu.memory["summary"] and cpu.memory["device"] == "RAM"
-    assert cpu.memory["host_bytes"] == 0 and cpu.memory["fits"] is None
-    assert mac.memory["device"] == "unified" and mac.memory["usable_bytes"] == int(128 * GIB * 0.75)
-    assert "75% of 128.0 GiB unified memory" in mac.memory["summary"]
+    assert "GiB in RAM" in cpu.memory.summary() and cpu.memory.device == "RAM"
+    assert cpu.memory.host_bytes == 0 and cpu.memory.fits is None
+    assert mac.memory.device == "unified" and mac.memory.usable_bytes == int(128 * GIB * 0.75)
+    assert "75% of 128.0 GiB unified memory" in mac.memory.summary()
 
 
 def test_speed_estimate_turns_a_fallback_into_a_number():
@@ -184,24 +184,25 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     native = _verdict("vllm", "l40s", "ada", kernel="CUTLASS FP8 scaled_mm (W8A8)")
     marlin = _verdict("vllm", "l40s", "ada", status="fallback", kernel="Marlin FP8 weight-only (W8A16)")
     apply_memory([native, marlin], fp8, context=4096, config=LLAMA_8B)
-    n, f = native.memory["speed"], marlin.memory["speed"]
-    assert (n["compute_format"], f["compute_format"]) == ("fp8", "bf16")
-    assert n["prefill_tokens_per_s"] == round(733e12 / (2 * 8e9)) and f["prefill_tokens_per_s"] == round(362e12 / 16e9)
+    n, f = native.memory.speed, marlin.memory.speed
+    assert n is not None and f is not None
+    assert (n.compute_format, f.compute_format) == ("fp8", "bf16")
+    assert n.prefill_tokens_per_s == round(733e12 / (2 * 8e9)) and f.prefill_tokens_per_s == round(362e12 / 16e9)
     kv = 2 * 32 * 8 * 128 * 2 * 4096  # bf16 KV at 4k
-    assert n["decode_tokens_per_s"] == round(864e9 / (8e9 + kv), 1)
-    assert "FP8 kernels would allow 2.0x" in f["summary"] and "estimate" in f["label"]
-    assert marlin.memory["speed_summary"].startswith("estimate: decode <= ")
+    assert n.decode_tokens_per_s == round(864e9 / (8e9 + kv), 1)
+    assert "FP8 kernels would allow 2.0x" in f.summary and "estimate" in f.label
+    assert marlin.memory.speed.summary.startswith("estimate: decode <= ")
     # every figure used says where it was read; a figure nobody could source is unknown, and said so
-    assert f["source"].startswith("bandwidth_gbs: https://") and "; bf16: https://" in f["source"]
+    assert f.source.startswith("bandwidth_gbs: https://") and "; bf16: https://" in f.source
     # a ceiling, not a prediction: the measured calibration is stated, not applied
-    assert "48-80%" in f["calibration"] and "48-80%" in f["summary"]
+    assert "48-80%" in f.calibration and "48-80%" in f.summary
     gguf = Inspection(path="m.gguf", container="gguf", size_bytes=4 * 10**9, parameters=8 * 10**9, num_layers=32,
                       hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
                       quantization=Quantization(method="gguf"))
     mmq = _verdict("llama.cpp", "l40s", "ada", kernel="MMQ")
     apply_memory([mmq], gguf, context=4096, config=LLAMA_8B)
-    assert mmq.memory["speed"]["compute_format"] == "int8" and mmq.memory["speed"]["prefill_tokens_per_s"] is None
-    assert "prefill: unknown (no sourced INT8 throughput for this GPU)" in mmq.memory["speed_summary"]
+    assert mmq.memory.speed.compute_format == "int8" and mmq.memory.speed.prefill_tokens_per_s is None
+    assert "prefill: unknown (no sourced INT8 throughput for this GPU)" in mmq.memory.speed.summary
 
 
 def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
@@ -265,10 +266,10 @@ def test_moe_offload_names_the_equivalent_override_tensor_pattern():
     ins = _ins(size=48 * 2 * GIB, moe=True, num_experts=128, num_experts_used=8, num_layers=48)
     off = estimate_memory(ins, context=4096, config=dict(LLAMA_8B, num_hidden_layers=48), engine="llama.cpp",
                           gpu_memory_gib=24, tensors=tensors).offload
-    pattern, target = off["override_tensor"].rsplit("=", 1)
+    pattern, target = off.override_tensor.rsplit("=", 1)
     assert target == "CPU"
     on_cpu = {i for i in range(48) if re.search(pattern, f"blk.{i}.ffn_up_exps.weight")}
-    assert on_cpu == set(range(off["n_cpu_moe"]))  # -ot keeps exactly the --n-cpu-moe layers' experts in RAM
+    assert on_cpu == set(range(off.n_cpu_moe))  # -ot keeps exactly the --n-cpu-moe layers' experts in RAM
     assert not re.search(pattern, "blk.0.attn_q.weight")
 
 

@@ -16,6 +16,9 @@ import pytest
 from qcheck import model
 from qcheck.cli import main
 from qcheck.matrix.schema import METHODS
+from qcheck.memory import GIB, MemoryEstimate, OffloadPlan, estimate_memory
+from qcheck.memory_engines import Part
+from qcheck.speed import SpeedEstimate
 from support.contract import SCHEMAS, schema, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +110,11 @@ def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFix
     (model.Verdict, "check", ("$defs", "verdict"), set()),
     (model.Judgement, "check", ("$defs", "judgement"), set()),
     (model.Source, "check", ("$defs", "source"), set()),
+    (MemoryEstimate, "check", ("$defs", "memory"), {"weights_gib", "kv_cache_gib", "total_gib", "gpu_memory_gib",
+                                                    "usable_gib", "per_gpu_gib", "summary", "speed_summary"}),
+    (OffloadPlan, "check", ("$defs", "offload"), set()),
+    (Part, "check", ("$defs", "memory_part"), set()),
+    (SpeedEstimate, "check", ("$defs", "speed"), set()),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_every_record_field_is_in_its_schema(record: type, schema_name: str, where: tuple[str, ...],
                                              extra: set[str]) -> None:
@@ -117,3 +125,51 @@ def test_every_record_field_is_in_its_schema(record: type, schema_name: str, whe
     fields = {f.name for f in dataclasses.fields(record)}
     assert sorted(fields - set(node["properties"])) == [], f"add these to qcheck/schemas/{schema_name}.schema.json"
     assert sorted(set(node["properties"]) - fields - extra) == [], "fields the record no longer has"
+
+
+def test_a_memory_estimate_fits_its_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    """``verdicts[].memory`` is closed too: on a product with speed data, on an architecture (the note), in RAM,
+    and a llama.cpp MoE offload plan (its --n-cpu-moe keys)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(ROOT / "examples" / "tiny-llama-Q4_0.gguf"), "--engine", "llama.cpp", "--gpu", "h100",
+              "--gpu", "hopper", "--gpu", "cpu", "--context", "1024", "--json"])
+    assert exc.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    validate(data, "check")
+    memory = [v["memory"] for v in data["verdicts"]]
+    assert [("speed" in m, "note" in m, m["device"]) for m in memory] == [
+        (True, False, "GPU"), (False, True, "GPU"), (False, False, "RAM")]
+    layers = 8
+    tensors = {"output.weight": model.TensorInfo("output.weight", "Q6_K", (1, 1), nbytes=GIB // 4)}
+    for i in range(layers):
+        for name, size in ((f"blk.{i}.attn_q.weight", GIB // 2), (f"blk.{i}.ffn_up_exps.weight", 4 * GIB)):
+            tensors[name] = model.TensorInfo(name, "Q4_K", (1, 1), nbytes=size)
+    ins = model.Inspection(path="m.gguf", container="gguf", size_bytes=sum(t.nbytes or 0 for t in tensors.values()),
+                           num_layers=layers, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                           context_length=8192, moe=True, num_experts=64, num_experts_used=8)
+    est = estimate_memory(ins, context=4096, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
+    assert est.offload is not None and est.offload.n_cpu_moe
+    data["verdicts"][0]["memory"] = est.to_json()
+    validate(data, "check")
+    for label, doc in (("a MoE plan without its RAM bytes", _without(data, "moe_ram_bytes")),
+                       ("an unknown memory field", _with(data, memory[0], surprise=1))):
+        with pytest.raises(jsonschema.ValidationError) as err:
+            validate(doc, "check")
+        # memory (and offload) is null or the record (oneOf): the record's branch says what is wrong
+        assert any(word in m for m in _messages(err.value) for word in ("moe_ram_bytes", "surprise")), label
+
+
+def _messages(error: jsonschema.ValidationError) -> list[str]:
+    return [error.message] + [m for sub in error.context for m in _messages(sub)]
+
+
+def _without(data: dict, key: str) -> dict:
+    doc = copy.deepcopy(data)
+    del doc["verdicts"][0]["memory"]["offload"][key]
+    return doc
+
+
+def _with(data: dict, memory: dict, **extra: object) -> dict:
+    doc = copy.deepcopy(data)
+    doc["verdicts"][0]["memory"] = {**memory, **extra}
+    return doc

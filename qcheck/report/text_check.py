@@ -51,11 +51,10 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     field("why", v.reasons)
     field("warning", v.warnings)
     field("try", v.suggestions)
-    if v.memory:
-        field("memory", [v.memory["summary"]] if "summary" in v.memory
-              else [", ".join(f"{k}={val}" for k, val in v.memory.items())])
-        if v.memory.get("speed_summary"):
-            field("speed", [v.memory["speed_summary"]])
+    if v.memory is not None:
+        field("memory", [v.memory.summary()])
+        if v.memory.speed is not None and v.memory.speed.summary:
+            field("speed", [v.memory.speed.summary])
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
 
