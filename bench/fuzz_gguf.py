@@ -3,7 +3,8 @@
     python bench/fuzz_gguf.py --examples 200000 [--seed 1] [--max-seconds 600]
 
 Seeds: a GGUFWriter file with tensors of several types and a tokenizer, a hand-assembled file, and
-the real llama.cpp vocabulary file shipped in tests/data. Mutations: bit flips, interesting values
+the real llama.cpp vocabulary file shipped in tests/data (the suite's seeds and consistency property, from
+tests/support/gguf_fuzz.py). Mutations: bit flips, interesting values
 written over 1/2/4/8-byte fields, truncation, insertion, deletion, chained 1-4 times, positions
 uniform over the header. Any exception other than InputError, or an accepted mutant whose result is
 inconsistent, is printed with a reproducer file written to --out. Exit code 1 if any was found.
@@ -27,10 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/support/
 
 from qcheck.errors import InputError  # noqa: E402
 from qcheck.readers.gguf import read_gguf_header  # noqa: E402
+from support.gguf_fuzz import INTERESTING, VOCAB_FILE, assert_consistent, seed_files  # noqa: E402
 from support.gguf_helpers import BytesSource  # noqa: E402
-from tests.test_gguf_fuzz import INTERESTING, SEEDS, _consistent  # noqa: E402
-
-VOCAB = (ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf").read_bytes()
 
 
 def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
@@ -65,7 +64,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    seeds = [*SEEDS[:2], VOCAB]
+    seeds = [*seed_files()[:2], VOCAB_FILE.read_bytes()]
     outcomes: Counter[str] = Counter()
     failures = 0
     start = time.perf_counter()
@@ -74,7 +73,7 @@ def main() -> int:
         data = mutate(rng, seeds)
         try:
             header = read_gguf_header(BytesSource(data, "fuzz.gguf"))
-            _consistent(header, len(data))
+            assert_consistent(header, len(data))
             outcomes["accepted"] += 1
         except InputError:
             outcomes["InputError"] += 1

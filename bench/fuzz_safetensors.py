@@ -2,7 +2,7 @@
 
     python bench/fuzz_safetensors.py --examples 20000 [--seed 1]
 
-Uses the strategies and properties of tests/test_safetensors_fuzz.py (any input gives a header or an
+Uses the strategies and properties of the suite's fuzz test (tests/support/safetensors_fuzz.py) (any input gives a header or an
 InputError; whatever qcheck accepts, the safetensors library accepts with the same tensors) and prints
 how many inputs were accepted and rejected, and the throughput. A property failure exits 1 with the
 shrunk input.
@@ -16,10 +16,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support/
 
-import test_safetensors_fuzz as fuzz
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+
+from support import safetensors_fuzz as fuzz  # noqa: E402
 
 
 def main() -> int:

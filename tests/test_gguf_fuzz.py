@@ -3,81 +3,22 @@
 Valid files (one from gguf-py's GGUFWriter with a tokenizer, one hand-assembled, and the real
 llama.cpp vocabulary file's first 64 KiB) are damaged by bit flips, truncation, overwritten fields
 (huge counts, lengths, type ids) and inserted bytes. When the reader accepts a mutant, what it
-returns must still be consistent. A longer run: ``python bench/fuzz_gguf.py --examples N``.
+returns must still be consistent. The seeds, mutations and property are in tests/support/gguf_fuzz.py; a longer
+run: ``python bench/fuzz_gguf.py --examples N``.
 """
 
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from qcheck.errors import InputError
-from qcheck.readers.gguf import GGUFHeader, read_gguf_header
-from support.gguf_helpers import BytesSource, Q, valid_raw, write_gguf
+from qcheck.readers.gguf import read_gguf_header
+from support.gguf_fuzz import assert_consistent, mutants, seed_files
+from support.gguf_helpers import BytesSource, valid_raw
 
-INTERESTING = [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 14, 31, 32, 33, 42, 63, 64, 77, 255, 256, 1023, 1024,
-               2**15, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63,
-               2**64 - 32, 2**64 - 1]
-
-
-def _seed_files() -> list[bytes]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "seed.gguf"
-        write_gguf(path, [("token_embd.weight", (8, 256), Q.Q4_K), ("blk.0.attn_q.weight", (4, 64), Q.Q8_0),
-                          ("blk.0.norm.weight", (64,), Q.F32), ("blk.0.ffn.weight", (4, 64), Q.BF16)],
-                   file_type=15, vocab=24, kv={"test.floats": [0.5, 1.5], "test.flag": True})
-        writer_file = path.read_bytes()
-    vocab = (Path(__file__).parent / "data" / "ggml-vocab-llama-spm.gguf").read_bytes()
-    return [writer_file, valid_raw().build(), vocab[:65536]]
-
-
-SEEDS = _seed_files()
-
-
-@st.composite
-def mutants(draw: st.DrawFn) -> bytes:
-    data = bytearray(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "field", "field", "truncate", "insert", "delete"]))
-        limit = min(len(data), 4096)
-        if limit <= 8:
-            break
-        # the magic is hit rarely on purpose (a bad magic ends the parse at once); the rest uniformly
-        low = draw(st.sampled_from([8] * 9 + [0]))
-        pos = low + draw(st.integers(0, 2**16)) % (limit - low)
-        if kind == "flip":
-            data[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "field":
-            width = draw(st.sampled_from([1, 2, 4, 8]))
-            value = draw(st.sampled_from(INTERESTING) | st.integers(0, 2**64 - 1)) % (1 << (8 * width))
-            data[pos: pos + width] = value.to_bytes(width, "little")
-        elif kind == "truncate":
-            del data[pos:]
-        elif kind == "insert":
-            data[pos:pos] = draw(st.binary(min_size=1, max_size=16))
-        else:
-            del data[pos: pos + draw(st.integers(1, 16))]
-    return bytes(data)
-
-
-def _consistent(header: GGUFHeader, size: int) -> None:
-    assert header.version in (2, 3)
-    assert header.alignment > 0 and header.alignment & (header.alignment - 1) == 0
-    assert header.data_offset % header.alignment == 0
-    assert header.header_bytes <= size
-    names = [t.name for t in header.tensors]
-    assert len(names) == len(set(names))
-    for t in header.tensors:
-        assert t.offset is not None and t.offset >= header.data_offset
-        assert t.offset + (t.nbytes or 1) <= size
-        assert all(d > 0 for d in t.shape)
-        assert len(t.shape) <= 4 and len(t.name.encode()) < 64
-    assert len(header.metadata) == len(header.value_types)
+SEEDS = seed_files()
 
 
 def _read(data: bytes) -> None:
@@ -86,7 +27,7 @@ def _read(data: bytes) -> None:
     except InputError as exc:
         assert str(exc).startswith("fuzz.gguf: ")
         return
-    _consistent(header, len(data))
+    assert_consistent(header, len(data))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -98,7 +39,7 @@ def test_mutated_headers_give_input_error_or_a_consistent_header(data: bytes) ->
 def test_seeds_are_valid() -> None:
     for seed in SEEDS[:2]:
         header = read_gguf_header(BytesSource(seed, "seed.gguf"))
-        _consistent(header, len(seed))
+        assert_consistent(header, len(seed))
     # the vocabulary prefix is cut inside its token array: a truncated file
     try:
         read_gguf_header(BytesSource(SEEDS[2], "seed.gguf"))

@@ -12,18 +12,49 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 
 
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in ``path``: import statements, and ``__import__("x")`` /
+    ``importlib.import_module("x")`` with a literal name (a string import is still an import)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in ("__import__", "import_module"):
+                out.append((node.lineno, node.args[0].value))
+    return sorted(out)
+
+
+def _test_module_imports(paths: list[Path]) -> list[str]:
+    return [f"{path.parent.name}/{path.name}:{line} imports {name}" for path in paths
+            for line, name in _imported_modules(path)
+            if name.split(".")[-1].startswith("test_") or name == "tests" or name.startswith("tests.")]
+
+
 def test_test_modules_never_import_each_other() -> None:
-    offenders = []
-    for path in sorted(TESTS.glob("test_*.py")) + sorted((TESTS / "support").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{path.name}:{node.lineno} imports {n}" for n in names
-                          if n.split(".")[-1].startswith("test_") or n.startswith("tests.")]
-    assert offenders == []
+    assert _test_module_imports(sorted(TESTS.glob("test_*.py")) + sorted((TESTS / "support").glob("*.py"))) == []
+
+
+def test_bench_scripts_import_no_test_module() -> None:
+    """A bench script shares code with the suite through ``tests/support/``, never by importing a test module
+    (which would run its module-level setup, and break when a test is renamed)."""
+    scripts = sorted((TESTS.parent / "bench").glob("*.py"))
+    assert scripts, "bench/ has scripts"
+    assert _test_module_imports(scripts) == []
+
+
+def test_the_import_guard_sees_every_form(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import test_a\nfrom tests.test_b import x\nfrom tests import support\n"
+                   "m = __import__('test_c')\nimport importlib\nn = importlib.import_module('tests.test_d')\n"
+                   "from support import builders\n")
+    found = _test_module_imports([bad])
+    assert [f.rsplit(" ", 1)[-1] for f in found] == ["test_a", "tests.test_b", "tests", "test_c", "tests.test_d"]
 
 
 # ------------------------------------------------------------------------------------------ docs stand alone
