@@ -49,9 +49,15 @@ MEMORY_LOADED_ARGS = ("--engine", "vllm", "--engine", "llama.cpp", "--engine", "
 
 # ------------------------------------------------------------------------------------------ corpus
 
+def _support_path() -> None:
+    """``tests/support`` importable, appended: ``qcheck`` itself must keep coming from ``PYTHONPATH`` (the code tree
+    under comparison), never from this script's tree."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.append(str(REPO / "tests"))
+
+
 def _builders() -> Any:
-    sys.path.insert(0, str(REPO / "tests"))
-    sys.path.insert(0, str(REPO))
+    _support_path()
     from support import builders
 
     return builders
@@ -272,6 +278,9 @@ def _normalise(value: Any, roots: dict[str, str]) -> Any:
 
 
 def run(corpus: Path, out: Path, cases_from: Path | None) -> int:
+    import qcheck
+
+    print(f"qcheck from {Path(qcheck.__file__).parent}", file=sys.stderr)
     paths = build_corpus(corpus) + example_paths()
     specs = (json.loads(cases_from.read_text())["engine_specs"] if cases_from else _engine_specs())
     roots = {str(corpus.resolve()): "<corpus>", str(corpus): "<corpus>", str(REPO / "examples"): "<examples>"}
