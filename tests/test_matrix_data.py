@@ -21,7 +21,7 @@ from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.resolve import EngineRequest, resolve_one
 from qcheck.matrix.schema import METHODS, Target
 from qcheck.model import Inspection, Quantization, Verdict
-from support.matrix_sweep import rule_ties
+from support.matrix_sweep import build_overlaps, gpu_name_ties, kv_rule_ties, rule_ties
 
 DATA = Path(__file__).resolve().parent.parent / "matrices"
 
@@ -215,6 +215,44 @@ def test_no_two_rules_tie_with_different_outcomes(m) -> None:
     errors, decided = rule_ties(m, variants, one_target_per_cc(m))
     assert sorted(errors) == []
     assert decided > 100_000  # the whole sweep ran (17 engines, ~70 version x backend pairs, 19 methods)
+
+
+# Every other place where two entries of the data could answer one question: the answer must never depend on
+# file order. Weight-format rules: above. Modifiers and [[suggestion]] entries do not compete (every one that
+# holds applies, the engine's own suggestions first: matrices/SCHEMA.md 2.4, 2.5). Two default backends for one
+# vendor and duplicate GPU/engine names are refused by the loader (test_matrix_loader). [parallel], [memory],
+# [kv_cache] are one table per engine.
+
+def test_no_two_kv_rules_tie_with_different_outcomes(m) -> None:
+    """Every dtype each engine's [kv_cache] accepts x every version x backend x one GPU per compute capability:
+    the most specific [[kv_rule]] is never a tie between different outcomes."""
+    errors, decided = kv_rule_ties(m, insp("none"), one_target_per_cc(m))
+    assert sorted(errors) == []
+    assert decided > 5000  # the sweep ran over the engines with KV rules
+
+
+def test_no_two_build_entries_describe_one_version(m) -> None:
+    """The build dimension takes the first [[build]] covering a version: two would make file order decide."""
+    assert build_overlaps(m) == []
+    assert sum(len(e.builds) for e in m.engines.values()) >= 2  # there is something to compare
+
+
+def test_no_gpu_value_has_two_answers(m) -> None:
+    """A compute capability belongs to one architecture, and no name or alias reads as another architecture's
+    capability (sm90 must mean Hopper whatever the file order)."""
+    assert gpu_name_ties(m.gpus) == []
+
+
+def test_the_gpu_tie_check_sees_both_kinds() -> None:
+    from qcheck.matrix.gpus import build_gpu_table
+
+    raw = {"arch": [{"id": "a", "vendor": "nvidia", "compute_capability": ["9.0"], "native_formats": ["fp16"],
+                     "source": "s", "aliases": ["sm89"]},
+                    {"id": "b", "vendor": "nvidia", "compute_capability": ["8.9", "9.0"], "native_formats": ["fp16"],
+                     "source": "s"}],
+           "gpu": []}
+    assert gpu_name_ties(build_gpu_table(raw, "gpus.toml")) == [
+        "compute capability 9.0: a, b", "a answers to 'sm89', which reads as compute capability 8.9 of b"]
 
 
 # ------------------------------------------------------------------------------- version boundaries

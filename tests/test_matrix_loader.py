@@ -36,6 +36,21 @@ sources = ["s"]
 """
 
 
+def _with_backends(second: str) -> str:
+    """HEAD with a CUDA backend and a second one (a one-line TOML table)."""
+    return HEAD.replace('hardware_sources = ["s"]\n', 'hardware_sources = ["s"]\nbackends = { cuda = { vendors = '
+                        f'["nvidia"] }}, {second} }}\n')
+
+
+def test_a_backend_can_be_the_default_for_some_of_its_vendors(mdir: Path) -> None:
+    """Vulkan runs on NVIDIA and AMD GPUs but is the default only where nothing else is: one default per vendor,
+    never the first in file order."""
+    write_engine(mdir, _with_backends('vulkan = { vendors = ["nvidia", "amd"], default = ["amd"] }') + GOOD_RULE)
+    engine = load_matrix(mdir).engines["eng"]
+    assert [engine.default_backend(v).name for v in ("nvidia", "amd")] == ["cuda", "vulkan"]
+    assert engine.default_backend("intel") is None
+
+
 @pytest.fixture
 def mdir(tmp_path: Path) -> Path:
     root = tmp_path / "matrices"
@@ -116,6 +131,12 @@ def test_good_engine_loads(mdir: Path) -> None:
          "bad-status", "'sometimes'"),
         (HEAD + GOOD_RULE + "\n[extra]\nx = 1\n", "unknown-key", "'extra'"),
         (HEAD + '[[rule]\nid = \n', "toml-syntax", "line"),
+        (_with_backends("vulkan = { vendors = [\"nvidia\", \"amd\"] }") + GOOD_RULE, "ambiguous-backend",
+         "both cuda and vulkan would be the default backend on nvidia"),
+        (_with_backends("vulkan = { vendors = [\"nvidia\", \"amd\"], default = [\"intel\"] }") + GOOD_RULE,
+         "bad-value", "'intel' is not one of this backend's vendors"),
+        (_with_backends("vulkan = { vendors = [\"amd\"], default = \"yes\" }") + GOOD_RULE, "bad-type",
+         "list of the vendors"),
     ],
 )
 def test_violation_names_file_rule_and_check(mdir: Path, body: str, check: str, fragment: str) -> None:

@@ -215,9 +215,22 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
             if vendor not in VENDORS:
                 bctx.fail("unknown-vendor", f"vendors: {vendor!r} is not one of {', '.join(VENDORS)}")
         default = spec.get("default", True)
-        if not isinstance(default, bool):
-            bctx.fail("bad-type", "default must be true or false")
-        backends[name] = Backend(name, tuple(vendors), default, spec.get("note"))
+        if isinstance(default, bool):
+            default_for = tuple(vendors) if default else ()
+        elif isinstance(default, list) and all(isinstance(v, str) for v in default):
+            default_for = tuple(default)
+            for vendor in default_for:
+                if vendor not in vendors:
+                    bctx.fail("bad-value", f"default: {vendor!r} is not one of this backend's vendors "
+                                           f"({', '.join(vendors)})")
+        else:
+            bctx.fail("bad-type", "default must be true, false or a list of the vendors it is the default for")
+        for vendor in default_for:
+            other = next((b.name for b in backends.values() if vendor in b.default_for), None)
+            if other is not None:
+                bctx.fail("ambiguous-backend", f"both {other} and {name} would be the default backend on {vendor} "
+                                               "hardware: set default = false, or default = [vendors], on one")
+        backends[name] = Backend(name, tuple(vendors), default_for, spec.get("note"))
     engine = Engine(
         id=ident, name=require_str(head, "name", ectx), file=display,
         aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),

@@ -154,7 +154,9 @@ class SourceSpec:
 class Backend:
     name: str
     vendors: tuple[str, ...]
-    default: bool = True
+    #: the vendors whose GPUs this backend judges when none is named (``default``: true = all its vendors); at
+    #: most one backend of an engine is the default for a vendor (the loader's ``ambiguous-backend`` check)
+    default_for: tuple[str, ...] = ()
     note: str | None = None
 
 
@@ -300,7 +302,7 @@ class Engine:
 
     def default_backend(self, vendor: str) -> Backend | None:
         for backend in self.backends.values():
-            if backend.default and vendor in backend.vendors:
+            if vendor in backend.default_for:
                 return backend
         return None
 
