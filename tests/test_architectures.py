@@ -576,7 +576,7 @@ def test_vllm_runs_transformers_only_architectures_through_its_transformers_back
 
     root = load_matrix().root
     vllm = {n for n, e in load_architectures(root, "vllm").lists[0].arch.items() if e.last is None}
-    tf = load_architectures(root, "transformers").lists[0]
+    tf = next(lst for lst in load_architectures(root, "transformers").lists if lst.names == "hf-class")
     only_tf = sorted(n for n, e in tf.arch.items() if e.last is None and e.kind == "text" and n not in vllm)
     assert only_tf, "transformers has causal-LM classes vLLM does not register"
     name = only_tf[0]

@@ -138,6 +138,20 @@ def test_vllm_gguf_names_per_release(tool, tmp_path, monkeypatch) -> None:
     assert "vllm_gguf_plugin-" in data.read["0.24.0"] and "vllm_gguf_plugin" not in data.read["0.23.0"]
 
 
+def test_transformers_model_types_from_5_8_are_read_from_auto_mappings() -> None:
+    """transformers 5.8.0 moved the generated CONFIG_MAPPING_NAMES to auto_mappings.py; configuration_auto.py
+    imports it, adds names with .update() and re-assigns it with gpt-sw3 first. Every form counts (reading
+    configuration_auto.py alone lost 800 model types, and qcheck said 'removed after 5.4.0')."""
+    from qcheck.matrix.arch_sources import parse_transformers_config
+
+    config_auto = ('from .auto_mappings import CONFIG_MAPPING_NAMES\n'
+                   'CONFIG_MAPPING_NAMES.update({"mimi_decoder": "MimiDecoderConfig"})\n'
+                   'CONFIG_MAPPING_NAMES = OrderedDict(**{"gpt-sw3": "GPT2Config"}, **CONFIG_MAPPING_NAMES)\n')
+    mappings = 'CONFIG_MAPPING_NAMES = OrderedDict([("llama", "LlamaConfig"), ("qwen3", "Qwen3Config")])\n'
+    assert parse_transformers_config(config_auto, mappings) == {"llama", "qwen3", "mimi_decoder", "gpt-sw3"}
+    assert parse_transformers_config(mappings) == {"llama", "qwen3"}  # before 5.8: one file
+
+
 def test_wheels_of_transformers_sglang_mlx_exllama(tool, tmp_path) -> None:
     cache = tmp_path / "cache"
     _wheel(cache, "transformers", "4.50.0", {
@@ -161,7 +175,7 @@ def test_wheels_of_transformers_sglang_mlx_exllama(tool, tmp_path) -> None:
                             ("exllamav3", "1.0.0")):
         assert tool.main([engine, "--versions", version, "--out", str(out)]) == 0
     tf = _read(out / "transformers.toml", "transformers")
-    classes, types, gguf = tf.lists
+    types, classes, gguf = tf.lists  # model_type first: transformers resolves AutoConfig by it before any class
     assert set(classes.arch) == {"LlamaForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}
     assert set(types.arch) == {"llama", "gemma3"} and set(gguf.arch) == {"llama", "qwen2"}
     assert gguf.containers == ("gguf",)

@@ -21,7 +21,14 @@ from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.resolve import EngineRequest, resolve_one
 from qcheck.matrix.schema import METHODS, Target
 from qcheck.model import Inspection, Quantization, Verdict
-from support.matrix_sweep import build_overlaps, gpu_name_ties, kv_rule_ties, rule_ties
+from support.matrix_sweep import (
+    arch_list_disagreements,
+    build_overlaps,
+    gpu_name_ties,
+    kv_rule_ties,
+    rule_ties,
+    transformers_name_pairs,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "matrices"
 
@@ -241,6 +248,47 @@ def test_no_gpu_value_has_two_answers(m) -> None:
     """A compute capability belongs to one architecture, and no name or alias reads as another architecture's
     capability (sm90 must mean Hopper whatever the file order)."""
     assert gpu_name_ties(m.gpus) == []
+
+
+#: engines whose architecture data has two lists for one container, and the name the engine loads by: the first
+#: list of the file that knows its name judges a checkpoint, so where the lists disagree that list must come first
+LOADS_BY = {"transformers": "model-type"}  # from_pretrained resolves AutoConfig by model_type before any class
+
+
+def test_architecture_lists_that_disagree_are_asked_in_the_order_the_engine_loads() -> None:
+    """Real (model_type, class) pairs (the installed transformers' auto mappings) x every release read: where two
+    lists of one engine disagree, the list of the name the engine loads by is asked first, never file order by
+    accident."""
+    from qcheck.matrix.architectures import load_architectures
+
+    m = load_matrix()
+    pairs = transformers_name_pairs()
+    assert len(pairs) > 200
+    disagreements = arch_list_disagreements(m, pairs)
+    engines = {d.split()[0] for d in disagreements}
+    assert engines <= set(LOADS_BY), sorted(disagreements)[:5]
+    for engine, names in LOADS_BY.items():
+        data = load_architectures(m.root, engine)
+        for container in ("safetensors", "gguf"):
+            load = [lst for lst in data.lists if container in lst.containers and lst.role == "load"]
+            if len(load) > 1:
+                assert load[0].names == names, (engine, container)
+    # the model_type list was cut at 5.4.0 (transformers 5.8.0 moved CONFIG_MAPPING_NAMES to auto_mappings.py)
+    assert len(disagreements) < 100
+
+
+def test_transformers_judges_the_model_type_first() -> None:
+    m = load_matrix()
+
+    def arch(model_type: str, cls: str, version: str) -> str:
+        ins = Inspection(path="x", container="safetensors", architecture=cls, model_type=model_type, dtype="bfloat16",
+                         quantization=Quantization(method="none"))
+        v = resolve_one(m, ins, EngineRequest(m.engine("transformers"), version), m.gpus.lookup("h100"))
+        return next(j.status for j in v.dimensions if j.dimension == "architecture")
+
+    assert arch("llama", "MyLlamaForCausalLM", "5.24.0") == "native"  # was unsupported: 'removed after 5.4.0'
+    assert arch("exaone", "LlamaForCausalLM", "4.40.0") == "unsupported"  # was native: AutoConfig has no exaone
+    assert arch("llama", "LlamaForCausalLM", "4.40.0") == "native"
 
 
 def test_the_gpu_tie_check_sees_both_kinds() -> None:

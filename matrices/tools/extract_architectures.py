@@ -421,7 +421,8 @@ def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[
                        "huggingface/transformers: src/transformers/models/auto/modeling_auto.py (MODEL_*_MAPPING_NAMES: "
                        "causal LM, image-text-to-text, seq2seq, encoders)")
     types = NameList("model-types", "model-type", ["safetensors"],
-                     "huggingface/transformers: src/transformers/models/auto/configuration_auto.py (CONFIG_MAPPING_NAMES)")
+                     "huggingface/transformers: src/transformers/models/auto/configuration_auto.py and, from 5.8.0, "
+                     "auto_mappings.py (CONFIG_MAPPING_NAMES)")
     gguf = NameList("gguf", "gguf-arch", ["gguf"],
                     "huggingface/transformers: src/transformers/integrations/ggml.py (GGUF_CONFIG_MAPPING: the "
                     "general.architecture values from_pretrained(gguf_file=...) reads)")
@@ -429,12 +430,16 @@ def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[
     for v, path in _releases("transformers", versions, pip_wheel):
         arc = Archive(path)
         classes.seen[v] = parse_transformers_modeling(arc.text(arc.find("transformers/models/auto/modeling_auto.py")[0]))
+        mappings = arc.find("transformers/models/auto/auto_mappings.py")  # >= 5.8: the generated mapping moved here
         types.seen[v] = dict.fromkeys(parse_transformers_config(
-            arc.text(arc.find("transformers/models/auto/configuration_auto.py")[0])), "text")
+            arc.text(arc.find("transformers/models/auto/configuration_auto.py")[0]),
+            *(arc.text(m) for m in mappings[:1])), "text")
         ggml = arc.find("transformers/integrations/ggml.py")
         gguf.seen[v] = dict.fromkeys(parse_transformers_gguf(arc.text(ggml[0])) if ggml else set(), "text")
         read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
-    return [classes, types, gguf], read
+    # model_type first: from_pretrained resolves AutoConfig by model_type before any class (a model_type it does
+    # not know fails whatever architectures[0] says), so where the two lists disagree the model_type list decides
+    return [types, classes, gguf], read
 
 
 def extract_sglang(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:

@@ -89,13 +89,26 @@ def parse_transformers_modeling(text: str) -> dict[str, str]:
     return out
 
 
-def parse_transformers_config(text: str) -> set[str]:
-    """The ``model_type`` values of configuration_auto.py's ``CONFIG_MAPPING_NAMES``."""
-    for node in ast.parse(text).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == "CONFIG_MAPPING_NAMES"):
-            return {k for k, _ in _pairs(node.value)}
-    return set()
+def parse_transformers_config(*texts: str) -> set[str]:
+    """The ``model_type`` values of ``CONFIG_MAPPING_NAMES``, from configuration_auto.py and (transformers >= 5.8,
+    where the generated mapping moved) auto_mappings.py: every module-level assignment, including
+    ``OrderedDict(**{...}, **CONFIG_MAPPING_NAMES)``, and every ``CONFIG_MAPPING_NAMES.update({...})``."""
+    out: set[str] = set()
+    for text in texts:
+        for node in ast.parse(text).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "CONFIG_MAPPING_NAMES"):
+                out.update(k for k, _ in _pairs(node.value))
+                if isinstance(node.value, ast.Call):
+                    for kw in node.value.keywords:
+                        if kw.arg is None:
+                            out.update(k for k, _ in _pairs(kw.value))
+            elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                  and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "update"
+                  and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == "CONFIG_MAPPING_NAMES"
+                  and node.value.args):
+                out.update(k for k, _ in _pairs(node.value.args[0]))
+    return out
 
 
 def _pairs(value: ast.AST) -> Iterable[tuple[str, list[str]]]:

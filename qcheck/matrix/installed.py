@@ -107,7 +107,8 @@ def _transformers(root: Path, _known: frozenset[str]) -> dict[str, frozenset[str
     auto = root / "models" / "auto"
     return {
         "hf-class": frozenset(src.parse_transformers_modeling(_text(auto / "modeling_auto.py"))),
-        "model-type": frozenset(src.parse_transformers_config(_text(auto / "configuration_auto.py"))),
+        "model-type": frozenset(src.parse_transformers_config(_text(auto / "configuration_auto.py"),
+                                                              _text(auto / "auto_mappings.py"))),
         "gguf-arch": frozenset(src.parse_transformers_gguf(_text(root / "integrations" / "ggml.py"))),
     }
 
