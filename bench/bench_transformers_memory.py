@@ -90,7 +90,7 @@ def qcheck_terms(cfg: dict, ctx: int) -> tuple[int, int]:
                      vocab_size=cfg["vocab_size"], context_length=1 << 20, dtype="bfloat16")
     config = {"model_type": "llama", "torch_dtype": "bfloat16", **cfg}
     est = estimate_memory(ins, context=ctx, engine="transformers", config=config, device="RAM")
-    act = sum(p["bytes"] for p in est.parts if p["name"] == "activations")
+    act = sum(p.bytes for p in est.parts if p.name == "activations")
     return int(est.kv_cache_bytes or 0), act
 
 
