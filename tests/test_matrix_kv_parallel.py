@@ -386,3 +386,18 @@ def test_sglang_nvfp4_moe_on_sm120_takes_the_cutlass_runner() -> None:
     dense = shaped("nvfp4", heads=32, kv=8, head_dim=128, inter=14336, **nvfp4)
     assert layout(dense, "sglang", "rtx-5090").rule_id == "nvfp4-sm120"
     assert layout(moe, "sglang", "b200").rule_id == "nvfp4-sm100"
+
+
+def test_the_docs_page_shows_every_ruled_kv_dtype_per_architecture() -> None:
+    from qcheck.matrix.kvcache import kv_grid
+    from qcheck.matrix.loader import load_matrix
+    from qcheck.matrix.table import column_targets
+
+    m = load_matrix()
+    grid = {(label.split()[0], dtype): cells for label, dtype, cells in kv_grid(m, column_targets(m))}
+    assert grid[("sglang", "nvfp4")]["blackwell"].status == "native"
+    assert grid[("sglang", "nvfp4")]["hopper"].status == "unsupported"
+    assert grid[("vllm", "fp8")]["cdna3"].status == "native"
+    assert grid[("tensorrt-llm", "fp8")]["cdna3"] is None  # TensorRT-LLM does not run on AMD
+    assert all(j is None or j.status in ("unknown", "unsupported")
+               for cells in grid.values() for col, j in cells.items() if col == "blackwell-thor")

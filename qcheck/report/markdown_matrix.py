@@ -53,6 +53,53 @@ def render_table(table: MatrixTable, level: str = "###") -> list[str]:
     return lines
 
 
+def _kv_section(result: MatrixResult) -> list[str]:
+    """Each engine's ruled KV-cache dtypes per architecture (qcheck.matrix.kvcache), requirements as footnotes."""
+    from qcheck.matrix.kvcache import kv_grid
+    from qcheck.matrix.table import column_targets
+
+    matrix = result.matrix
+    targets = column_targets(matrix)
+    cols = [t.label for t in targets]
+    lines = ["## KV-cache dtype (`--kv-cache-dtype`)", "",
+             "What `qcheck check --kv-cache-dtype D` (or a checkpoint's own `kv_cache_scheme`) adds to a verdict, per "
+             "engine and dtype in the engine's own spelling (`q4` ... for MLX `--kv-bits`, ExLlama cache modes and "
+             "transformers' QuantizedCache). A dtype an engine does not accept at all is `no` everywhere; blank: the "
+             "engine does not run on that vendor.", "",
+             "| engine | dtype | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    notes: dict[str, list[str]] = {}
+    words = {"native": "native", "fallback": "fallback", "unsupported": "no", "unknown": "?"}
+    for label, dtype, cells in kv_grid(matrix, targets):
+        row = []
+        for col in cols:
+            j = cells.get(col)
+            row.append("" if j is None else words.get(j.status, j.status) + ("*" if j.requires else ""))
+            if j is not None and j.requires:
+                dtypes = notes.setdefault(f"{label}: {'; '.join(j.requires)}", [])
+                if dtype not in dtypes:
+                    dtypes.append(dtype)
+        lines.append(f"| {_escape(label)} | `{dtype}` | " + " | ".join(row) + " |")
+    lines.append("")
+    lines += [f"- \\* {_escape(key)} ({', '.join(dtypes)})" for key, dtypes in notes.items()]
+    return [*lines, ""] if notes else lines
+
+
+def _parallel_section(result: MatrixResult) -> list[str]:
+    """Each engine's parallel layouts and the shape checks it makes at load (qcheck.matrix.parallel)."""
+    lines = ["## Parallel layouts (`--tp`, `--pp`, `--ep`)", "",
+             "| engine | layouts | checks at load | how the engine spells them |", "|---|---|---|---|"]
+    for engine in result.matrix.engines.values():
+        spec = engine.parallel
+        if spec is None:
+            continue
+        flags = "; ".join(f"{k}: {v}" for k, v in spec.flags.items())
+        lines.append(f"| {engine.id} | {', '.join(spec.layouts)} | {', '.join(spec.checks) or 'none'} | "
+                     f"{_escape(flags)} |")
+    lines.append("")
+    lines.append("Engines not listed have no parallel data: `--tp`/`--pp`/`--ep` leave their verdicts alone.")
+    return [*lines, ""]
+
+
 def render(result: MatrixResult) -> str:
     """One table per method variant (grouped by method), then the architectures and the sources."""
     matrix = result.matrix
@@ -63,6 +110,8 @@ def render(result: MatrixResult) -> str:
             current = table.method
             lines += [f"## `{current}`", ""]
         lines += render_table(table)
+    if len({t.method for t in result.tables}) > 1:  # the full page: the KV-cache and parallel dimensions too
+        lines += _kv_section(result) + _parallel_section(result)
     lines += ["## Architectures", "", "| arch | vendor | compute capability | example GPUs |", "|---|---|---|---|"]
     for arch in matrix.gpus.archs.values():
         gpus = [g.id for g in matrix.gpus.gpus_of(arch.id)[:4]]
