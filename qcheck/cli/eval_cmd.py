@@ -87,7 +87,10 @@ def report_meta() -> dict[str, Any]:
 @click.option("--reference-dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
               show_default=True, help="dtype the reference (and the simulated candidates) compute in.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
-              help="cpu, cuda, or auto (device_map='auto' when accelerate and a GPU are present).")
+              help="cpu, cuda, or auto: accelerate's device_map='auto' (GPUs, CPU, then disk offload).")
+@click.option("--max-memory", "max_memory", multiple=True, metavar="DEVICE=SIZE",
+              help="With --device auto: memory accelerate may use per device (0=20GiB, cpu=64GiB); the rest of the "
+                   "reference is offloaded to disk. Repeatable.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Reference cache root (default $QCHECK_CACHE_DIR or ~/.cache/qcheck).")
 @click.option("--no-cache", is_flag=True, help="Compute the reference in a temporary directory and discard it.")
@@ -125,7 +128,7 @@ def report_meta() -> dict[str, Any]:
 @output_options
 @limit_options
 def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
-            reference_dtype: str, device: str, cache_dir: str | None, no_cache: bool, cache_topk: int | None,
+            reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool, cache_topk: int | None,
             max_length: int, stride: int | None, max_items: int | None,
             choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
@@ -154,7 +157,10 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
         thresholds = Thresholds.from_mapping(explicit, base=thresholds)
     thresholds.use_intervals = gate_on_intervals
     show_progress = progress if progress is not None else output_spec.fmt == "text"
+    from qcheck.eval.runners.reference import parse_max_memory
+
     config = EvalConfig(reference=reference, reference_files=reference_files, candidates=list(candidates),
+                        max_memory=parse_max_memory(max_memory) or None,
                         tasks=list(tasks),
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
                         cache_topk=cache_topk, max_length=max_length, stride=stride, thresholds=thresholds,

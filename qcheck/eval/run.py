@@ -111,6 +111,8 @@ class EvalConfig:
     noise_floor: str | None = None
     #: with an endpoint ``reference`` (http(s)://...): the local folder with its tokenizer and config.json
     reference_files: str | None = None
+    #: ``--max-memory``: accelerate's per-device budget for ``device="auto"`` (``{0: "20GiB", "cpu": "64GiB"}``)
+    max_memory: dict[str | int, str] | None = None
 
 
 @dataclass
@@ -291,6 +293,12 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         raise UsageError("--bootstrap needs at least 100 replicates")
     if config.noise_floor is not None and config.noise_floor not in NOISE_FLOOR_DTYPES:
         raise UsageError(f"--noise-floor-dtype must be one of {', '.join(NOISE_FLOOR_DTYPES)}")
+    if config.device == "cuda":
+        from qcheck.eval.runners.reference import resolve_device
+
+        resolve_device("cuda")  # before any work, even when the reference is cached: one line, exit 2
+    if config.max_memory and config.device != "auto":
+        raise UsageError("--max-memory places the model with accelerate's device_map: use --device auto")
     if config.noise_floor == config.reference_dtype:
         raise UsageError(f"--noise-floor-dtype {config.noise_floor} is the reference's own dtype: pick another "
                          "(the noise floor compares the reference with itself in a different precision)")
@@ -416,6 +424,8 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
             ref_json["endpoint"]["top_k"] = None if logprobs == "full" else ref_runner.opts.top_k
             notes.append("reference log-probs: " + label("full" if logprobs == "full" else "topk",
                                                          ref_runner.opts.top_k))
+        if reader.meta.get("placement"):
+            ref_json["placement"] = reader.meta["placement"]  # device_map="auto": modules per device
         vocab_meta = reader.meta.get("vocab", {})
         ref_vocab = VocabInfo(vocab_size=int(vocab_meta.get("vocab_size", reader.vocab_size)),
                               bos_token_id=vocab_meta.get("bos_token_id"), add_bos=bool(vocab_meta.get("add_bos")),
@@ -469,14 +479,15 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
     """
     import time
 
-    from qcheck.eval.runners.reference import TransformersRunner, load_reference, vocab_info
+    from qcheck.eval.runners.reference import TransformersRunner, load_reference, placement, vocab_info
 
-    model, _, device = load_reference(config.reference, config.reference_dtype, config.device)
+    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory)
+    where = placement(model)
     phase.load_seconds = time.perf_counter() - phase.started
     ref_vocab = vocab_info(model, tokenizer, encoder.add_bos)
     runner = TransformersRunner(model, ref_vocab, name="reference", device=device)
     del model
-    meta = {"reference": config.reference, "created_by": "qcheck eval", "parts": key_parts,
+    meta = {"reference": config.reference, "created_by": "qcheck eval", "parts": key_parts, "placement": where,
             "vocab": {"vocab_size": ref_vocab.vocab_size, "bos_token_id": ref_vocab.bos_token_id,
                       "add_bos": ref_vocab.add_bos, "eos_token_ids": list(ref_vocab.eos_token_ids)}}
     writer = CacheWriter(root, key, kind, ref_vocab.vocab_size, config.cache_topk, meta)
@@ -720,7 +731,7 @@ def _noise_floor(config: EvalConfig, encoded: list[Any], encoder: Any, reader: C
 
     dtype = config.noise_floor or default_noise_floor_dtype(config.reference_dtype)
     name = f"noise floor ({dtype})"
-    model, _, device = load_reference(config.reference, dtype, config.device)
+    model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
     runner = TransformersRunner(model, vocab_info(model, encoder.tok, encoder.add_bos), name=name, device=device)
     del model
     record: dict[str, Any] = {"name": name, "dtype": dtype, "reference_dtype": config.reference_dtype,

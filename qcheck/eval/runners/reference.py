@@ -8,6 +8,7 @@ torch and transformers are imported here, lazily, never on the inspect/check pat
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,24 +49,59 @@ def resolve_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def resolve_device(name: str) -> tuple[str, str | None]:
-    """(device for inputs, device_map for from_pretrained): cpu default; cuda / auto only when present."""
+def cuda_available() -> bool:
     torch, _ = torch_modules()
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(name: str) -> tuple[str, str | None]:
+    """(device for inputs, device_map for from_pretrained): cpu default; ``cuda`` needs a CUDA device; ``auto`` is
+    accelerate's ``device_map="auto"`` (GPUs, then CPU, then disk offload within ``--max-memory``) when accelerate
+    is installed, whether or not a GPU is present, else the GPU or the CPU whole."""
     if name not in DEVICES:
         raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)}")
     if name == "cpu":
         return "cpu", None
-    if not torch.cuda.is_available():
-        if name == "cuda":
-            raise UsageError("--device cuda: no CUDA device is available")
-        return "cpu", None
-    if name == "auto":
-        try:
-            import accelerate  # noqa: F401
-        except ImportError:
-            return "cuda", None
-        return "cuda", "auto"
-    return "cuda", None
+    cuda = cuda_available()
+    if name == "cuda":
+        if not cuda:
+            raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False); "
+                             "use --device cpu, or --device auto to use a GPU when there is one")
+        return "cuda", None
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        return ("cuda" if cuda else "cpu"), None
+    return ("cuda" if cuda else "cpu"), "auto"
+
+
+_MEMORY_KEY = re.compile(r"^(cpu|mps|\d{1,3})$")
+_MEMORY_SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?B|B)$", re.IGNORECASE)
+
+
+def parse_max_memory(values: Sequence[str]) -> dict[str | int, str]:
+    """``--max-memory DEVICE=SIZE`` values (``0=20GiB``, ``cpu=64GiB``) as accelerate's ``max_memory`` mapping."""
+    out: dict[str | int, str] = {}
+    for value in values:
+        key, sep, size = value.partition("=")
+        key, size = key.strip().lower(), size.strip()
+        if not sep or not _MEMORY_KEY.match(key) or not _MEMORY_SIZE.match(size):
+            raise UsageError(f"--max-memory {value!r}: use DEVICE=SIZE, DEVICE a GPU index, cpu or mps, SIZE like "
+                             "20GiB or 512MB")
+        out[int(key) if key.isdigit() else key] = size.replace(" ", "")
+    return out
+
+
+def placement(model: Any) -> dict[str, int] | None:
+    """How many modules accelerate put on each device (``{"cpu": 3, "disk": 2}``), None without a device map."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not isinstance(device_map, dict):
+        return None
+    counts: dict[str, int] = {}
+    for where in device_map.values():
+        name = f"cuda:{where}" if isinstance(where, int) else str(where)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 #: float32 bytes of one vocabulary-wide temporary (logits, log-probs) per block of rows: rows per block =
@@ -317,8 +353,12 @@ def load_tokenizer(path: str) -> Any:
         raise InputError(f"cannot load the tokenizer: {_first_line(exc)}", path=path) from None
 
 
-def load_reference(path: str, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any, str]:
-    """Load the unquantised reference model (eval mode) and its tokenizer; returns (model, tokenizer, device)."""
+def load_reference(path: str, dtype: str = "float32", device: str = "cpu",
+                   max_memory: dict[str | int, str] | None = None) -> tuple[Any, Any, str]:
+    """Load the unquantised reference model (eval mode) and its tokenizer; returns (model, tokenizer, input device).
+
+    ``device="auto"`` places it with accelerate's ``device_map="auto"`` within ``max_memory``; what does not fit
+    is offloaded to a temporary folder on disk (deleted with the model) and streamed in layer by layer."""
     _, transformers = torch_modules()
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").is_file():
@@ -329,8 +369,16 @@ def load_reference(path: str, dtype: str = "float32", device: str = "cpu") -> tu
     input_device, device_map = resolve_device(device)
     tokenizer = load_tokenizer(path)
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "use_safetensors": True, **NO_CODE}
+    offload = None
+    if max_memory and not device_map:
+        raise UsageError("--max-memory places the model with accelerate: use --device auto (and install accelerate)")
     if device_map:
-        kwargs["device_map"] = device_map
+        import tempfile
+
+        offload = tempfile.TemporaryDirectory(prefix="qcheck-offload-")
+        kwargs.update(device_map=device_map, offload_folder=offload.name)
+        if max_memory:
+            kwargs["max_memory"] = max_memory
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
@@ -341,6 +389,10 @@ def load_reference(path: str, dtype: str = "float32", device: str = "cpu") -> tu
                          "unquantised model as --reference", path=path)
     if not device_map and input_device != "cpu":
         model = model.to(input_device)
+    if device_map:
+        model.qcheck_offload_folder = offload  # lives (and is deleted) with the model
+        first = model.get_input_embeddings().weight.device
+        input_device = "cpu" if first.type in ("meta", "cpu") else str(first)  # meta: offloaded to disk
     model.eval()
     return model, tokenizer, input_device
 
