@@ -577,3 +577,14 @@ def test_mlx_loads_compressed_tensors_only_where_a_model_renames_the_weights(fil
     modelopt, _ = check(str(b.nvfp4_modelopt_fixture().write(tmp_path / "nvfp4-mo")), "mlx", "m3-max")
     assert (modelopt.status, modelopt.rule_id) == ("unknown", "nvfp4-modelopt")
     assert check(files["awq"], "mlx", "m3-max")[0].status == "native"  # AutoAWQ packs are repacked
+
+
+def test_ollama_runs_gguf_on_data_centre_blackwell(files) -> None:
+    """Ollama v0.33.0-rc2 builds its CUDA runners for sm100 (cuda_v12 Linux) and sm100/sm103 PTX (cuda_v13 Linux);
+    discovery skips a GPU only when its capability is not compiled in (discover/llama_server.go)."""
+    b200, result = check(files["q8_0-gguf"], "ollama", "b200")
+    assert (b200.status, b200.rule_id) == ("native", "gguf") and result.exit_code == 0
+    assert not any("cuda_v13" in r for r in b200.requires)
+    b300, _ = check(files["q8_0-gguf"], "ollama", "b300")
+    assert b300.status == "native" and any("cuda_v13 runner on Linux" in r for r in b300.requires)
+    assert cited(b300, "CMakePresets.json")
