@@ -489,8 +489,12 @@ def _some(names: list[str], limit: int = 5) -> str:
 
 def _best(d: Deployment, data: ArchData, load: list[ArchList], names: dict[str, str]) -> tuple[ArchList, Judgement]:
     """The list that decides and its judgement: of the lists holding the name, one that loads it at this version
-    (Ollama's own engine or its vendored llama.cpp), else the first of them (file order), else the first list."""
+    (Ollama's own engine or its vendored llama.cpp), else the first of them (file order), else the first list.
+    Only lists of the first holding list's naming compete: lists of another naming are a different question
+    (transformers resolves the model_type before any class, so its model_type list, first in the file, decides
+    whenever it knows the name; tests/test_matrix_data.py checks no other engine's lists disagree)."""
     holding = [lst for lst in load if names[lst.names] in lst.arch]
+    holding = [lst for lst in holding if lst.names == holding[0].names]
     judged = [(lst, _judge_in_list(d, data, lst, names[lst.names])) for lst in holding]
     native = next((pair for pair in judged if pair[1].status == "native"), None)
     if native is not None:
