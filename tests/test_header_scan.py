@@ -59,3 +59,124 @@ def test_bounds_hold_on_both_paths(escaped):
     with pytest.raises(InputError, match="duplicate key 't0'"):
         parse_header_bytes(_header(2, note).replace(b'"t1"', b'"t0"'))
     assert json.loads(_header(2, note))  # the fixtures themselves are valid JSON
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_skeleton_equals_the_exact_scan(seed):
+    """Where the C-speed skeleton answers, it is the exact scan's text with all but brackets and colons removed."""
+    rng = random.Random(seed)
+    answered = 0
+    for _ in range(3000):
+        data = bytes(rng.choice(b'"ab[]{}:, ') for _ in range(rng.randint(0, 40)))
+        fast = jsonfile._plain_skeleton(data)
+        if fast is not None:
+            answered += 1
+            assert fast == _regex_outside(data).translate(None, bytes(b for b in range(256) if b not in b"[]{}:"))
+    assert answered > 300  # both paths are exercised
+
+
+def _entries(rng: random.Random, count: int) -> list[tuple[str, str, list[int], int]]:
+    out, offset = [], 0
+    for i in range(count):
+        dtype = rng.choice(["F16", "BF16", "F32", "U8", "I64", "F8_E4M3", "BOOL"])
+        shape = [rng.choice([0, 1, 2, 3]) for _ in range(rng.randint(0, 3))]
+        size = {"F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1, "BOOL": 1}[dtype]
+        for d in shape:
+            size *= d
+        out.append((f"t{i}", dtype, shape, offset))
+        offset += size
+    return out
+
+
+def _render(entries, order, mutate=None) -> bytes:
+    parts = []
+    for i in order:
+        name, dtype, shape, begin = entries[i]
+        size = {"F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1, "BOOL": 1}[dtype]
+        for d in shape:
+            size *= d
+        entry = {"dtype": dtype, "shape": shape, "data_offsets": [begin, begin + size]}
+        if mutate is not None and i == mutate[0]:
+            entry = mutate[1](entry)
+        parts.append(json.dumps(name) + ":" + json.dumps(entry, separators=(",", ":")))
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def _outcome(raw: bytes, monkeypatch, fast: bool):
+    from qcheck.readers import safetensors as st
+
+    if not fast:
+        monkeypatch.setattr(st, "_plain_entries", lambda *a, **k: None)
+    try:
+        h = st.parse_header_bytes(raw, name="x.safetensors", file="x.safetensors")
+        return ("ok", {k: (v.name, v.dtype, v.shape, v.nbytes, v.offset, v.file) for k, v in h.tensors.items()},
+                list(h.tensors), h.data_length, h.warnings)
+    except InputError as exc:
+        return ("error", str(exc))
+    finally:
+        monkeypatch.undo()
+
+
+_MUTATIONS = [
+    lambda e: {**e, "shape": [True, *e["shape"]]},
+    lambda e: {**e, "shape": [*e["shape"], 1.0]},
+    lambda e: {**e, "shape": [*e["shape"], -1]},
+    lambda e: {**e, "shape": [*e["shape"], 2 ** 70]},
+    lambda e: {**e, "shape": "2"},
+    lambda e: {**e, "dtype": "F4"},
+    lambda e: {**e, "dtype": "Q9"},
+    lambda e: {**e, "dtype": 7},
+    lambda e: {**e, "extra": 1},
+    lambda e: {k: v for k, v in e.items() if k != "shape"},
+    lambda e: {**e, "data_offsets": [e["data_offsets"][0], e["data_offsets"][1] + 1]},
+    lambda e: {**e, "data_offsets": [e["data_offsets"][0] + 1, e["data_offsets"][1] + 1]},
+    lambda e: {**e, "data_offsets": [e["data_offsets"][0], e["data_offsets"][1], 0]},
+    lambda e: {**e, "data_offsets": [float(e["data_offsets"][0]), e["data_offsets"][1]]},
+    lambda e: {**e, "data_offsets": [0, 2 ** 64]},
+    lambda e: [e],
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_column_checks_agree_with_the_entry_loop(seed, monkeypatch):
+    """Valid headers in any order (empty tensors tie on offsets) read the same on the column path and the
+    per-entry loop; every mutation the loop refuses or warns about gets the same error or warnings."""
+    rng = random.Random(seed)
+    entries = _entries(rng, rng.randint(1, 30))
+    order = list(range(len(entries)))
+    for shuffle in (False, True):
+        if shuffle:
+            rng.shuffle(order)
+        raw = _render(entries, order)
+        fast = _outcome(raw, monkeypatch, True)
+        assert fast[0] == "ok" and fast == _outcome(raw, monkeypatch, False)
+        for mutation in _MUTATIONS:
+            raw = _render(entries, order, (rng.randrange(len(entries)), mutation))
+            assert _outcome(raw, monkeypatch, True) == _outcome(raw, monkeypatch, False), raw
+
+
+def test_a_plain_header_takes_the_column_path():
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers import safetensors as st
+
+    value = json.loads(_header(50))
+    tensors, end = st._plain_entries(value, DEFAULT_LIMITS, 100, "f")
+    assert end == 200 and tensors["t3"].offset == 112 and tensors["t3"].shape == (2,) and tensors["t3"].file == "f"
+    value["t3"]["shape"] = [True, 2]
+    assert st._plain_entries(value, DEFAULT_LIMITS, 100, "f") is None
+
+
+def test_paused_gc_restores_the_collector_state():
+    import gc
+
+    was = gc.isenabled()
+    try:
+        for start in (True, False):
+            (gc.enable if start else gc.disable)()
+            with jsonfile.paused_gc():
+                with jsonfile.paused_gc():
+                    assert not gc.isenabled()
+                assert not gc.isenabled()
+            assert gc.isenabled() is start
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -13,12 +13,14 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import add, itemgetter, mul, sub
 from typing import Any
 
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import TensorInfo
-from qcheck.readers.jsonfile import parse_json, quoted
+from qcheck.readers.jsonfile import parse_json, paused_gc, quoted
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
 from qcheck.source import ByteSource
 
@@ -54,6 +56,10 @@ FIRST_READ = 100_000
 #: offsets are u64 in the format; Python ints are unbounded, so cap them where the reference would overflow
 MAX_OFFSET = 2**64 - 1
 _ENTRY_KEYS = ("dtype", "shape", "data_offsets")
+#: bytes per element of the dtypes whose elements fill whole bytes (the fast path handles only these)
+_WHOLE_BYTES = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8 == 0}
+_DTYPE, _SHAPE, _OFFSETS = (itemgetter(k) for k in _ENTRY_KEYS)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 @dataclass
@@ -111,6 +117,11 @@ def parse_header_bytes(
     file: str = ""
 ) -> SafetensorsHeader:
     """Validate the N header bytes (everything after the length prefix)."""
+    with paused_gc():
+        return _parse_header(raw, limits, name, file_size, file)
+
+
+def _parse_header(raw: bytes, limits: Limits, name: str, file_size: int | None, file: str) -> SafetensorsHeader:
     n = len(raw)
     if raw[:1] != b"{":
         raise InputError(f"header does not start with '{{' (first byte {raw[:1]!r})", path=name,
@@ -135,6 +146,12 @@ def parse_header_bytes(
         raise InputError(f"{len(value)} tensors, over the limit of {limits.max_tensors} (limit max_tensors)",
                          path=name)
     data_offset = N_LEN + n
+    columns = _plain_entries(value, limits, data_offset, file)
+    if columns is not None:
+        _check_size(data_offset, columns[1], file_size, name)
+        return SafetensorsHeader(name=name, tensors=columns[0], metadata=metadata, header_length=n,
+                                 data_offset=data_offset, data_length=columns[1], file_size=file_size,
+                                 warnings=warnings)
     tensors: dict[str, TensorInfo] = {}
     spans: list[tuple[int, int, str]] = []
     unknown: dict[str, list[str]] = {}
@@ -184,15 +201,7 @@ def parse_header_bytes(
         spans.append((begin, stop, tname))
 
     data_length = _check_layout(spans, name)
-    if file_size is not None:
-        available = file_size - data_offset
-        if data_length > available:
-            raise InputError(f"tensor data ends at byte {data_offset + data_length} but the file has "
-                             f"{file_size} bytes (truncated)", path=name)
-        if data_length < available:
-            raise InputError(f"{available - data_length} bytes after the last tensor at offset "
-                             f"{data_offset + data_length} (appended data: a possible polyglot file)",
-                             path=name)
+    _check_size(data_offset, data_length, file_size, name)
     for dtype, names in sorted(unknown.items()):
         warnings.append(f"unknown dtype {dtype!r} in {len(names)} tensor(s) (first: {quoted(names[0])}); "
                         "kept verbatim, its byte size not checked")
@@ -202,6 +211,79 @@ def parse_header_bytes(
     return SafetensorsHeader(name=name, tensors=tensors, metadata=metadata, header_length=n,
                              data_offset=data_offset, data_length=data_length, file_size=file_size,
                              warnings=warnings)
+
+
+def _check_size(data_offset: int, data_length: int, file_size: int | None, name: str) -> None:
+    """The tensor data must end exactly where the file does (no truncation, nothing appended)."""
+    if file_size is None:
+        return
+    available = file_size - data_offset
+    if data_length > available:
+        raise InputError(f"tensor data ends at byte {data_offset + data_length} but the file has "
+                         f"{file_size} bytes (truncated)", path=name)
+    if data_length < available:
+        raise InputError(f"{available - data_length} bytes after the last tensor at offset "
+                         f"{data_offset + data_length} (appended data: a possible polyglot file)", path=name)
+
+
+def _plain_entries(value: dict[str, Any], limits: Limits, data_offset: int, file: str
+                   ) -> tuple[dict[str, TensorInfo], int] | None:
+    """Every entry checked at once, column by column with C-speed builtins, when all are plain.
+
+    Plain: exactly ``dtype``/``shape``/``data_offsets``, a dtype of whole bytes that safetensors knows, and
+    every bound the per-entry loop checks holding (names, dimensions, element counts, byte sizes, offsets
+    tiling the data). Returns the tensors and the data length, exactly what the loop would build; None as
+    soon as anything is not plain, and the loop (which names the first bad entry, or warns) runs instead.
+    """
+    names = list(value)
+    entries = list(value.values())
+    if not names:
+        return None
+    try:
+        if max(map(len, names)) > limits.max_string_bytes:
+            return None
+        if set(map(type, entries)) != {dict} or set(map(len, entries)) != {3}:
+            return None
+        dtypes = list(map(_DTYPE, entries))  # KeyError: a key is missing (the loop says which)
+        shapes = list(map(_SHAPE, entries))
+        offsets = list(map(_OFFSETS, entries))
+        if not _WHOLE_BYTES.keys() >= set(dtypes):  # TypeError: an unhashable dtype
+            return None
+        if set(map(type, shapes)) != {list} or max(map(len, shapes)) > limits.max_dims:
+            return None
+        dims = list(chain.from_iterable(shapes))
+        if dims and (set(map(type, dims)) != {int} or min(dims) < 0 or max(dims) > limits.max_tensor_elements):
+            return None  # type() is exact: JSON true/false (bools) are not dimensions
+        numels = list(map(math.prod, shapes))
+        if max(numels) > limits.max_tensor_elements:
+            return None
+        nbytes = list(map(mul, numels, map(_WHOLE_BYTES.__getitem__, dtypes)))
+        if set(map(type, offsets)) != {list} or set(map(len, offsets)) != {2}:
+            return None
+        begins = list(map(_FIRST, offsets))
+        stops = list(map(_SECOND, offsets))
+        if set(map(type, begins)) != {int} or set(map(type, stops)) != {int}:
+            return None
+        if min(begins) < 0 or max(stops) > MAX_OFFSET or list(map(sub, stops, begins)) != nbytes:
+            return None
+        del dims, numels
+        # the spans, sorted, must tile [0, end): each begins where the one before it stops. Writers usually
+        # list them in offset order; if they tile in the order listed they tile sorted (ties are empty spans)
+        if begins[0] == 0 and begins[1:] == stops[:-1]:
+            end = stops[-1]
+        else:
+            spans = sorted(zip(begins, stops, strict=True))
+            starts = list(map(_FIRST, spans))
+            ends = list(map(_SECOND, spans))
+            del spans
+            if starts[0] != 0 or starts[1:] != ends[:-1]:
+                return None
+            end = ends[-1]
+    except (KeyError, TypeError):
+        return None
+    infos = map(TensorInfo, names, dtypes, map(tuple, shapes), nbytes, map(add, begins, repeat(data_offset)),
+                repeat(file))
+    return dict(zip(names, infos, strict=True)), end
 
 
 def _metadata(value: Any, name: str) -> dict[str, str]:
