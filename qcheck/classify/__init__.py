@@ -9,7 +9,10 @@ Disagreements become ``config-mismatch`` findings and warnings, never crashes.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Sequence
+from itertools import chain, compress
+from operator import and_, attrgetter
+from typing import Any, cast
 
 from qcheck.classify.adapter import apply_adapter, is_adapter
 from qcheck.classify.arch import fill_from_config, fill_from_tensors
@@ -18,9 +21,11 @@ from qcheck.classify.configs import ConfigView, as_int, first, read_configs
 from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, tensor_nbytes
 from qcheck.classify.fingerprints import config_family, scan_all
 from qcheck.classify.gguf import classify_gguf
-from qcheck.classify.params import is_side_tensor, logical_parameters
+from qcheck.classify.params import logical_parameters
+from qcheck.classify.table import TensorTable
 from qcheck.formats import REGISTRY
 from qcheck.model import Checkpoint, Inspection, InspectionFinding, Quantization
+from qcheck.readers.jsonfile import paused_gc
 
 __all__ = ["classify", "classify_weights", "unsafe_pickle_message"]
 
@@ -35,17 +40,23 @@ def classify(checkpoint: Checkpoint) -> Inspection:
 def classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]]:
     """``classify`` plus every quantised weight found, each with the layout its tensors were recognised as
     (what ``qcheck eval`` simulation dequantises, without recognising the tensors a second time)."""
+    with paused_gc():  # many short-lived lists beside 10^5+ long-lived records: no cycles, no collections
+        return _classify_weights(checkpoint)
+
+
+def _classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]]:
     if checkpoint.container == "pickle":
         insp = _classify_pickle(checkpoint)
         if is_adapter(checkpoint):
             apply_adapter(checkpoint, insp)
         return insp, []
     qlinears: list[QLinear] = []
+    table = TensorTable(checkpoint.tensors)
     if checkpoint.container == "gguf":
         insp = classify_gguf(checkpoint)
     else:
-        insp, qlinears = _classify_safetensors(checkpoint)
-    insp.type_stats = type_stats(checkpoint)
+        insp, qlinears = _classify_safetensors(checkpoint, table)
+    insp.type_stats = type_stats(checkpoint, table)
     if checkpoint.container == "gguf":
         from qcheck.matrix.architectures import note_unknown_gguf_architecture
 
@@ -55,17 +66,26 @@ def classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]]
     return insp, qlinears
 
 
-def type_stats(checkpoint: Checkpoint) -> list[dict[str, Any]]:
+def type_stats(checkpoint: Checkpoint, table: TensorTable | None = None) -> list[dict[str, Any]]:
     """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first."""
-    count: Counter[str] = Counter()
-    elements: Counter[str] = Counter()
+    table = table if table is not None and table.tensors is checkpoint.tensors else TensorTable(checkpoint.tensors)
+    count = Counter(table.dtypes)
+    nbytes: list[int | None] = list(map(attrgetter("nbytes"), table.infos))
+    if checkpoint.container == "safetensors" and None in nbytes:
+        nbytes = [n if n is not None else tensor_nbytes(t) for n, t in zip(nbytes, table.infos, strict=True)]
+    elements: dict[str, int] = {}
     size: dict[str, int | None] = {}
-    for t in checkpoint.tensors.values():
-        count[t.dtype] += 1
-        elements[t.dtype] += t.numel
-        n = tensor_nbytes(t) if checkpoint.container == "safetensors" else t.nbytes
-        prev = size.get(t.dtype, 0)
-        size[t.dtype] = None if n is None or prev is None else prev + n
+    if len(count) <= 16:  # a few types (any real checkpoint): C-speed passes per type
+        for dtype in count:
+            mask = list(map(dtype.__eq__, table.dtypes))
+            elements[dtype] = sum(compress(table.numels, mask))
+            sizes = list(compress(nbytes, mask))
+            size[dtype] = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    else:
+        for dtype, numel, n in zip(table.dtypes, table.numels, nbytes, strict=True):
+            elements[dtype] = elements.get(dtype, 0) + numel
+            prev = size.get(dtype, 0)
+            size[dtype] = None if n is None or prev is None else prev + n
     rows = [{"type": k, "tensors": count[k], "elements": elements[k], "bytes": size[k]} for k in count]
     return sorted(rows, key=lambda r: (-(r["bytes"] or 0), -r["tensors"], r["type"]))
 
@@ -163,38 +183,65 @@ def _apply_family(family: str, view: ConfigView, draft: Draft, tensor_method: st
         fam.reader(view, draft, family, tensor_method)
 
 
-def _plain_dtype(ckpt: Checkpoint, claimed: set[str]) -> str | None:
+def _plain_dtype(table: TensorTable, claimed: set[str]) -> str | None:
     """The float dtype holding the most elements of 2-D ``*.weight`` tensors (else of any float tensor)."""
-    weights: Counter[str] = Counter()
+    if not claimed and "plain_dtype" in table.memo:
+        return cast("str | None", table.memo["plain_dtype"])
+    rows = _kept(table, claimed, lambda d: d in FLOAT_DTYPES)
+    dtypes, numels, ndims, keys, names = table.upper, table.numels, table.ndims, table.keys(), table.names
+    if len(rows) != len(names):  # some left out: the kept rows of each column
+        dtypes, keys, names = ([col[i] for i in rows] for col in (dtypes, keys, names))
+        numels, ndims = ([col[i] for i in rows] for col in (numels, ndims))
+    # 2-D "*.weight": last component "weight" (a tensor named just "weight" has no dot: not one of them)
+    is_weight = list(map(and_, map((2).__eq__, ndims), map("weight".__eq__, keys)))
+    if "weight" in table.tensors:
+        is_weight = [w and n != "weight" for w, n in zip(is_weight, names, strict=True)]
+    # the Counters are filled in order of first occurrence, as a loop over the tensors would: ties go to it
     anything: Counter[str] = Counter()
-    for name, t in ckpt.tensors.items():
-        dtype = t.dtype.upper()
-        if name in claimed or dtype not in FLOAT_DTYPES or is_side_tensor(name):
-            continue
-        numel = t.numel
-        anything[dtype] += numel
-        if name.endswith(".weight") and len(t.shape) == 2:
-            weights[dtype] += numel
+    weights: Counter[str] = Counter()
+    firsts: list[tuple[int, str, int]] = []
+    for dtype in sorted(set(dtypes), key=dtypes.index):
+        mask = list(map(dtype.__eq__, dtypes))
+        anything[dtype] = sum(compress(numels, mask))
+        mask = list(map(and_, mask, is_weight))
+        if True in mask:
+            firsts.append((mask.index(True), dtype, sum(compress(numels, mask))))
+    for _, dtype, total in sorted(firsts):
+        weights[dtype] = total
     pick = weights or anything
-    return container_word(pick.most_common(1)[0][0]) if pick else None
+    result = container_word(pick.most_common(1)[0][0]) if pick else None
+    if not claimed:
+        table.memo["plain_dtype"] = result
+    return result
 
 
-def _unclaimed_packed(ckpt: Checkpoint, claimed: set[str]) -> list[str]:
+def _kept(table: TensorTable, claimed: set[str], dtype_ok: Callable[[str], bool]) -> Sequence[int]:
+    """Indexes, in tensor order, of tensors whose upper-cased dtype passes, neither side tensors nor claimed."""
+    present = set(table.upper)
+    wanted = [d for d in present if dtype_ok(d)]
+    if not wanted:
+        return []
+    side, names = table.side, table.names
+    if len(wanted) == len(present):
+        rows: Sequence[int] = range(len(names))
+    else:
+        rows = sorted(chain.from_iterable(compress(range(len(names)), map(d.__eq__, table.upper)) for d in wanted))
+    if claimed or True in side:
+        return [i for i in rows if not side[i] and names[i] not in claimed]
+    return rows
+
+
+def _unclaimed_packed(table: TensorTable, claimed: set[str]) -> list[str]:
     """Weights stored in integer/FP8/FP4 dtypes that no scanner explained (an unknown layout)."""
-    odd = []
-    for name, t in ckpt.tensors.items():
-        if name in claimed or is_side_tensor(name) or len(t.shape) < 2:
-            continue
-        if t.dtype.upper() not in (*FLOAT_DTYPES, "BOOL"):
-            odd.append(name)
-    return odd
+    ndims, names = table.ndims, table.names
+    return [names[i] for i in _kept(table, claimed, lambda d: d not in (*FLOAT_DTYPES, "BOOL")) if ndims[i] >= 2]
 
 
-def _classify_safetensors(ckpt: Checkpoint) -> tuple[Inspection, list[QLinear]]:
+def _classify_safetensors(ckpt: Checkpoint, table: TensorTable) -> tuple[Inspection, list[QLinear]]:
     view = read_configs(ckpt)
     family = config_family(view)
     hints = _hints(view, family)
-    qlinears = scan_all(ckpt.tensors, ckpt.metadata, hints)
+    qlinears = scan_all(ckpt.tensors, ckpt.metadata, hints, table)
     draft = Draft(tensors=ckpt.tensors, metadata=ckpt.metadata, qlinears=qlinears, config_where=view.quant_where)
     tensor_method, shares = _majority(qlinears)
     if family is not None:
@@ -208,41 +255,41 @@ def _classify_safetensors(ckpt: Checkpoint) -> tuple[Inspection, list[QLinear]]:
         draft.warn("no quantization config found; classified from tensor names, dtypes and shapes")
     claimed = {n for q in qlinears for n in q.tensors}
 
-    method = _resolve_method(ckpt, view, draft, tensor_method, shares)
+    method = _resolve_method(ckpt, table, view, draft, tensor_method, shares)
     insp = Inspection(path=ckpt.path, container="safetensors", files=list(ckpt.files), revision=ckpt.revision)
     insp.warnings = list(ckpt.warnings)
     fill_from_config(insp, view.model)
     fill_from_tensors(insp, ckpt.tensors)
     insp.tensor_count = len(ckpt.tensors)
     insp.size_bytes = ckpt.size_bytes or None
-    insp.dtype = _plain_dtype(ckpt, claimed) or config_word(first(view.model, "torch_dtype", "dtype"))
-    params, unknown = logical_parameters(ckpt.tensors, qlinears)
+    insp.dtype = _plain_dtype(table, claimed) or config_word(first(view.model, "torch_dtype", "dtype"))
+    params, unknown = logical_parameters(ckpt.tensors, qlinears, table)
     insp.parameters = params if ckpt.tensors else None
     if not ckpt.tensors:
         draft.warn("no tensors were found: nothing to classify beyond the config")
     if unknown:
         draft.warn(f"unpacked size unknown for {len(unknown)} quantised weights (e.g. {unknown[0]}); "
                    "the parameter count is a lower bound")
-    insp.quantization = _quantization(ckpt, view, draft, method)
+    insp.quantization = _quantization(ckpt, table, view, draft, method)
     insp.warnings.extend(w for w in draft.warnings if w not in insp.warnings)
     insp.findings.extend(draft.findings)
     return insp, qlinears
 
 
-def _resolve_method(ckpt: Checkpoint, view: ConfigView, draft: Draft, tensor_method: str | None,
-                    shares: dict[str, int]) -> str:
+def _resolve_method(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draft: Draft,
+                    tensor_method: str | None, shares: dict[str, int]) -> str:
     """Tensors decide; the config is checked against them."""
     expected = draft.expected_method
     where = draft.config_where or ("hf_quant_config.json" if view.hf_quant else "config")
     if tensor_method is None:
-        odd = _unclaimed_packed(ckpt, set())
+        odd = _unclaimed_packed(table, set())
         if expected and expected not in ("none", "unknown"):
             if odd:
                 draft.warn(f"{where} says {expected}, but no tensor matches its layout (e.g. {odd[0]} is "
                            f"{ckpt.tensors[odd[0]].dtype}); reported as the config says")
                 return expected
             draft.mismatch(where, f"config says {expected}, but every weight is stored unquantised "
-                                  f"({_plain_dtype(ckpt, set()) or 'float'})")
+                                  f"({_plain_dtype(table, set()) or 'float'})")
             return "none"
         if odd:
             draft.warn(f"weights in non-float dtypes that match no known layout (e.g. {odd[0]}: "
@@ -294,17 +341,17 @@ def _sane(draft: Draft) -> None:
         draft.expected_block = None
 
 
-def _quantization(ckpt: Checkpoint, view: ConfigView, draft: Draft, method: str) -> Quantization:
+def _quantization(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draft: Draft, method: str) -> Quantization:
     _sane(draft)
     q = Quantization(method=method)
-    q.tensor_types = ckpt.dtype_histogram()
+    q.tensor_types = dict(Counter(table.dtypes).most_common())  # ckpt.dtype_histogram(), from the column
     q.producer = draft.producer
     q.excluded = list(draft.excluded)
     q.format = draft.format
     q.config_method = draft.config_method
-    q.kv_cache_dtype = draft.kv_cache_dtype or _kv_from_tensors(ckpt)
+    q.kv_cache_dtype = draft.kv_cache_dtype or _kv_from_tensors(table)
     if method == "none":
-        q.weight_dtype = _plain_dtype(ckpt, set())
+        q.weight_dtype = _plain_dtype(table, set())
         return q
     mine = draft.of_method(method)
     q.activation_dtype = draft.activation_dtype
@@ -384,8 +431,9 @@ def _activation_from_tensors(method: str, mine: list[QLinear]) -> tuple[str | No
     return None, None
 
 
-def _kv_from_tensors(ckpt: Checkpoint) -> str | None:
+def _kv_from_tensors(table: TensorTable) -> str | None:
     """FP8 KV-cache scales stored per layer (``k_scale``/``v_scale``; Quark ``k_proj.output_scale``)."""
-    if any(n.endswith(KV_SCALE_SUFFIXES) for n in ckpt.tensors):
+    found = table.select(lasts=("k_scale", "v_scale", "kv_scale", "output_scale"))
+    if any(n.endswith(KV_SCALE_SUFFIXES) for n in found):
         return "float8_e4m3"
     return None

@@ -20,6 +20,9 @@ EXPERT_USED_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", 
                     "moe_k", "num_selected_experts")
 
 _EXPERT_INDEX = re.compile(r"\.experts\.(\d+)\.")
+#: the first ``.experts.N.`` of each line of names joined by newlines (what ``search`` finds in each name):
+#: the rest of the line is consumed with the match, so a second one in the same name is never found
+_FIRST_EXPERT_INDEX = re.compile(r"\.experts\.(\d+)\.[^\n]*")
 
 
 def fill_from_config(insp: Inspection, model: dict[str, Any]) -> None:
@@ -51,14 +54,17 @@ def fill_from_tensors(insp: Inspection, tensors: dict[str, TensorInfo]) -> None:
     ``experts``/``_exps`` stacks (leading dim = expert count)."""
     if insp.moe and insp.num_experts:
         return
+    joined = "\n".join(tensors)
     indices: set[int] = set()
     fused: int | None = None
-    for name, t in tensors.items():
-        m = _EXPERT_INDEX.search(name)
-        if m:
-            indices.add(int(m.group(1)))
-        elif (".experts." in name or "_exps." in name) and len(t.shape) >= 3:
-            fused = fused or t.shape[0]
+    if joined.count("\n") == len(tensors) - 1:  # no name holds a newline: one regex pass, first match per line
+        indices = {int(m) for m in _FIRST_EXPERT_INDEX.findall(joined)}
+    else:
+        indices = {int(m.group(1)) for name in tensors if (m := _EXPERT_INDEX.search(name))}
+    if not indices and (".experts." in joined or "_exps." in joined):
+        for name, t in tensors.items():
+            if (".experts." in name or "_exps." in name) and len(t.shape) >= 3:
+                fused = fused or t.shape[0]
     if indices:
         insp.moe = True
         insp.num_experts = insp.num_experts or len(indices)

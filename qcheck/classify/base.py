@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.model import InspectionFinding, TensorInfo
+
+if TYPE_CHECKING:
+    from qcheck.classify.table import TensorTable
 
 
 @dataclass
@@ -47,6 +50,8 @@ class Hints:
     overrides: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
     #: the safetensors ``__metadata__`` (torchao names its tensor subclasses there)
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: the tensors as columns with indexes (``scan_all`` sets it): scanners visit only the names it selects
+    table: TensorTable | None = None
 
     def for_module(self, prefix: str) -> tuple[int | None, int | None]:
         """(bits, group) for one module; values no real config has (0-bit, group 0) come back as None."""

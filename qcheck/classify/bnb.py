@@ -10,6 +10,7 @@ from __future__ import annotations
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, excluded_modules, first
 from qcheck.classify.dtypes import container_word, tensor_nbytes
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 _QS = ".weight.quant_state.bitsandbytes__"
@@ -18,7 +19,8 @@ _QS = ".weight.quant_state.bitsandbytes__"
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """4-bit weights with a ``quant_state`` blob and LLM.int8 weights with ``SCB`` row scales."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=("I8",), contains=_QS):
+        t = tensors[name]
         if name in claimed:
             continue
         if _QS in name:

@@ -13,6 +13,7 @@ from typing import Any
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, row_group, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules
 from qcheck.classify.dtypes import container_word, int_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 from qcheck.typed import as_dict
 
@@ -20,7 +21,8 @@ from qcheck.typed import as_dict
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """``weight_packed`` integer packs and int8/int32 ``weight`` + ``weight_scale`` pairs."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=("I32", "U32", "I64", "I8")):
+        t = tensors[name]
         if name in claimed or len(t.shape) < 2:
             continue
         dt = t.dtype.upper()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from qcheck.classify.base import Draft, Hints, QLinear, prod
 from qcheck.classify.configs import ConfigView, excluded_modules, first
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 EXL2_PARTS = ("q_weight", "q_invperm", "q_perm", "q_scale", "q_scale_max", "q_groups")
@@ -18,7 +19,8 @@ EXL3_PARTS = ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1")
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """EXL2 ``q_weight`` groups and EXL3 ``trellis`` tensors, bits per layer from their shapes."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, lasts=("q_weight", "trellis")):
+        t = tensors[name]
         if name in claimed:
             continue
         if name.endswith(".q_weight") and len(t.shape) == 2:

@@ -12,13 +12,16 @@ from typing import Any
 
 from qcheck.classify.base import Hints, QLinear
 from qcheck.classify.configs import ConfigView
+from qcheck.classify.table import TensorTable
 from qcheck.formats import REGISTRY
 from qcheck.model import TensorInfo
 
 
-def scan_all(tensors: dict[str, TensorInfo], metadata: dict[str, Any], hints: Hints) -> list[QLinear]:
-    """Every quantised weight the tensor names, dtypes and shapes show."""
-    hints = dataclasses.replace(hints, metadata=metadata)
+def scan_all(tensors: dict[str, TensorInfo], metadata: dict[str, Any], hints: Hints,
+             table: TensorTable | None = None) -> list[QLinear]:
+    """Every quantised weight the tensor names, dtypes and shapes show (``table``: ``tensors`` as columns,
+    built here when not given, so each scanner visits only the tensors its layout could match)."""
+    hints = dataclasses.replace(hints, metadata=metadata, table=table or TensorTable(tensors))
     claimed: set[str] = set()
     found: list[QLinear] = []
     for family in REGISTRY.scanners():

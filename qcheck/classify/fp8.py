@@ -11,13 +11,15 @@ from __future__ import annotations
 from qcheck.classify.base import Draft, Hints, QLinear, block_from, exact_div, prod, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import FP8_DTYPES, container_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """Every ``*.weight`` stored in an FP8 dtype, with its scale's layout."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=FP8_DTYPES):
+        t = tensors[name]
         if name in claimed or not name.endswith(".weight") or t.dtype.upper() not in FP8_DTYPES:
             continue
         if len(t.shape) < 2:

@@ -11,13 +11,15 @@ from __future__ import annotations
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, row_group
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word, int_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """``qweight`` packs: GPTQ (along inputs, ``g_idx``), AWQ GEMM (along outputs) or AWQ GEMV."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, lasts=("qweight",)):
+        t = tensors[name]
         if name in claimed or not name.endswith(".qweight") or len(t.shape) < 2:
             continue
         prefix = name[: -len(".qweight")]

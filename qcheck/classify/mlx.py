@@ -10,6 +10,7 @@ from typing import Any
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules
 from qcheck.classify.dtypes import container_word, int_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 #: mode -> (default group, default bits, weight dtype word, scale dtype word)
@@ -42,7 +43,8 @@ def view_hints(view: ConfigView) -> Hints:
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U32 ``weight`` + ``scales`` pairs; bits = 32 * packed cols / (scale cols * group)."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=("U32",)):
+        t = tensors[name]
         if name in claimed or not name.endswith(".weight") or t.dtype.upper() != "U32" or len(t.shape) < 2:
             continue
         prefix = name[: -len(".weight")]

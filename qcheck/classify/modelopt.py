@@ -13,6 +13,7 @@ from typing import Any
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 from qcheck.typed import as_dict
 
@@ -49,7 +50,8 @@ KV_ALGOS = {"FP8": "float8_e4m3", "INT8": "int8", "NVFP4": "fp4_e2m1", "NVFP4_AF
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """ModelOpt INT4-AWQ: ``weight`` U8 ``[out/2, in]`` + ``weight_scale`` (16/32-bit) ``[out, in/block]``."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=("U8",)):
+        t = tensors[name]
         if name in claimed or not name.endswith(".weight") or t.dtype.upper() != "U8" or len(t.shape) < 2:
             continue
         prefix = name[: -len(".weight")]

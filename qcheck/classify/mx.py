@@ -10,6 +10,7 @@ from __future__ import annotations
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, sibling
 from qcheck.classify.configs import ConfigView, excluded_modules
 from qcheck.classify.dtypes import container_word
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 _E8M0 = ("U8", "F8_E8M0")
@@ -18,7 +19,8 @@ _E8M0 = ("U8", "F8_E8M0")
 def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U8/F4/F6 weights with FP8 (NVFP4) or E8M0 (MX) group scales, and gpt-oss ``*_blocks``."""
     out: list[QLinear] = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, dtypes=("U8", "F4", "F6_E2M3", "F6_E3M2")):
+        t = tensors[name]
         if name in claimed:
             continue
         dt = t.dtype.upper()

@@ -9,6 +9,7 @@ from typing import Any
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import config_word, container_word, int_word, tensor_nbytes
+from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 from qcheck.typed import as_dict
 
@@ -45,7 +46,8 @@ def view_hints(view: ConfigView) -> Hints:
 def scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """HQQ ``W_q`` + ``scale`` + ``zero`` (+ its per-layer metadata tensors)."""
     out = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, lasts=("W_q",)):
+        t = tensors[name]
         if name in claimed or not name.endswith(".W_q"):
             continue
         prefix = name[: -len(".W_q")]
@@ -65,7 +67,8 @@ def scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) ->
 def scan_aqlm(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """AQLM ``codes`` [out/og, in/ig, ncb] + ``codebooks`` [ncb, 2**nbits, og, ig] + ``scales``."""
     out = []
-    for name, t in tensors.items():
+    for name in candidates(tensors, hints.table, lasts=("codes",)):
+        t = tensors[name]
         if name in claimed or not name.endswith(".codes") or len(t.shape) != 3:
             continue
         prefix = name[: -len(".codes")]

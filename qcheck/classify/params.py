@@ -6,8 +6,14 @@ zero points, ``g_idx``, KV-cache scales and other side tensors are not parameter
 
 from __future__ import annotations
 
+from itertools import compress
+from typing import TYPE_CHECKING
+
 from qcheck.classify.base import QLinear
 from qcheck.model import TensorInfo
+
+if TYPE_CHECKING:
+    from qcheck.classify.table import TensorTable
 
 #: last name component of tensors that describe quantisation, not the model
 SIDE_SUFFIXES = frozenset({
@@ -35,11 +41,13 @@ def is_side_tensor(name: str) -> bool:
     return side or ".quant_state." in name or name.endswith((":scale", ":zero_point"))
 
 
-def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear]) -> tuple[int, list[str]]:
+def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear],
+                       table: TensorTable | None = None) -> tuple[int, list[str]]:
     """(logical parameter count, names of quantised weights whose unpacked size was unknown).
 
     Quantised weights whose logical size the shapes cannot give are counted as stored elements and
-    named, so the caller can warn that the count is a lower bound.
+    named, so the caller can warn that the count is a lower bound. ``table`` (``tensors`` as columns) saves
+    a function call per tensor.
     """
     claimed: set[str] = set()
     total = 0
@@ -52,6 +60,11 @@ def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear]) 
             unknown.append(q.name)
             main = tensors.get(q.tensors[0])
             total += main.numel if main is not None else 0
+    if table is not None and table.tensors is tensors:
+        if claimed or True in table.side:
+            keep = [not s and n not in claimed for s, n in zip(table.side, table.names, strict=True)]
+            return total + sum(compress(table.numels, keep)), unknown
+        return total + sum(table.numels), unknown
     for name, t in tensors.items():
         if name in claimed or is_side_tensor(name):
             continue

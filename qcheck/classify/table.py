@@ -1,0 +1,104 @@
+"""The tensors of one checkpoint as columns, built once per classification.
+
+A MoE checkpoint lists 10^5 tensors or more; the classifier asks about them a dozen times (every format
+scanner, the plain dtype, the parameter count, the type table, the KV-cache scales). Looping over
+``TensorInfo`` records with a function call per tensor each time cost ~8 us per tensor; here the columns
+(names, upper-cased dtypes, shapes, element counts, side-tensor flags) are built with C-speed passes, and
+selections by dtype and by last name component let a scanner visit only the tensors its layout could match.
+Selections keep the checkpoint's tensor order, so every result is the one a full loop gives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter
+
+from qcheck.classify.params import is_side_tensor
+from qcheck.model import TensorInfo
+
+_DTYPE = attrgetter("dtype")
+_LAST = itemgetter(2)
+_SHAPE = attrgetter("shape")
+
+
+@dataclass
+class TensorTable:
+    """Columns of ``tensors`` (in its order) and indexes over them; valid while ``tensors`` is unchanged."""
+
+    tensors: dict[str, TensorInfo]
+    names: list[str] = field(init=False)
+    infos: list[TensorInfo] = field(init=False)
+    dtypes: list[str] = field(init=False)
+    #: dtype.upper(): the scanners compare upper-cased dtypes (an unknown dtype string is kept as written)
+    upper: list[str] = field(init=False)
+    shapes: list[tuple[int, ...]] = field(init=False)
+    ndims: list[int] = field(init=False)
+    numels: list[int] = field(init=False)
+    #: ``is_side_tensor`` of each name (scales, zeros, indices: never model parameters)
+    side: list[bool] = field(init=False)
+    _present_dtypes: set[str] | None = field(init=False, default=None)
+    _present_keys: set[str] | None = field(init=False, default=None)
+    #: answers computed from the columns, kept for a second caller (e.g. the plain dtype with nothing claimed)
+    memo: dict[str, object] = field(init=False, default_factory=dict)
+    _keys: list[str] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.names = list(self.tensors)
+        self.infos = list(self.tensors.values())
+        self.dtypes = dtypes = list(map(_DTYPE, self.infos))
+        uppers = {d: d.upper() for d in set(dtypes)}
+        self.upper = list(map(uppers.__getitem__, dtypes))
+        self.shapes = list(map(_SHAPE, self.infos))
+        self.ndims = list(map(len, self.shapes))
+        self.numels = list(map(math.prod, self.shapes))
+        self.side = self._side_flags()
+
+    def _side_flags(self) -> list[bool]:
+        # is_side_tensor(name) decides from the last component (":scale" has no dot, so it ends the name iff it
+        # ends the component) and from ".quant_state." anywhere in the name
+        self._present_keys = set(self.keys())
+        side_of = {key: is_side_tensor(f".{key}") for key in self._present_keys}
+        flags = list(map(side_of.__getitem__, self.keys()))
+        if ".quant_state." in "\n".join(self.names):
+            flags = [f or ".quant_state." in n for f, n in zip(flags, self.names, strict=True)]
+        return flags
+
+    def keys(self) -> list[str]:
+        """The last dot-separated component of each name (the whole name when it has no dot)."""
+        if self._keys is None:
+            self._keys = list(map(_LAST, map(str.rpartition, self.names, repeat("."))))
+        return self._keys
+
+    def rows(self, column: list[str], value: str) -> list[int]:
+        """Indexes (in tensor order) where ``column`` holds ``value``: one C-speed pass."""
+        return list(compress(range(len(column)), map(value.__eq__, column)))
+
+    def select(self, *, dtypes: tuple[str, ...] = (), lasts: tuple[str, ...] = (), contains: str = "") -> list[str]:
+        """Names (in tensor order) whose upper-cased dtype is in ``dtypes``, whose last component is in
+        ``lasts`` (a name ``X.qweight`` is found by ``lasts=("qweight",)``), or that contain ``contains``:
+        a superset of what a scanner's own test accepts, which it still applies."""
+        picked: list[int] = []
+        if dtypes:
+            if self._present_dtypes is None:
+                self._present_dtypes = set(self.upper)
+            for d in self._present_dtypes.intersection(dtypes):
+                picked += self.rows(self.upper, d)
+        if lasts:
+            if self._present_keys is None:
+                self._present_keys = set(self.keys())
+            for last in self._present_keys.intersection(lasts):
+                picked += self.rows(self.keys(), last)
+        if contains and contains in "\n".join(self.names):  # no name holds it unless the joined text does
+            picked += [i for i, n in enumerate(self.names) if contains in n]
+        names = self.names
+        return [names[i] for i in sorted(set(picked))]
+
+
+def candidates(tensors: dict[str, TensorInfo], table: TensorTable | None, *, dtypes: tuple[str, ...] = (),
+               lasts: tuple[str, ...] = (), contains: str = "") -> list[str] | dict[str, TensorInfo]:
+    """What a scanner loops over: the table's selection when it describes ``tensors``, else every name."""
+    if table is None or table.tensors is not tensors or len(table.names) != len(tensors):
+        return tensors
+    return table.select(dtypes=dtypes, lasts=lasts, contains=contains)

@@ -1,0 +1,132 @@
+"""The classifier's column table (``qcheck.classify.table``) gives what a loop over every tensor gives.
+
+The references below are the per-tensor loops the table replaced, kept here as the specification; random
+tensor sets mix the names real checkpoints use with the odd ones hostile headers carry (no dot, a newline,
+``:scale``, ``.quant_state.``, two ``.experts.N.`` in one name, lower-case and unknown dtypes).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+
+import pytest
+
+from qcheck.classify import _kept, _plain_dtype, _unclaimed_packed, type_stats
+from qcheck.classify.arch import fill_from_tensors
+from qcheck.classify.dtypes import FLOAT_DTYPES, container_word, tensor_nbytes
+from qcheck.classify.params import is_side_tensor, logical_parameters
+from qcheck.classify.table import TensorTable, candidates
+from qcheck.model import Checkpoint, Inspection, TensorInfo
+
+_PARTS = ["model", "layers", "0", "1", "mlp", "experts", "7", "12", "gate_proj", "weight", "bias", "qweight",
+          "weight_scale", "k_scale", "output_scale", "k_proj", "_weight_scale", "W_q", "codes", "trellis",
+          "q_weight", "weight.quant_state.bitsandbytes__nf4", "SCB", "scales", "x:scale", "a\nb", "", "weight"]
+_DTYPES = ["BF16", "F16", "F32", "F8_E4M3", "U8", "I32", "I8", "U32", "bf16", "f8_e4m3", "Q9", "BOOL", "F4"]
+
+
+def _tensors(rng: random.Random, count: int) -> dict[str, TensorInfo]:
+    out: dict[str, TensorInfo] = {}
+    for _ in range(count):
+        name = ".".join(rng.choice(_PARTS) for _ in range(rng.randint(1, 5)))
+        if rng.random() < 0.05:
+            name = name.replace(".", "")  # no dot at all
+        shape = tuple(rng.choice([0, 1, 2, 16]) for _ in range(rng.randint(0, 3)))
+        dtype = rng.choice(_DTYPES)
+        nbytes = None if rng.random() < 0.2 else math.prod(shape) * 2
+        out[name] = TensorInfo(name, dtype, shape, nbytes)
+    return out
+
+
+def _ref_plain_dtype(tensors: dict[str, TensorInfo], claimed: set[str]) -> str | None:
+    weights: Counter[str] = Counter()
+    anything: Counter[str] = Counter()
+    for name, t in tensors.items():
+        dtype = t.dtype.upper()
+        if name in claimed or dtype not in FLOAT_DTYPES or is_side_tensor(name):
+            continue
+        anything[dtype] += t.numel
+        if name.endswith(".weight") and len(t.shape) == 2:
+            weights[dtype] += t.numel
+    pick = weights or anything
+    return container_word(pick.most_common(1)[0][0]) if pick else None
+
+
+def _ref_type_stats(ck: Checkpoint) -> list[dict]:
+    count: Counter[str] = Counter()
+    elements: Counter[str] = Counter()
+    size: dict[str, int | None] = {}
+    for t in ck.tensors.values():
+        count[t.dtype] += 1
+        elements[t.dtype] += t.numel
+        n = tensor_nbytes(t) if ck.container == "safetensors" else t.nbytes
+        prev = size.get(t.dtype, 0)
+        size[t.dtype] = None if n is None or prev is None else prev + n
+    rows = [{"type": k, "tensors": count[k], "elements": elements[k], "bytes": size[k]} for k in count]
+    return sorted(rows, key=lambda r: (-(r["bytes"] or 0), -r["tensors"], r["type"]))
+
+
+def _ref_experts(tensors: dict[str, TensorInfo]) -> tuple[bool, int | None]:
+    indices: set[int] = set()
+    fused = None
+    for name, t in tensors.items():
+        m = re.search(r"\.experts\.(\d+)\.", name)
+        if m:
+            indices.add(int(m.group(1)))
+        elif (".experts." in name or "_exps." in name) and len(t.shape) >= 3:
+            fused = fused or t.shape[0]
+    if indices:
+        return True, len(indices)
+    return (True, fused) if fused else (False, None)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_table_answers_equal_the_per_tensor_loops(seed):
+    rng = random.Random(seed)
+    tensors = _tensors(rng, rng.randint(0, 60))
+    table = TensorTable(tensors)
+    assert table.side == [is_side_tensor(n) for n in tensors]
+    assert table.numels == [t.numel for t in tensors.values()]
+    names = list(tensors)
+    claimed = set(rng.sample(names, min(len(names), rng.randint(0, 5))))
+    for c in (claimed, set()):
+        assert _plain_dtype(TensorTable(tensors), c) == _ref_plain_dtype(tensors, c)
+        odd = [n for n, t in tensors.items() if n not in c and not is_side_tensor(n) and len(t.shape) >= 2
+               and t.dtype.upper() not in (*FLOAT_DTYPES, "BOOL")]
+        assert _unclaimed_packed(TensorTable(tensors), c) == odd
+    assert list(_kept(table, set(), lambda d: True)) == [i for i, n in enumerate(names) if not is_side_tensor(n)]
+    for container in ("safetensors", "gguf"):
+        ck = Checkpoint(path="x", container=container, tensors=tensors)  # type: ignore[arg-type]
+        assert type_stats(ck, TensorTable(tensors)) == _ref_type_stats(ck)
+    plain = logical_parameters(tensors, [])
+    assert logical_parameters(tensors, [], TensorTable(tensors)) == plain
+    insp = Inspection(path="x", container="safetensors")
+    fill_from_tensors(insp, tensors)
+    assert (insp.moe, insp.num_experts) == _ref_experts(tensors)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_selections_keep_order_and_cover_every_match(seed):
+    rng = random.Random(seed)
+    tensors = _tensors(rng, 80)
+    table = TensorTable(tensors)
+    got = table.select(dtypes=("F8_E4M3", "U8"), lasts=("qweight", "k_scale"), contains=".quant_state.")
+    want = [n for n, t in tensors.items() if t.dtype.upper() in ("F8_E4M3", "U8") or n.endswith((".qweight", ".k_scale"))
+            or ".quant_state." in n]
+    assert set(want) <= set(got) and got == [n for n in tensors if n in set(got)]
+    assert candidates(tensors, table, dtypes=("I8",)) == table.select(dtypes=("I8",))
+    assert candidates(dict(tensors), table, dtypes=("I8",)) == dict(tensors)  # another dict: every name
+
+
+def test_two_expert_indexes_in_one_name_count_once():
+    tensors = {n: TensorInfo(n, "BF16", (2, 2)) for n in
+               ("m.experts.1.x.experts.2.w", "m.experts.3.w", "a\n.experts.4.b.experts.5.c")}
+    insp = Inspection(path="x", container="safetensors")
+    fill_from_tensors(insp, tensors)
+    assert insp.num_experts == 3 and _ref_experts(tensors) == (True, 3)
+    del tensors["a\n.experts.4.b.experts.5.c"]  # no newline: the one-pass path
+    insp = Inspection(path="x", container="safetensors")
+    fill_from_tensors(insp, tensors)
+    assert insp.num_experts == 2
