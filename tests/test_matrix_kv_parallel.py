@@ -140,6 +140,12 @@ def test_exllama_cache_modes(files) -> None:
     assert kv_status(exl2, "exllamav3", "rtx-4090", "q2") == "native"  # CacheLayer_quant 2-8 bits
     assert kv_status(exl2, "exllamav3==1.4.1", "rtx-4090", "q4") == "unknown"
     assert kv_status(exl2, "exllamav3", "rtx-4090", "fp8") == "unsupported"
+    # where the engine itself was not verified, neither is its cache; CDNA has no ExLlamaV3 at all
+    assert kv_status(exl2, "exllamav2", "p40", "q4") == "unknown"
+    assert kv_status(exl2, "exllamav2", "b200", "q4") == "unknown"
+    assert kv_status(exl2, "exllamav3", "v100", "q4") == "unknown"
+    assert kv_status(exl2, "exllamav3", "mi300x", "q4") == "unsupported"
+    assert kv_status(exl2, "exllamav3", "rx-7900-xtx", "q4") == "native"
 
 
 def test_transformers_quantized_cache_is_a_fallback(files) -> None:
