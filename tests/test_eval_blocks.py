@@ -168,3 +168,86 @@ def test_cache_rows_written_in_blocks_read_in_any_block(tmp_path, kind: str, top
         a.rows(reqs[1].key, 0, 99)
     a.close()
     b.close()
+
+
+# ---------------------------------------------------------------------------------------------- through run_eval
+def _perturbed(path: object) -> object:
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.003)
+    return model
+
+
+def _run(ref: object, tasks: object, runner: object, cache: object, **kw: object) -> dict:
+    from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
+
+    result = run_eval(EvalConfig(reference=str(ref), candidates=[CandidateSpec("c", runner=runner)],
+                                 tasks=[str(tasks)], cache_dir=str(cache), bootstrap=200, **kw))
+    return result.to_json()
+
+
+def test_metrics_do_not_depend_on_blocks_or_batches(tmp_path) -> None:
+    """Every metric of a real run is the same whether the candidate's output layer runs in 3-row blocks, one
+    request per forward, or 4,096-token batches (the reference cache is shared, so only the candidate varies)."""
+    from qcheck.eval.runners.reference import vocab_info
+    from support.eval_helpers import task_file, tiny_reference
+
+    ref = tiny_reference()
+    model = _perturbed(ref)
+    tok = transformers.AutoTokenizer.from_pretrained(ref)
+    info = vocab_info(model, tok, True)
+    batched = _run(ref, task_file(), TransformersRunner(model, info, "c"), tmp_path)
+    blocked = _run(ref, task_file(), TransformersRunner(model, info, "c", block_bytes=4 * 512 * 3, batch_tokens=1),
+                   tmp_path)
+    a, b = batched["candidates"][0]["metrics"], blocked["candidates"][0]["metrics"]
+    assert a["tokens_scored"] == b["tokens_scored"] > 50 and a["items_scored"] == b["items_scored"] == 5
+    assert 1e-4 < a["kld_mean"] < 1.0  # a real difference to measure
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, float):
+            assert value == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+        else:
+            assert value == b[key], key
+
+
+def test_sliding_windows_match_a_hand_computation(tmp_path) -> None:
+    """One long text item, windows of 32 tokens with stride 16: the run's perplexities and mean KLD equal a
+    direct computation that runs each window through both models and keeps only the tokens it should score."""
+    import json
+
+    from qcheck.eval.encode import window_spans
+    from qcheck.eval.runners.reference import vocab_info
+    from support.eval_helpers import tiny_reference
+
+    ref = tiny_reference()
+    text = " ".join(f"word{i} and some more text {i * 7}" for i in range(12))
+    tasks = tmp_path / "long.jsonl"
+    tasks.write_text(json.dumps({"id": "long", "kind": "text", "text": text}) + "\n")
+    tok = transformers.AutoTokenizer.from_pretrained(ref)
+    ids = tok(text)["input_ids"]
+    assert len(ids) > 80
+    reference = transformers.AutoModelForCausalLM.from_pretrained(ref, dtype=torch.float32).eval()
+    cand = _perturbed(ref)
+    data = _run(ref, tasks, TransformersRunner(cand, vocab_info(cand, tok, True), "c"), tmp_path / "c",
+                max_length=32, stride=16)
+    m = data["candidates"][0]["metrics"]
+    assert data["tasks"]["windowed_items"] == 1 and data["settings"]["stride"] == 16
+
+    nll_ref, nll_cand, kld = [], [], []
+    for begin, end, first in window_spans(len(ids), 32, 16):
+        x = torch.tensor([ids[begin:end - 1]])
+        y = torch.tensor(ids[first:end])
+        with torch.inference_mode():
+            lp = torch.log_softmax(reference(input_ids=x).logits[0].double(), -1)[first - begin - 1:]
+            lq = torch.log_softmax(cand(input_ids=x).logits[0].double(), -1)[first - begin - 1:]
+        nll_ref += (-lp.gather(1, y[:, None])[:, 0]).tolist()
+        nll_cand += (-lq.gather(1, y[:, None])[:, 0]).tolist()
+        kld += (lp.exp() * (lp - lq)).sum(-1).tolist()
+    assert data["tasks"]["windows"] == len(window_spans(len(ids), 32, 16)) >= 4
+    assert m["tokens_scored"] == len(nll_ref) == len(ids) - 1  # every token after BOS exactly once
+    assert m["ppl_reference"] == pytest.approx(np.exp(np.mean(nll_ref)), rel=1e-5)
+    assert m["ppl"] == pytest.approx(np.exp(np.mean(nll_cand)), rel=1e-5)
+    # the reference's full rows come from the uint16 cache (±1.8e-4 nats per log-prob)
+    assert m["kld_mean"] == pytest.approx(np.mean(kld), rel=2e-2)
