@@ -251,3 +251,29 @@ def test_sliding_windows_match_a_hand_computation(tmp_path) -> None:
     assert m["ppl"] == pytest.approx(np.exp(np.mean(nll_cand)), rel=1e-5)
     # the reference's full rows come from the uint16 cache (±1.8e-4 nats per log-prob)
     assert m["kld_mean"] == pytest.approx(np.mean(kld), rel=2e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_simulated_candidates_reuse_one_model(dtype: str) -> None:
+    """The second simulated candidate of the same reference loads its weights into the first one's model: the
+    same object, and exactly the weights a freshly built model gets (tied head included)."""
+    from qcheck.eval.runners import simulated
+
+    model = _model("qwen2", 120)
+    config = model.config
+    sd_a = {k: v.clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    sd_b = {k: v + 0.01 * torch.randn_like(v) for k, v in sd_a.items()}
+    first = simulated.build_dense_model(config, sd_a, dtype, "cpu", "a")
+    simulated.release_model(first, config, dtype, "cpu")
+    second = simulated.build_dense_model(config, sd_b, dtype, "cpu", "b")
+    assert second is first
+    fresh = simulated.build_dense_model(config, sd_b, dtype, "cpu", "fresh")
+    assert fresh is not first
+    for (name, p), (_, q) in zip(second.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(p, q), name
+    assert second.lm_head.weight.data_ptr() == second.model.embed_tokens.weight.data_ptr()
+    # another dtype or another config object: no reuse
+    simulated.release_model(second, config, dtype, "cpu")
+    other = "float32" if dtype == "bfloat16" else "bfloat16"
+    assert simulated.build_dense_model(config, sd_a, other, "cpu", "c") is not second
+    simulated.drop_skeleton()

@@ -399,6 +399,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         ref_json["model_type"] = getattr(ref_config, "model_type", None)
         written = 0
         ref_phase: Phase | None = None
+        kept: tuple[Any, str] | None = None  # the reference model, cast for the noise floor
         if reader is None:
             log("computing the reference")
             ref_phase = Phase()
@@ -411,7 +412,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
 
                 notes.extend(runner_notes(ref_runner))
             else:
-                final, written, ref_json["forward_calls"], ref_phase.tokens = _compute_reference(
+                final, written, ref_json["forward_calls"], ref_phase.tokens, kept = _compute_reference(
                     config, encoded, encoder, tokenizer, root, key, kind, key_parts, progress, ref_phase)
             ref_phase.scored_tokens = sum(r.n_rows for e in encoded for r in e.score)
             ref_phase.done()
@@ -439,15 +440,22 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         results: list[CandidateResult] = []
         noise: dict[str, Any] | None = None
         try:
+            if config.noise_floor and kept is not None:  # the reference model is still loaded: reuse it now
+                log(f"noise floor: the reference in {config.noise_floor}")
+                noise = _noise_floor(config, encoded, encoder, reader, ref_config, ref_vocab, progress, log, kept)
+                kept = None
             for spec in specs:
                 results.append(_run_candidate(spec, config, encoded, encoder, reader, ref_config, ref_vocab,
                                               progress, log))
-            if config.noise_floor:
+            if config.noise_floor and noise is None:
                 log(f"noise floor: the reference in {config.noise_floor}")
                 noise = _noise_floor(config, encoded, encoder, reader, ref_config, ref_vocab, progress, log)
         finally:
             cache_info.requests_read = reader.reads
             reader.close()
+            from qcheck.eval.runners.simulated import drop_skeleton
+
+            drop_skeleton()
     finally:
         if tmp_root is not None:
             tmp_root.cleanup()
@@ -471,11 +479,13 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
 
 def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tokenizer: Any, root: Path, key: str,
                        kind: str, key_parts: dict[str, Any], progress: _Progress,
-                       phase: Any) -> tuple[Path, int, int, int]:
+                       phase: Any) -> tuple[Path, int, int, int, tuple[Any, str] | None]:
     """Run the reference over every request, streaming its rows into a new cache entry.
 
-    Returns (the committed entry's directory, requests written, forward calls, tokens through the model). The
-    model is freed before returning, so candidates never share memory with it.
+    Returns (the committed entry's directory, requests written, forward calls, tokens through the model, and with
+    ``--noise-floor`` the same model cast in place to the noise floor's dtype with its input device, so the
+    noise floor does not load it again; else None). Otherwise the model is freed before returning, so
+    candidates never share memory with it.
     """
     import time
 
@@ -516,8 +526,15 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
     finally:
         progress.stop()
         calls = runner.forward_calls
+        model = runner.model
         runner.close()
-    return final, written, calls, tokens
+    kept = None
+    if config.noise_floor and not getattr(model, "hf_device_map", None):  # not an accelerate-dispatched model
+        from qcheck.eval.runners.reference import resolve_dtype
+
+        kept = (model.to(dtype=resolve_dtype(config.noise_floor)), device)
+    del model
+    return final, written, calls, tokens, kept
 
 
 def _remote_json(remote: Any, runner: Any, files: str) -> dict[str, Any]:
@@ -570,6 +587,10 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
     quantization: dict[str, Any] | None = None
     activations: str | None = None
     runner = spec.runner
+    if spec.backend != DEFAULT_BACKEND or runner is not None:
+        from qcheck.eval.runners.simulated import drop_skeleton
+
+        drop_skeleton()  # a kept simulated model is not needed for this one: free it first
     if runner is None:
         log(f"loading candidate {spec.name}")
         device = "cuda" if config.device in ("cuda", "auto") and _cuda() else "cpu"
@@ -718,8 +739,10 @@ def default_noise_floor_dtype(reference_dtype: str) -> str:
 
 
 def _noise_floor(config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader, ref_config: Any,
-                 ref_vocab: VocabInfo, progress: _Progress, log: Callable[[str], None]) -> dict[str, Any]:
-    """The reference model itself, loaded in ``config.noise_floor``, scored against the cached reference.
+                 ref_vocab: VocabInfo, progress: _Progress, log: Callable[[str], None],
+                 loaded: tuple[Any, str] | None = None) -> dict[str, Any]:
+    """The reference model itself, loaded in ``config.noise_floor`` (or ``loaded``: the reference model that
+    computed the cache, cast to that dtype: the same weights, no second load), scored against the cached reference.
 
     Why: a KLD means little without the loss that mere precision causes on the same tasks; this row is that
     scale. It is measured with no thresholds and never changes the gate or the exit code.
@@ -731,7 +754,10 @@ def _noise_floor(config: EvalConfig, encoded: list[Any], encoder: Any, reader: C
 
     dtype = config.noise_floor or default_noise_floor_dtype(config.reference_dtype)
     name = f"noise floor ({dtype})"
-    model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
+    if loaded is not None:
+        model, device = loaded
+    else:
+        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
     runner = TransformersRunner(model, vocab_info(model, encoder.tok, encoder.add_bos), name=name, device=device)
     del model
     record: dict[str, Any] = {"name": name, "dtype": dtype, "reference_dtype": config.reference_dtype,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,8 @@ class TransformersRunner:
         #: None until the first request checked the blocked output layer against the model's own logits
         self.blocked_head: bool | None = None
         self._whole: tuple[ScoreRequest, Any] | None = None
+        #: called with the model when the runner closes (the simulated backend keeps it for the next candidate)
+        self.on_close: Callable[[Any], None] | None = None
         self.notes: list[str] = []
         #: counters for tests and benchmarks
         self.forward_calls = 0
@@ -315,6 +317,8 @@ class TransformersRunner:
         return "cache" if "cache" in params else "past_key_values"
 
     def close(self) -> None:
+        if self.on_close is not None and self.model is not None:
+            self.on_close(self.model)
         self.model = None
         self._whole = None
         try:

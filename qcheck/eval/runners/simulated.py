@@ -19,21 +19,50 @@ from qcheck.eval.runners.base import VocabInfo
 from qcheck.eval.runners.reference import TransformersRunner, resolve_dtype, torch_modules
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
+#: a closed simulated candidate's model, kept for the next candidate of the same architecture, dtype and device:
+#: (key, model). Candidates run one after another, so at most one skeleton is ever kept.
+_SKELETON: list[tuple[tuple[int, str, str], Any]] = []
+
+
+def release_model(model: Any, config: Any, dtype: str, device: str) -> None:
+    """Keep ``model`` (whose weights are about to be overwritten) for the next ``build_dense_model`` call with the
+    same ``config`` object, dtype and device; any older skeleton is dropped."""
+    _SKELETON.clear()
+    _SKELETON.append(((id(config), dtype, device), model))
+
+
+def drop_skeleton() -> None:
+    """Free the kept model (before a candidate of another backend, and at the end of a run)."""
+    _SKELETON.clear()
+
+
+def _skeleton(config: Any, dtype: str, device: str) -> Any:
+    if _SKELETON and _SKELETON[0][0] == (id(config), dtype, device):
+        return _SKELETON.pop()[1]
+    _SKELETON.clear()
+    return None
+
 
 def build_dense_model(config: Any, state_dict: dict[str, Any], dtype: str, device: str, where: str) -> Any:
     """Instantiate the reference architecture from ``config`` and load ``state_dict`` into it, strictly.
 
     Missing parameters (other than a tied output head) and unexpected names are errors naming them: a
-    silently random-initialised layer would make every metric meaningless.
+    silently random-initialised layer would make every metric meaningless. The model of the previous simulated
+    candidate of the same reference (``release_model``) is reused when there is one: loading new weights into
+    it costs a copy, building the architecture again costs its construction and allocation.
     """
     torch, transformers = torch_modules()
     torch_dtype = resolve_dtype(dtype)
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # pragma: no cover - older transformers
-        from contextlib import nullcontext as no_init_weights  # type: ignore[assignment]
-    with no_init_weights():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    reused = _skeleton(config, dtype, device)
+    if reused is not None:
+        model = reused
+    else:
+        try:
+            from transformers.initialization import no_init_weights
+        except ImportError:  # pragma: no cover - older transformers
+            from contextlib import nullcontext as no_init_weights  # type: ignore[assignment]
+        with no_init_weights():
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     expected = model.state_dict()
     tied = bool(getattr(config, "tie_word_embeddings", False) or
                 getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
@@ -52,7 +81,12 @@ def build_dense_model(config: Any, state_dict: dict[str, Any], dtype: str, devic
         if tuple(tensor.shape) != tuple(expected[key].shape):
             raise InputError(f"tensor {key}: shape {tuple(tensor.shape)} differs from the reference's "
                              f"{tuple(expected[key].shape)}", where=where)
-    model.load_state_dict({k: v.to(torch.float32) for k, v in state_dict.items()}, strict=False)
+    if reused is not None:  # same dtype and device: copy each tensor in, rounding once as .to() would
+        with torch.no_grad():
+            for key, tensor in state_dict.items():
+                expected[key].copy_(tensor.to(torch.float32))
+    else:
+        model.load_state_dict({k: v.to(torch.float32) for k, v in state_dict.items()}, strict=False)
     if tied:
         model.tie_weights()
     model = model.to(dtype=torch_dtype, device=device)
@@ -112,6 +146,8 @@ def load_simulated(name: str, path: str, reference_config: Any, reference_vocab:
     method = getattr(getattr(inspection, "quantization", None), "method", None) or "dequantised"
     runner = TransformersRunner(model, candidate_vocab(path, model, reference_vocab, limits), name=name,
                                 backend=f"simulated:{method}", device=device)
+    if not (act_dtype and activation_quant):  # fake-quant changes the modules: such a model is not reused
+        runner.on_close = lambda m: release_model(m, reference_config, dtype, device)
     return runner, notes, activations
 
 
