@@ -75,14 +75,15 @@ def corpus(min_tokens: int, tokenizer_dir: Path) -> tuple[str, int]:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS bytes, stdout) of ``cmd`` under GNU time (its own small process is the parent, so
-    the child's peak is its own, not this Python's)."""
-    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *cmd], capture_output=True, text=True, env=env)
-    if out.returncode not in (0, 1):
-        raise RuntimeError(f"{cmd[0]} failed ({out.returncode}): {out.stderr[-1500:]}")
-    line = next(x for x in reversed(out.stderr.splitlines()) if x.startswith("TIME "))
-    _, wall, kb = line.split()
-    return float(wall), int(kb) * 1024, out.stdout
+    """(wall seconds, peak RSS bytes, stdout + stderr) of ``cmd`` under GNU time (its own small process is the
+    parent, so the child's peak is its own, not this Python's)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as fh:
+        out = subprocess.run(["/usr/bin/time", "-o", fh.name, "-f", "%e %M", *cmd], capture_output=True, text=True,
+                             env=env)
+        if out.returncode not in (0, 1):
+            raise RuntimeError(f"{cmd[0]} failed ({out.returncode}): {out.stderr[-1500:]}")
+        wall, kb = fh.read().split()[-2:]
+    return float(wall), int(kb) * 1024, out.stdout + "\n" + out.stderr
 
 
 def llama_kld(stdout_err: str) -> dict[str, float]:
@@ -114,10 +115,9 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     timed([perplexity, "-m", str(f32), *common, "--kl-divergence-base", str(base)])
     lp_runs = []
     for _ in range(args.repeat):
-        out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", perplexity, "-m", str(q8), *common,
-                              "--kl-divergence-base", str(base), "--kl-divergence"], capture_output=True, text=True)
-        line = next(x for x in reversed(out.stderr.splitlines()) if x.startswith("TIME "))
-        lp_runs.append((float(line.split()[1]), int(line.split()[2]) * 1024, llama_kld(out.stdout + out.stderr)))
+        wall, rss, text_out = timed([perplexity, "-m", str(q8), *common, "--kl-divergence-base", str(base),
+                                     "--kl-divergence"])
+        lp_runs.append((wall, rss, llama_kld(text_out)))
     lp_wall, lp_rss, lp_kld = min(lp_runs, key=lambda r: r[0])
     chunks = n_tokens // 512
     lp_scored = chunks * (512 - 256)
@@ -131,7 +131,7 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     qc_runs = []
     for _ in range(args.repeat):
         wall, rss, stdout = timed(cmd, env)
-        qc_runs.append((wall, rss, json.loads(stdout)))
+        qc_runs.append((wall, rss, json.loads(stdout[:stdout.rindex("}") + 1])))
     qc_wall, qc_rss, data = min(qc_runs, key=lambda r: r[0])
     cand = data["candidates"][0]
     perf = cand["performance"]

@@ -36,6 +36,10 @@ FLOAT_GGUF_TYPES = frozenset({"F32", "ALL_F32", "F16", "BF16"})
 def reference_top1_probability(ref: Any) -> np.ndarray:
     """Per scored position, the reference's probability of its own argmax token (from full or top-k rows)."""
     if getattr(ref, "full", None) is not None:
+        argmax = getattr(ref, "argmax", None)
+        if argmax is not None and len(argmax) == ref.full.shape[0] and (np.asarray(argmax) >= 0).all():
+            top = np.take_along_axis(ref.full, np.asarray(argmax, dtype=np.int64)[:, None], axis=1)[:, 0]
+            return np.exp(top.astype(np.float64))
         return np.exp(ref.full.max(axis=1).astype(np.float64))
     if getattr(ref, "topk_logprobs", None) is not None and ref.topk_logprobs.size:
         return np.exp(ref.topk_logprobs.max(axis=1).astype(np.float64))
