@@ -407,3 +407,10 @@ def test_the_docs_page_shows_every_ruled_kv_dtype_per_architecture() -> None:
     assert grid[("tensorrt-llm", "fp8")]["cdna3"] is None  # TensorRT-LLM does not run on AMD
     assert all(j is None or j.status in ("unknown", "unsupported")
                for cells in grid.values() for col, j in cells.items() if col == "blackwell-thor")
+
+
+def test_a_checkpoint_kv_dtype_no_rule_covers_is_unknown_where_the_engine_reads_it(files) -> None:
+    v, _ = kv(files["fp8-kv"], "vllm", "gaudi2")  # vLLM reads kv_cache_scheme; Gaudi's FP8 KV was not read
+    assert kv_dim(v).status == "unknown"
+    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: no sourced rule for vLLM 0.33.0")
+    assert kv_dim(kv(files["fp8-kv"], "transformers", "gaudi2")[0]) is None  # transformers does not read it

@@ -6,7 +6,8 @@ Engine knowledge is data in the engine file: ``[kv_cache]`` lists what the engin
 ``[[kv_rule]]`` entries (rules with ``dtypes`` instead of ``methods``) judge an accepted dtype per version,
 GPU and backend, most specific first, exactly like the weight-format rules. An engine without ``[kv_cache]``
 leaves the verdict alone; a quantised dtype asked with ``--kv-cache-dtype`` that no rule speaks about for this GPU
-is ``unknown`` (a checkpoint's own dtype without a rule, or an unquantised one, is left alone).
+is ``unknown``, and so is a checkpoint's own quantised dtype on an engine that reads it (``reads_checkpoint``);
+an unquantised one is left alone.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def judge_kv_cache(deployment: Deployment) -> Judgement | None:
     winners = decide(engine, matching_rules(engine, deployment.inspection, deployment.at, deployment.target,
                                             backend, rules))
     if not winners:
-        if origin == "flag" and dtype not in UNQUANTISED:
+        if dtype not in UNQUANTISED:  # asked for, or declared by a checkpoint this engine reads it from
             where = deployment.target.arch.id if deployment.target else "the provider"
             return Judgement(DIMENSION, "unknown",
                              [f"{what}: no sourced rule for {engine.name} {deployment.version} with this KV-cache "
