@@ -25,7 +25,11 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def _tq1_gguf(path: Path) -> bytes:
-    """A GGUF whose weights are TQ1_0 (ternary): vLLM's GGUF kernels have no TQ1_0, llama.cpp does."""
+    """A GGUF whose weights are TQ1_0 (ternary): vLLM 0.23.0's GGUF kernels have no TQ1_0, llama.cpp does.
+
+    The tests pin vllm==0.23.0: from 0.24 vLLM hands GGUF to vllm-gguf-plugin, whose type list is read at
+    one release only, so a newer vLLM answers unknown for TQ1_0 rather than unsupported.
+    """
     [written] = write_gguf(path, [("blk.0.attn_q.weight", (256, 256), Q.TQ1_0),
                                   ("token_embd.weight", (64, 256), Q.F32)])
     return written.read_bytes()
@@ -54,7 +58,7 @@ def test_repo_with_several_models_without_all_is_a_usage_error_listing_them(thre
 
 
 def test_repo_with_several_models_and_a_gpu_answers_which_quant_fits(three_models, capsys):
-    code, out, err = run(capsys, "check", "org/three-GGUF", "--engine", "vllm", "--gpu", "h100")
+    code, out, err = run(capsys, "check", "org/three-GGUF", "--engine", "vllm==0.23.0", "--gpu", "h100")
     assert err == "" and code == 1  # TQ1_0 cannot run on vLLM: the worst model's exit code
     assert out.startswith("org/three-GGUF: 3 models")
     rows = [line.split() for line in out.splitlines() if "vllm x h100" in line]
@@ -63,7 +67,7 @@ def test_repo_with_several_models_and_a_gpu_answers_which_quant_fits(three_model
 
 
 def test_check_all_judges_every_model_and_exits_with_the_worst(three_models, hub, capsys):
-    code, out, err = run(capsys, "check", "org/three-GGUF", "--all", "--engine", "vllm", "--gpu", "h100", "--json")
+    code, out, err = run(capsys, "check", "org/three-GGUF", "--all", "--engine", "vllm==0.23.0", "--gpu", "h100", "--json")
     data = json.loads(out)
     validate(data, "check-set")
     assert err == ""
@@ -85,10 +89,10 @@ def test_check_all_judges_every_model_and_exits_with_the_worst(three_models, hub
 
 
 def test_all_with_only_passing_models_exits_0_and_text_has_one_block_per_model(three_models, capsys):
-    code, out, _ = run(capsys, "check", "org/three-GGUF:Q8_0", "--all", "--engine", "vllm", "--gpu", "h100")
+    code, out, _ = run(capsys, "check", "org/three-GGUF:Q8_0", "--all", "--engine", "vllm==0.23.0", "--gpu", "h100")
     assert code == 0
     assert out.startswith("[1/1] org/three-GGUF:Q8_0\n")
-    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "--engine", "vllm", "--gpu", "h100")
+    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "--engine", "vllm==0.23.0", "--gpu", "h100")
     assert code == 1
     heads = [line for line in out.splitlines() if line.startswith("[")]
     assert heads == [f"[1/3] org/three-GGUF:{SPLIT_1}", "[2/3] org/three-GGUF:m-Q8_0.gguf",
@@ -97,7 +101,7 @@ def test_all_with_only_passing_models_exits_0_and_text_has_one_block_per_model(t
 
 
 def test_one_model_without_all_keeps_todays_object(three_models, capsys):
-    code, out, _ = run(capsys, "check", "org/three-GGUF:TQ1_0", "--engine", "vllm", "--gpu", "h100", "--json")
+    code, out, _ = run(capsys, "check", "org/three-GGUF:TQ1_0", "--engine", "vllm==0.23.0", "--gpu", "h100", "--json")
     data = json.loads(out)
     assert code == 1 and data["schema"] == "qcheck.check/1" and "results" not in data
     assert data["inspection"]["path"] == "org/three-GGUF:TQ1_0"
@@ -111,7 +115,7 @@ def test_inspect_all_and_memory_with_all(three_models, capsys):
     assert [r["schema"] for r in data["results"]] == ["qcheck.inspection/1"] * 3
     assert [r["quantization"]["gguf_file_type"] for r in data["results"]] == ["Q4_K_M", "Q8_0", "F32"]
     assert data["results"][2]["quantization"]["tensor_types"] == {"TQ1_0": 1, "F32": 1}
-    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "-e", "vllm", "-g", "h100", "--context", "1000",
+    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "-e", "vllm==0.23.0", "-g", "h100", "--context", "1000",
                        "--json")
     data = json.loads(out)
     assert code == 1
@@ -123,7 +127,7 @@ def test_inspect_all_and_memory_with_all(three_models, capsys):
 
 def test_set_reports_in_every_format(three_models, tmp_path, capsys):
     junit, sarif, md = tmp_path / "r.xml", tmp_path / "r.sarif", tmp_path / "r.md"
-    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "-e", "vllm", "-g", "h100", "--format", "github",
+    code, out, _ = run(capsys, "check", "org/three-GGUF", "--all", "-e", "vllm==0.23.0", "-g", "h100", "--format", "github",
                        "--junit", str(junit), "--sarif", str(sarif), "--markdown", str(md))
     assert code == 1
     errors = [line for line in out.splitlines() if line.startswith("::error")]
@@ -149,12 +153,12 @@ def test_local_directory_with_two_gguf_files(tmp_path, capsys):
     _tq1_gguf(d / "m-TQ1_0.gguf")
     code, _, err = run(capsys, "check", str(d), "-e", "together")
     assert code == 2 and "2 GGUF checkpoints here: m-Q8_0.gguf; m-TQ1_0.gguf" in err and "--all" in err
-    code, out, err = run(capsys, "check", str(d), "-e", "vllm", "-g", "h100", "--json")
+    code, out, err = run(capsys, "check", str(d), "-e", "vllm==0.23.0", "-g", "h100", "--json")
     data = json.loads(out)
     status = {q["path"]: (q["quant"], q["status"]) for q in data["quants"]}  # smallest model first
     assert code == 1 and status == {str(d / "m-Q8_0.gguf"): ("Q8_0", "native"),
                                     str(d / "m-TQ1_0.gguf"): ("TQ1_0", "unsupported")}
-    code, out, _ = run(capsys, "check", str(d), "--all", "-e", "vllm", "-g", "h100", "--json")
+    code, out, _ = run(capsys, "check", str(d), "--all", "-e", "vllm==0.23.0", "-g", "h100", "--json")
     data = json.loads(out)
     validate(data, "check-set")
     assert data["schema"] == "qcheck.check-set/1" and data["target"] == str(d)
@@ -174,7 +178,7 @@ def test_pasted_hub_link_resolves_against_hf_endpoint(three_models, hub, capsys)
     data = json.loads(out)
     assert code == 0 and data["revision"] == three_models and data["container"] == "gguf"
     assert hub.requests(r"^/api/models/org/three-GGUF")  # the fake Hub answered, not huggingface.co
-    code, out, _ = run(capsys, "check", link, "--all", "-e", "vllm", "-g", "h100", "--json")
+    code, out, _ = run(capsys, "check", link, "--all", "-e", "vllm==0.23.0", "-g", "h100", "--json")
     data = json.loads(out)
     assert code == 1 and data["target"] == link and len(data["results"]) == 3
     for text in ("hf.co/org/three-GGUF:Q8_0", "hf://org/three-GGUF:Q8_0"):
