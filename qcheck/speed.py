@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from qcheck.formats import REGISTRY
 from qcheck.model import Inspection, Verdict
 
 #: how far measured decode speeds stayed below the ceiling (docs/memory.md "Calibration"); stated, not applied
@@ -42,12 +43,10 @@ def compute_format(verdict: Verdict, inspection: Inspection, native: frozenset[s
         return half, "weight-only kernel: weights are expanded and multiplied in 16-bit"
     if method == "gguf":
         return ("int8" if "int8" in native else half), "llama.cpp quantised matmul (MMQ: int8 dot products)"
-    if method in ("nvfp4", "mxfp4") and "fp4" in native and verdict.status == "native":
-        return "fp4", "native FP4 tensor cores"
-    if method in ("fp8", "mxfp8") and "fp8" in native and verdict.status == "native":
-        return "fp8", "native FP8 tensor cores"
-    if method == "int8" and "int8" in native and verdict.status == "native":
-        return "int8", "native INT8 tensor cores"
+    fmt = REGISTRY.get(method)
+    cores = fmt.tensor_cores if fmt is not None else None
+    if cores is not None and cores in native and verdict.status == "native":
+        return cores, f"native {cores.upper()} tensor cores"
     return half, "16-bit tensor cores"
 
 

@@ -7,6 +7,7 @@ _FP8 = Ref("qcheck.eval.dequant.layouts:fp8")
 
 FORMAT = Format(
     method="fp8",
+    tensor_cores="fp8",
     label="FP8",
     layouts=(Layout("fp8", _FP8), Layout("fp8-block", _FP8), Layout("fp8-block-modelopt", _FP8)),
     families=(Family("fp8", ("fp8", "fbgemm_fp8"), reader=Ref("qcheck.classify.fp8:apply_config"),

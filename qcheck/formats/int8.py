@@ -5,6 +5,7 @@ from qcheck.formats.record import Format, Layout, Ref, Variant
 
 FORMAT = Format(
     method="int8",
+    tensor_cores="int8",
     label="INT8",
     layouts=(Layout("int-quantized", Ref("qcheck.eval.dequant.layouts:int_quantized")),
              Layout("pack-quantized", Ref("qcheck.eval.dequant.layouts:weight_packed"))),

@@ -6,6 +6,7 @@ from qcheck.formats.record import Family, Format, Layout, Ref, Variant
 
 FORMAT = Format(
     method="mxfp4",
+    tensor_cores="fp4",
     label="MXFP4",
     layouts=(Layout("mxfp4-gpt-oss", Ref("qcheck.eval.dequant.layouts:mxfp4_gpt_oss")),
              Layout("mxfp4-compressed-tensors", Ref("qcheck.eval.dequant.layouts:weight_packed")),

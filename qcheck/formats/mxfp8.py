@@ -5,6 +5,7 @@ from qcheck.formats.record import Format, Layout, Ref, Variant
 
 FORMAT = Format(
     method="mxfp8",
+    tensor_cores="fp8",
     label="MXFP8",
     layouts=(Layout("mxfp8", Ref("qcheck.eval.dequant.layouts:fp8")),),
     simulated=True,

@@ -5,6 +5,7 @@ from qcheck.formats.record import Format, Layout, Ref, Variant
 
 FORMAT = Format(
     method="nvfp4",
+    tensor_cores="fp4",
     label="NVFP4",
     layouts=(Layout("nvfp4-modelopt", Ref("qcheck.eval.dequant.layouts:nvfp4_modelopt")),
              Layout("nvfp4-compressed-tensors", Ref("qcheck.eval.dequant.layouts:weight_packed"))),

@@ -118,6 +118,9 @@ class Format:
     granularity_of_weights: bool = False
     #: inspect text: the producer's own format name leads the details (MLX ``affine``/``mxfp4`` modes)
     format_first: bool = False
+    #: the matrix-unit number format it computes in where it runs natively (fp4, fp8, int8: the speed estimate's
+    #: TFLOPS column); None: its weights are multiplied in 16-bit
+    tensor_cores: str | None = None
 
     @property
     def matrix_method(self) -> str:
