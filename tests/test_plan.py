@@ -295,3 +295,17 @@ def test_a_directory_of_safetensors_variants_gets_the_which_quant_fits_table(tmp
     proc = subprocess.run([sys.executable, "-m", "qcheck", "check", str(tmp_path), "-e", "together"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no checkpoint here" in proc.stderr
+
+
+def test_transformers_activations_count_the_feed_forward_width_as_measured():
+    """transformers prefills the whole prompt: per token 8 B per hidden unit + 8 B per feed-forward unit (BF16),
+    the fit to bench/bench_transformers_memory.py's measured generate() prefills (docs/memory.md)."""
+    est = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096, config=LLAMA_8B,
+                          engine="transformers", gpu_memory_gib=80)
+    [act] = [p for p in est.parts if p["name"] == "activations"]
+    assert act["bytes"] == 4096 * (4096 * 8 + 14336 * 8) + 128256 * 4
+    assert act["basis"] == "formula" and "ff 14336 x 8 B" in act["how"]
+    # wider feed-forward, more activations at the same hidden size
+    wide = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096,
+                           config=dict(LLAMA_8B, intermediate_size=28672), engine="transformers", gpu_memory_gib=80)
+    assert wide.activation_bytes - est.activation_bytes == 4096 * 14336 * 8

@@ -45,6 +45,8 @@ MEMORY_KEYS: dict[str, tuple[str, str]] = {
     "large_gpu_batched_tokens": ("int", "max_num_batched_tokens on large GPUs"),
     "large_gpu_seqs": ("int", "max_num_seqs on large GPUs"),
     "activation_bytes_per_token_hidden": ("number", "live activation bytes per token per hidden unit"),
+    "activation_bytes_per_token_ff": ("number", "live activation bytes per token per feed-forward unit (MoE: the "
+                                                "active experts' width)"),
     "runtime_mib": ("number", "CUDA context, cuBLAS/NCCL workspaces (not allocator-visible)"),
     "cuda_graph_mib": ("number", "CUDA graph pool"),
     "reserve_buckets": ("buckets", "[[below_gib, chunked_prefill_size, cuda_graph_max_bs], ...]"),
