@@ -302,9 +302,9 @@ def test_transformers_activations_count_the_feed_forward_width_as_measured():
     the fit to bench/bench_transformers_memory.py's measured generate() prefills (docs/memory.md)."""
     est = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096, config=LLAMA_8B,
                           engine="transformers", gpu_memory_gib=80)
-    [act] = [p for p in est.parts if p["name"] == "activations"]
-    assert act["bytes"] == 4096 * (4096 * 8 + 14336 * 8) + 128256 * 4
-    assert act["basis"] == "formula" and "ff 14336 x 8 B" in act["how"]
+    [act] = [p for p in est.parts if p.name == "activations"]
+    assert act.bytes == 4096 * (4096 * 8 + 14336 * 8) + 128256 * 4
+    assert act.basis == "formula" and "ff 14336 x 8 B" in act.how
     # wider feed-forward, more activations at the same hidden size
     wide = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096,
                            config=dict(LLAMA_8B, intermediate_size=28672), engine="transformers", gpu_memory_gib=80)
