@@ -144,15 +144,18 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
           f"{lp_kld.get('top1', float('nan')):.1%}")
     print(f"  qcheck eval    Q8_0    {qc_wall:7.2f} s wall, peak RSS {qc_rss / 1e6:6.0f} MB, {qc_scored:,} tokens "
           f"scored, mean KLD {cand['metrics']['kld_mean']:.3g}, top-1 {cand['metrics']['top1_agreement']:.1%}")
+    scoring = perf["scoring_peak_rss_bytes"]
     print(f"    of which the candidate phase {perf['seconds']:.2f} s (load {perf['load_seconds']:.2f} s, "
           f"{perf['tokens_per_second']:.0f} tokens/s through the model), phase peak RSS "
-          f"{perf['peak_rss_bytes'] / 1e6:.0f} MB = model + {(perf['peak_rss_bytes'] - model_bytes) / 1e6:.0f} MB")
+          f"{perf['peak_rss_bytes'] / 1e6:.0f} MB = model + {(perf['peak_rss_bytes'] - model_bytes) / 1e6:.0f} MB "
+          f"(while loading: the dequantised tensors and the model); while scoring {scoring / 1e6:.0f} MB = model + "
+          f"{(scoring - model_bytes) / 1e6:.0f} MB")
     print(f"    (cold run computing the reference too: {cold_wall:.2f} s, peak RSS {cold_rss / 1e6:.0f} MB)")
     ratio = qc_wall / lp_wall
     per_token = (qc_wall / qc_scored) / (lp_wall / lp_scored)
     print(f"  ratio qcheck / llama-perplexity: {ratio:.2f}x per candidate (target <= 2), {per_token:.2f}x per scored "
           f"token")
-    return {"vocab": vocab, "ratio": ratio, "per_token": per_token, "rss_over_model": perf["peak_rss_bytes"] - model_bytes,
+    return {"vocab": vocab, "ratio": ratio, "per_token": per_token, "rss_over_model": scoring - model_bytes,
             "qc_rss": qc_rss, "lp_rss": lp_rss}
 
 
@@ -176,7 +179,7 @@ def main() -> None:
             results.append(run_one(sub, vocab, args, args.threads))
             shutil.rmtree(sub / f"cache-{vocab}", ignore_errors=True)
         if len(results) > 1:
-            print("\npeak RSS of the qcheck candidate phase beyond the model's own float32 weights: "
+            print("\npeak RSS while the qcheck candidate scores, beyond the model's own float32 weights: "
                   + ", ".join(f"vocab {r['vocab']:,}: {r['rss_over_model'] / 1e6:.0f} MB" for r in results))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -277,3 +277,20 @@ def test_simulated_candidates_reuse_one_model(dtype: str) -> None:
     other = "float32" if dtype == "bfloat16" else "bfloat16"
     assert simulated.build_dense_model(config, sd_a, other, "cpu", "c") is not second
     simulated.drop_skeleton()
+
+
+def test_phase_peaks_separate_loading_from_scoring() -> None:
+    """A 64 MB buffer held only while "loading" shows in the phase's peak, not in the peak while scoring."""
+    from qcheck.eval.perf import Phase
+
+    phase = Phase()
+    buffer = np.ones(8 << 20)  # 64 MB, touched
+    phase.loaded()
+    del buffer
+    phase.tokens = 1000
+    data = phase.done().to_json()
+    assert data["tokens"] == 1000 and data["seconds"] >= data["load_seconds"] >= 0
+    if data["peak_rss_scope"] == "phase":  # Linux with /proc/self/clear_refs
+        assert data["peak_rss_bytes"] - data["scoring_peak_rss_bytes"] > 50e6
+    else:
+        assert data["scoring_peak_rss_bytes"] is None and data["peak_rss_bytes"] > 64e6

@@ -51,7 +51,15 @@ class Phase:
     scored_tokens: int = 0
     load_seconds: float | None = None
     peak_rss: int | None = None
+    #: the peak while loading (where a simulated candidate holds its dequantised tensors and the model at once)
+    load_peak_rss: int | None = None
     per_phase: bool = field(default_factory=reset_peak_rss)
+
+    def loaded(self) -> None:
+        """The model is loaded: its time and peak are recorded, and the peak restarts for the scoring."""
+        self.load_seconds = time.perf_counter() - self.started
+        self.load_peak_rss = peak_rss_bytes()
+        self.per_phase = reset_peak_rss() and self.per_phase
 
     def done(self) -> Phase:
         self.seconds = time.perf_counter() - self.started
@@ -61,6 +69,9 @@ class Phase:
     def to_json(self) -> dict[str, Any]:
         compute = None if self.seconds is None else self.seconds - (self.load_seconds or 0.0)
         rate = self.tokens / compute if compute and compute > 0 and self.tokens else None
+        scoring = self.peak_rss if self.load_peak_rss is not None and self.per_phase else None
+        peaks = [p for p in (self.peak_rss, self.load_peak_rss) if p is not None]
         return {"seconds": self.seconds, "load_seconds": self.load_seconds, "tokens": self.tokens,
-                "scored_tokens": self.scored_tokens, "tokens_per_second": rate, "peak_rss_bytes": self.peak_rss,
+                "scored_tokens": self.scored_tokens, "tokens_per_second": rate,
+                "peak_rss_bytes": max(peaks) if peaks else None, "scoring_peak_rss_bytes": scoring,
                 "peak_rss_scope": "phase" if self.per_phase else "process"}

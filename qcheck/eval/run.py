@@ -487,13 +487,12 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
     noise floor does not load it again; else None). Otherwise the model is freed before returning, so
     candidates never share memory with it.
     """
-    import time
 
     from qcheck.eval.runners.reference import TransformersRunner, load_reference, placement, vocab_info
 
     model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory)
     where = placement(model)
-    phase.load_seconds = time.perf_counter() - phase.started
+    phase.loaded()
     ref_vocab = vocab_info(model, tokenizer, encoder.add_bos)
     runner = TransformersRunner(model, ref_vocab, name="reference", device=device)
     del model
@@ -568,7 +567,6 @@ def _compute_remote_reference(runner: Any, kind: str, encoded: list[Any], encode
 def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], encoder: Any, reader: CacheReader,
                    ref_config: Any, ref_vocab: VocabInfo, progress: _Progress,
                    log: Callable[[str], None]) -> CandidateResult:
-    import time
 
     import numpy as np
 
@@ -602,7 +600,7 @@ def _run_candidate(spec: CandidateSpec, config: EvalConfig, encoded: list[Any], 
         runner = built.runner
         notes.extend(built.notes)
         quantization, activations = built.quantization, built.activations
-        phase.load_seconds = time.perf_counter() - phase.started
+        phase.loaded()
     try:
         check_same_vocab(ref_vocab, runner.vocab(), spec.name)
         if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
