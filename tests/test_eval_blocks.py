@@ -280,13 +280,14 @@ def test_simulated_candidates_reuse_one_model(dtype: str) -> None:
 
 
 def test_phase_peaks_separate_loading_from_scoring() -> None:
-    """A 64 MB buffer held only while "loading" shows in the phase's peak, not in the peak while scoring."""
+    """A 64 MB buffer held only while "loading" (as a simulated candidate's dequantised tensors are) shows in the
+    phase's peak, not in the peak while scoring."""
     from qcheck.eval.perf import Phase
 
     phase = Phase()
     buffer = np.ones(8 << 20)  # 64 MB, touched
-    phase.loaded()
     del buffer
+    phase.loaded()
     phase.tokens = 1000
     data = phase.done().to_json()
     assert data["tokens"] == 1000 and data["seconds"] >= data["load_seconds"] >= 0
