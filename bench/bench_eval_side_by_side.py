@@ -146,7 +146,7 @@ def texts(model_dir: Path, chunks: int) -> tuple[list[str], list[list[int]]]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    words = " ".join((REPO / "docs" / name).read_text() for name in ("eval.md", "engines.md", "formats.md")).split()
+    words = " ".join((REPO / name).read_text() for name in ("docs/eval.md", "docs/engines.md", "docs/formats.md")).split()
     out, ids, start = [], [], 0
     while len(out) < chunks:
         n = 300
