@@ -395,9 +395,8 @@ def test_sglang_nvfp4_moe_on_sm120_takes_the_cutlass_runner() -> None:
 
 
 def test_the_docs_page_shows_every_ruled_kv_dtype_per_architecture() -> None:
-    from qcheck.matrix.kvcache import kv_grid
     from qcheck.matrix.loader import load_matrix
-    from qcheck.matrix.table import column_targets
+    from qcheck.matrix.table import column_targets, kv_grid
 
     m = load_matrix()
     grid = {(label.split()[0], dtype): cells for label, dtype, cells in kv_grid(m, column_targets(m))}

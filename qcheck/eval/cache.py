@@ -53,6 +53,10 @@ FORMAT_VERSION = 2
 WINDOW_NATS = 24.0
 KIND_FULL = "full-u16"
 KIND_TOPK = "topk"
+#: a top-k row shorter than K (an endpoint returned fewer entries) is padded with this id, which no metric counts,
+#: and this log-probability
+PAD_ID = -1
+PAD_LOGPROB = -1e4
 
 
 def row_dtype(kind: str, vocab_size: int, topk: int | None) -> np.dtype:
@@ -220,8 +224,6 @@ class CacheWriter:
         metrics leave out of the top-k set; a NaN target (a position the server did not return) stays NaN."""
         if self.kind != KIND_TOPK or scores.topk_ids is None or scores.topk_logprobs is None:
             raise ValueError("add_topk needs a top-k entry and top-k rows")
-        from qcheck.eval.remote_reference import padded_topk
-
         ids, vals = padded_topk(scores, int(self.topk or 1))
         if ids.size and int(ids.max()) >= self.vocab_size:
             raise InputError(f"reference returned token id {int(ids.max())} outside the vocabulary of {self.vocab_size}",
@@ -345,3 +347,15 @@ class CacheReader:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def padded_topk(scores: TokenScores, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log-probs) of shape (n, k): the rows' own entries first, padded with ``PAD_ID`` / ``PAD_LOGPROB``."""
+    assert scores.topk_ids is not None and scores.topk_logprobs is not None
+    n, width = scores.topk_ids.shape
+    ids = np.full((n, k), PAD_ID, dtype=np.int64)
+    lps = np.full((n, k), PAD_LOGPROB, dtype=np.float32)
+    w = min(width, k)
+    ids[:, :w] = scores.topk_ids[:, :w]
+    lps[:, :w] = scores.topk_logprobs[:, :w]
+    return ids, lps

@@ -32,15 +32,13 @@ from urllib.parse import parse_qsl, urlencode
 import numpy as np
 
 from qcheck.errors import InputError, UsageError
+from qcheck.eval.cache import KIND_FULL, KIND_TOPK, PAD_LOGPROB
 from qcheck.eval.runners.base import TokenScores, VocabInfo
 
 #: JSON bytes per (position, token) entry of a full-vocabulary answer (vLLM: ``"123": {"logprob": -12.3456789,
 #: "rank": 1234, "decoded_token": "abc"}``), used to bound the answer before asking for it
 FULL_ENTRY_BYTES = 72
 DEFAULT_TOP_K = 20
-#: ids of padding entries in a top-k row (rows narrower than the cache's K); metrics skip negative ids
-PAD_ID = -1
-PAD_LOGPROB = -1e4
 
 
 def is_endpoint(reference: str) -> bool:
@@ -161,18 +159,6 @@ def full_rows(scores: TokenScores, vocab_size: int, where: str) -> TokenScores |
     return TokenScores(target_logprobs=scores.target_logprobs, full=full, greedy_ids=scores.greedy_ids)
 
 
-def padded_topk(scores: TokenScores, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, log-probs) of shape (n, k): the rows' own entries first, padded with ``PAD_ID`` / ``PAD_LOGPROB``."""
-    assert scores.topk_ids is not None and scores.topk_logprobs is not None
-    n, width = scores.topk_ids.shape
-    ids = np.full((n, k), PAD_ID, dtype=np.int64)
-    lps = np.full((n, k), PAD_LOGPROB, dtype=np.float32)
-    w = min(width, k)
-    ids[:, :w] = scores.topk_ids[:, :w]
-    lps[:, :w] = scores.topk_logprobs[:, :w]
-    return ids, lps
-
-
 def label(kind: str, top_k: int | None) -> str:
     """How the report names the reference's log-probs."""
     if kind == "full":
@@ -187,8 +173,6 @@ def write_reference(runner: Any, kind: str, encoded: list[Any], encoder: Any, ma
     ``kind`` is what ``connect`` asked for; "full" holds only when the first request's rows list every token (a
     server keying its top-k by strings cannot name every token), otherwise the entry is top-k. ``make_writer(kind,
     topk)`` opens the entry. Returns (the writer, the kind written, requests written)."""
-    from qcheck.eval.cache import KIND_FULL, KIND_TOPK
-
     vocab_size = runner.reference.vocab_size
     runner.prefetch(encoded)  # concurrent, retried, resumable: the cluster does the work
     writer = None

@@ -19,8 +19,7 @@ from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:
     from qcheck.matrix.dimensions import Deployment
-    from qcheck.matrix.loader import Matrix
-    from qcheck.matrix.schema import SourceSpec, Target
+    from qcheck.matrix.schema import SourceSpec
 
 DIMENSION = "kv-cache"
 
@@ -94,27 +93,4 @@ def _sources(specs: Iterable[SourceSpec]) -> list[Source]:
         src = Source(ref=s.ref, version=s.version, note=s.note)
         if src not in out:
             out.append(src)
-    return out
-
-
-def kv_grid(matrix: Matrix, targets: list[Target]) -> list[tuple[str, str, dict[str, Judgement | None]]]:
-    """Every engine's ruled KV-cache dtypes judged on each target at its newest version, for the docs page:
-    (engine label, dtype, column -> judgement; None where the engine does not run on the target's vendor)."""
-    from qcheck.matrix.dimensions import Deployment
-    from qcheck.matrix.resolve import EngineRequest, select_version
-    from qcheck.model import Inspection, Quantization
-
-    probe = Inspection(path="kv", container="safetensors", dtype="bfloat16", quantization=Quantization(method="none"))
-    out: list[tuple[str, str, dict[str, Judgement | None]]] = []
-    for engine in matrix.engines.values():
-        if engine.kv_cache is None or not engine.needs_gpu:
-            continue
-        request = EngineRequest(engine)
-        version, at, _ = select_version(engine, None)
-        for dtype in (d for d in engine.kv_cache.accepts if any(d in ds for ds, _ in engine.kv_rules)):
-            cells: dict[str, Judgement | None] = {}
-            for target in targets:
-                cells[target.label] = None if target.vendor not in engine.hardware else judge_kv_cache(
-                    Deployment(matrix, probe, request, target, version, at, {"kv_cache_dtype": dtype}))
-            out.append((f"{engine.id} {version}", dtype, cells))
     return out

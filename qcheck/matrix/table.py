@@ -15,7 +15,7 @@ from qcheck.matrix.schema import Target
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
-    from qcheck.model import Inspection, Verdict
+    from qcheck.model import Inspection, Judgement, Verdict
 
 MATRIX_SCHEMA = "qcheck.matrix/1"
 HOSTED = "hosted"
@@ -139,3 +139,27 @@ def build_matrix(matrix: Matrix, *, method: str | None = None, inspection: Inspe
         raise UsageError(f"unknown method {method!r}{hint} (known: {', '.join(METHODS)})")
     tables = [build_table(matrix, p.build(), p.label, rows, targets, probe=True) for p in probes_for(method)]
     return MatrixResult(tables, matrix)
+
+
+def kv_grid(matrix: Matrix, targets: list[Target]) -> list[tuple[str, str, dict[str, Judgement | None]]]:
+    """Every engine's ruled KV-cache dtypes judged on each target at its newest version, for the docs page:
+    (engine label, dtype, column -> judgement; None where the engine does not run on the target's vendor)."""
+    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.kvcache import judge_kv_cache
+    from qcheck.matrix.resolve import select_version
+    from qcheck.model import Inspection, Quantization
+
+    probe = Inspection(path="kv", container="safetensors", dtype="bfloat16", quantization=Quantization(method="none"))
+    out: list[tuple[str, str, dict[str, Judgement | None]]] = []
+    for engine in matrix.engines.values():
+        if engine.kv_cache is None or not engine.needs_gpu:
+            continue
+        request = EngineRequest(engine)
+        version, at, _ = select_version(engine, None)
+        for dtype in (d for d in engine.kv_cache.accepts if any(d in ds for ds, _ in engine.kv_rules)):
+            cells: dict[str, Judgement | None] = {}
+            for target in targets:
+                cells[target.label] = None if target.vendor not in engine.hardware else judge_kv_cache(
+                    Deployment(matrix, probe, request, target, version, at, {"kv_cache_dtype": dtype}))
+            out.append((f"{engine.id} {version}", dtype, cells))
+    return out

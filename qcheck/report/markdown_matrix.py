@@ -55,8 +55,7 @@ def render_table(table: MatrixTable, level: str = "###") -> list[str]:
 
 def _kv_section(result: MatrixResult) -> list[str]:
     """Each engine's ruled KV-cache dtypes per architecture (qcheck.matrix.kvcache), requirements as footnotes."""
-    from qcheck.matrix.kvcache import kv_grid
-    from qcheck.matrix.table import column_targets
+    from qcheck.matrix.table import column_targets, kv_grid
 
     matrix = result.matrix
     targets = column_targets(matrix)
