@@ -113,3 +113,11 @@ def test_variant_folders_are_bounded_and_need_a_config_next_to_the_weights():
     assert found["v000"] == ["v000/model.safetensors"]
     # weights at the top level: the repo is one model, not a set of variants
     assert variant_folders({**files, "model.safetensors": 1}) == {}
+
+
+def test_at_star_is_only_for_the_table_and_a_wrong_command_is_not_a_missing_branch(branch_repo, capsys):
+    code, out, err = run(capsys, "inspect", "org/tiny-GPTQ@*")
+    assert code == 2 and out == "" and "'@*' (every branch) is for the which-quant-fits table" in err
+    # no --gpu for an engine that needs one: the command's error, not "no branch holds a checkpoint"
+    code, out, err = run(capsys, "check", "org/tiny-GPTQ@*", "--engine", "vllm")
+    assert code == 2 and "add --gpu" in err and "no branch" not in err

@@ -113,8 +113,9 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
                                              kv_cache_dtype=kv_cache_dtype, gpu_memory=detected, notes=notes,
                                              options=layout, all_models=bool(branches))
             except QcheckError as exc:
-                if not branches or isinstance(exc, RateLimitedError):
-                    raise
+                if not branches or isinstance(exc, RateLimitedError) or (
+                        isinstance(exc, UsageError) and not isinstance(exc, AmbiguousTargetError)):
+                    raise  # the command is wrong (e.g. no --gpu for an engine that needs one), not the branch
                 skipped.append(f"{v}: {str(exc).splitlines()[0][:200]}")  # a branch without a model
                 continue
             results.extend(getattr(one, "results", [one]))

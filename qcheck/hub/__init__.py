@@ -28,6 +28,11 @@ def open_repo(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS) -> FileS
     from qcheck.hub.http import HubClient, hub_offline
 
     t = parse_target(target) if isinstance(target, str) else target
+    if t.revision == "*":
+        from qcheck.errors import UsageError
+
+        raise UsageError(f"{t.display()}: '@*' (every branch) is for the which-quant-fits table: qcheck check "
+                         f"{t.repo_id}@* --gpu G; name one branch here ({t.repo_id}@main)")
     if hub_offline():
         return cached_snapshot(t.repo_id, t.revision)
     client = HubClient.from_env()
