@@ -83,9 +83,12 @@ def _ref_experts(tensors: dict[str, TensorInfo]) -> tuple[bool, int | None]:
 
 
 @pytest.mark.parametrize("seed", range(25))
-def test_table_answers_equal_the_per_tensor_loops(seed):
+@pytest.mark.parametrize("one_dtype", [False, True])
+def test_table_answers_equal_the_per_tensor_loops(seed, one_dtype):
     rng = random.Random(seed)
     tensors = _tensors(rng, rng.randint(0, 60))
+    if one_dtype:  # the one-type shortcuts
+        tensors = {n: TensorInfo(n, "BF16", t.shape, t.nbytes) for n, t in tensors.items()}
     table = TensorTable(tensors)
     assert table.side == [is_side_tensor(n) for n in tensors]
     assert table.numels == [t.numel for t in tensors.values()]

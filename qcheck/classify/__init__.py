@@ -75,7 +75,11 @@ def type_stats(checkpoint: Checkpoint, table: TensorTable | None = None) -> list
         nbytes = [n if n is not None else tensor_nbytes(t) for n, t in zip(nbytes, table.infos, strict=True)]
     elements: dict[str, int] = {}
     size: dict[str, int | None] = {}
-    if len(count) <= 16:  # a few types (any real checkpoint): C-speed passes per type
+    if len(count) == 1:  # one type: the whole columns
+        (dtype,) = count
+        elements[dtype] = sum(table.numels)
+        size[dtype] = None if None in nbytes else sum(nbytes)  # type: ignore[arg-type]
+    elif len(count) <= 16:  # a few types (any real checkpoint): C-speed passes per type
         for dtype in count:
             mask = list(map(dtype.__eq__, table.dtypes))
             elements[dtype] = sum(compress(table.numels, mask))
@@ -200,10 +204,15 @@ def _plain_dtype(table: TensorTable, claimed: set[str]) -> str | None:
     anything: Counter[str] = Counter()
     weights: Counter[str] = Counter()
     firsts: list[tuple[int, str, int]] = []
-    for dtype in sorted(set(dtypes), key=dtypes.index):
-        mask = list(map(dtype.__eq__, dtypes))
-        anything[dtype] = sum(compress(numels, mask))
-        mask = list(map(and_, mask, is_weight))
+    kinds = set(dtypes)
+    for dtype in sorted(kinds, key=dtypes.index):
+        if len(kinds) == 1:  # one dtype: every row
+            anything[dtype] = sum(numels)
+            mask = is_weight
+        else:
+            mask = list(map(dtype.__eq__, dtypes))
+            anything[dtype] = sum(compress(numels, mask))
+            mask = list(map(and_, mask, is_weight))
         if True in mask:
             firsts.append((mask.index(True), dtype, sum(compress(numels, mask))))
     for _, dtype, total in sorted(firsts):

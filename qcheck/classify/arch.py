@@ -58,7 +58,7 @@ def fill_from_tensors(insp: Inspection, tensors: dict[str, TensorInfo]) -> None:
     indices: set[int] = set()
     fused: int | None = None
     if joined.count("\n") == len(tensors) - 1:  # no name holds a newline: one regex pass, first match per line
-        indices = {int(m) for m in _FIRST_EXPERT_INDEX.findall(joined)}
+        indices = {int(m) for m in set(_FIRST_EXPERT_INDEX.findall(joined))}  # few distinct: int() on those
     else:
         indices = {int(m.group(1)) for name in tensors if (m := _EXPERT_INDEX.search(name))}
     if not indices and (".experts." in joined or "_exps." in joined):
