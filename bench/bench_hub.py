@@ -138,14 +138,15 @@ def main() -> None:
         call("clear")
         fn()
         reqs, sent, par = call("count", "org/big")
-        rows.append([label, at_zero, [], [], reqs, par, sent])
+        rows.append([label, at_zero, [], [], reqs, par, sent, []])
     # the timed rounds alternate the two tools, so load from other jobs on the machine hits both alike
     for _ in range(args.rounds):
         for row, fn in zip(rows, (run_qcheck, run_hf), strict=True):
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), call("cpu")
             fn()
             row[2].append(time.perf_counter() - t0)
             row[3].append(time.process_time() - c0)
+            row[7].append(call("cpu") - s0)
     call("stop")
     proc.join(5)
 
@@ -154,18 +155,21 @@ def main() -> None:
           "(min-max)")
     print(f"{'':42s}{'wall s':>19s}{'client CPU s':>19s}{'at 0 ms':>9s}{'latency RTTs':>14s}{'requests':>10s}"
           f"{'parallel':>10s}{'MB':>7s}")
-    for label, at_zero, walls, cpus, reqs, par, sent in rows:
+    for label, at_zero, walls, cpus, reqs, par, sent, _ in rows:
         wall = statistics.median(walls)
         print(f"{label:42s}{wall:7.2f} ({min(walls):.2f}-{max(walls):.2f}){statistics.median(cpus):7.2f} "
               f"({min(cpus):.2f}-{max(cpus):.2f}){at_zero:9.2f}{max(0.0, (wall - at_zero) / lat):14.1f}{reqs:10d}"
               f"{par:10d}{sent / 1e6:7.1f}")
-    (_, _, qw, qc, *_), (_, _, hw, hc, *_) = rows
+    (_, _, qw, qc, *_, qs), (_, _, hw, hc, *_, hs) = rows
     per_round = sorted(h / q for q, h in zip(qw, hw, strict=True))
     print(f"ratio hf/qcheck at {args.latency * 1000:.0f} ms: {statistics.median(hw) / statistics.median(qw):.1f}x "
           f"(medians; per round {' '.join(f'{r:.1f}' for r in per_round)}); client CPU "
           f"{statistics.median(hc) / statistics.median(qc):.1f}x. 'latency RTTs' = (wall - wall at 0 ms) / latency: "
           "the round trips on the critical path; the rest is CPU (qcheck validates every header: offsets, shapes, "
           "duplicate keys).")
+    print(f"the fake Hub's own CPU per run (its process, median): {statistics.median(qs):.2f} s serving qcheck, "
+          f"{statistics.median(hs):.2f} s serving huggingface_hub: a floor under qcheck's wall time here, which a "
+          "real Hub's servers do not impose.")
 
 if __name__ == "__main__":
     main()
