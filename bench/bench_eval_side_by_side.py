@@ -141,8 +141,8 @@ def build(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Path]]:
 
 
 def texts(model_dir: Path, chunks: int) -> tuple[list[str], list[list[int]]]:
-    """``chunks`` pieces of the repository's English docs, each ~CTX tokens with BOS (qcheck's text items), and
-    their token ids as qcheck's encoder makes them."""
+    """``chunks`` pieces of the repository's English docs that encode to exactly CTX tokens with BOS (qcheck's text
+    items, scored whole in one window) and their token ids, which the independent computation scores too."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -150,13 +150,14 @@ def texts(model_dir: Path, chunks: int) -> tuple[list[str], list[list[int]]]:
     out, ids, start = [], [], 0
     while len(out) < chunks:
         n = 300
-        while len(tok(" ".join(words[start:start + n]))["input_ids"]) < CTX:
+        while len(tok(" ".join(words[start:start + n]))["input_ids"]) < CTX + 8:
             n += 20
-        piece = " ".join(words[start:start + n])
-        enc = tok(piece)["input_ids"][:CTX]
-        out.append(piece)
-        ids.append(enc)
+        enc = tok(" ".join(words[start:start + n]))["input_ids"][:CTX]
         start += n
+        piece = tok.decode(enc[1:])
+        if tok(piece)["input_ids"] == enc:  # an item of exactly these CTX tokens: no window, no truncation
+            out.append(piece)
+            ids.append(enc)
     return out, ids
 
 
