@@ -590,3 +590,48 @@ def test_vllm_runs_transformers_only_architectures_through_its_transformers_back
     code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.0", "--gpu", "h100", "--json")
     arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
     assert arch_dim["status"] == "unsupported"
+
+
+@pytest.mark.parametrize(("version", "arch_status", "overall"), [
+    ("1.2.1", "native", "native"),  # listed since 0.19.0 (1.0.0 page), weight rules read at 1.2.1: FP8 block runs
+    ("1.3.0rc13", "native", "native"),  # listed on the 1.3.0rc13 page
+    ("1.0.0", "native", "unknown"),  # listed, but the weight rules start at 1.2.1: unknown from the weights only
+])
+def test_shipped_tensorrt_llm_lists_what_its_docs_list(tmp_path, capsys, shipped, version, arch_status,
+                                                       overall) -> None:
+    """TensorRT-LLM's architectures come from its versioned supported-models pages: a listed class is judged on
+    its weights, and each judgement names the page of the release it was read at."""
+    model = st_model(tmp_path, "LlamaForCausalLM", "llama", fixture=fp8_block_deepseek)
+    code, out, _ = cli(capsys, "check", str(model), "--engine", f"tensorrt-llm=={version}", "--gpu", "h100", "--json")
+    [v] = verdicts(out)
+    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    weights = next(d for d in v["dimensions"] if d["dimension"] == "weights")
+    assert (arch_dim["status"], v["status"], code) == (arch_status, overall, 0 if overall == "native" else 1), out
+    assert arch_dim["reasons"][0].startswith("TensorRT-LLM loads architecture LlamaForCausalLM since 0.19.0")
+    assert "supported-models table of the PyTorch backend" in arch_dim["sources"][0]["ref"]
+    assert weights["status"] == overall  # the verdict is the weight format's
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "1.3.0rc13"])
+def test_shipped_tensorrt_llm_docs_never_refuse_a_class(tmp_path, capsys, shipped, version) -> None:
+    """A class the docs do not list (the page is not exhaustive), or list only with a footnote (AutoDeploy only:
+    Glm4MoeLiteForCausalLM at 1.3.0rc13), or no longer show (Qwen3ForCausalLM: the 1.3.0rc13 text read ends at
+    Mixtral), is unknown with the reason, never unsupported."""
+    for arch in ("TotallyNewForCausalLM", "Glm4MoeLiteForCausalLM", "Qwen3ForCausalLM"):
+        model = st_model(tmp_path, arch, "llama", fixture=fp8_block_deepseek)
+        code, out, _ = cli(capsys, "check", str(model), "--engine", f"tensorrt-llm=={version}", "--gpu", "h100",
+                           "--json")
+        [v] = verdicts(out)
+        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        expected = "native" if (arch, version) == ("Qwen3ForCausalLM", "1.0.0") else "unknown"
+        assert (arch_dim["status"], code == 1) == (expected, expected == "unknown" or v["status"] != "native"), out
+        if expected == "unknown":
+            assert v["status"] == "unknown"
+            assert "neither confirmed nor refused" in arch_dim["reasons"][0], arch_dim
+
+
+def test_matrix_arch_shows_tensorrt_llm(capsys, shipped) -> None:
+    code, out, _ = cli(capsys, "matrix", "--arch", "LlamaForCausalLM")
+    assert code == 0
+    [line] = [x.strip() for x in out.splitlines() if x.strip().startswith("tensorrt-llm")]
+    assert "docs-pytorch  loads LlamaForCausalLM since 0.19.0 (read 0.19.0 .. 1.3.0rc13)" in line

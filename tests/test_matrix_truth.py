@@ -129,10 +129,10 @@ def test_vllm_gpt_oss_on_gb10_has_a_range(files) -> None:
 
 def test_tensorrt_llm_block_fp8_on_sm120_but_not_sm121(files) -> None:
     """linear.py FP8BlockScalesLinearMethod.apply has an sm120 branch (PR #9687); sm121 misses it (#17126)."""
-    # the weight-format dimension; qcheck has no TensorRT-LLM architecture data, so the verdicts are unknown
+    # the weight-format dimension; the architecture (LlamaForCausalLM) is on TensorRT-LLM's supported-models pages
     v, _ = check(files["fp8-block"], "tensorrt-llm", "rtx-5090")
     assert v.dimensions[0].status == "native" and "fp8_block_scaling_gemm" in text(v)
-    assert v.status == "unknown"
+    assert v.status == "native"
     assert cited(v, "linear.py")
     spark, _ = check(files["fp8-block"], "tensorrt-llm", "gb10")
     assert spark.status == "unsupported" and "17126" in text(spark)

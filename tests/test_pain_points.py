@@ -221,15 +221,18 @@ def test_trtllm_gpt_oss_on_l4(files) -> None:
 def test_trtllm_gpt_oss_on_hopper_needs_triton_backend(files) -> None:
     """Hopper gpt-oss needs moe_config.backend: TRITON (deprecated from 1.3, PR #19035)."""
     v, _ = check(files["gpt-oss"], "tensorrt-llm", "h100")
-    assert v.dimensions[0].status == "fallback"  # the weight format; qcheck has no TensorRT-LLM architecture data
-    assert v.status == "unknown" and v.reasons[0].startswith("architecture: no TensorRT-LLM release was read")
+    assert v.dimensions[0].status == "fallback"  # the weight format
+    # GptOssForCausalLM is on the 1.3.0rc13 supported-models page, not the 1.0.0 one: 1.2.1 lies between the two
+    assert v.status == "unknown" and v.reasons[0].startswith(
+        "architecture: architecture GptOssForCausalLM appeared in TensorRT-LLM between 1.0.0 and 1.3.0rc13")
+    assert check(files["gpt-oss"], "tensorrt-llm==1.3.0rc13", "h100")[0].status == "fallback"
     assert any("TRITON" in r for r in v.requires)
 
 
 def test_trtllm_nvfp4_on_hopper_needs_opt_in_marlin(files) -> None:
     """PR TensorRT-LLM#13476: opt-in Marlin NVFP4 W4A16 on Hopper."""
     v, _ = check(files["nvfp4"], "tensorrt-llm", "h100")
-    assert (v.dimensions[0].status, v.status) == ("fallback", "unknown")  # no TensorRT-LLM architecture data
+    assert (v.dimensions[0].status, v.status) == ("fallback", "fallback")  # LlamaForCausalLM: on its docs pages
     assert any("marlin" in r.lower() for r in v.requires)
 
 

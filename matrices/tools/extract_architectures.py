@@ -119,6 +119,8 @@ class NameList:
     fallback: dict[str, str] | None = None
     #: the weight methods whose checkpoints the list judges (empty: every one)
     methods: list[str] = field(default_factory=list)
+    #: False: the list names what a vendor documents, not all the engine loads (absent -> unknown, never unsupported)
+    exhaustive: bool = True
     #: version -> {name: kind}, oldest first
     seen: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -197,6 +199,8 @@ def render_toml(engine: str, scheme: str, lists: Sequence[NameList], read: dict[
             lines.append(f"note = {_q(lst.note)}")
         if lst.unlisted:
             lines.append(f"unlisted = {_q(lst.unlisted)}")
+        if not lst.exhaustive:
+            lines.append("exhaustive = false")
         if lst.methods:
             lines.append(f"methods = [{', '.join(_q(m) for m in lst.methods)}]")
         if lst.fallback and any(lst.fallback["marker"] in names for names in lst.seen.values()):
@@ -732,6 +736,104 @@ def write_tensorrt_llm(git_dir: Path, out_dir: Path = OUT_DIR) -> Path:
     return path
 
 
+#: the stored rows of TensorRT-LLM's versioned "Supported Models" pages (one file per release read)
+TRTLLM_DOCS = Path(__file__).resolve().parent / "trtllm_docs"
+TRTLLM_DOCS_UNLISTED = ("TensorRT-LLM's supported-models page lists the models NVIDIA documents for the PyTorch "
+                        "backend, not every class it registers, so a class it does not list is neither confirmed "
+                        "nor refused")
+_DOC_HEAD = re.compile(r"<!--\s*([a-z ]+):\s*(.*?)\s*-->")
+_DOC_ROW = re.compile(r"^\|\s*`([A-Za-z_][A-Za-z0-9_]*)`\s*((?:\[\^?\w+\]\s*)*)\|(.*)$")
+
+
+@dataclass
+class DocsTable:
+    """One release's supported-models table: the classes listed plainly, those with a footnote (kept out: a footnote
+    narrows them, e.g. "AutoDeploy backend only" or "Blackwell only"), and where and how much of it was read."""
+
+    version: str
+    url: str
+    read: str
+    listed: dict[str, str]  # class -> kind
+    footnoted: list[str]
+
+
+def _doc_kind(name: str, modality: str) -> str:
+    """A kind for a documented class: reward/classifier/embedding heads by name, a modality column with I/V/A as
+    multimodal, else the HF naming convention."""
+    if "RewardModel" in name:
+        return "reward"
+    if "SequenceClassification" in name:
+        return "classifier"
+    if "Embedding" in name:
+        return "embedding"
+    if set(modality.replace("+", " ").split()) & {"I", "V", "A"}:
+        return "multimodal"
+    kind = _hf_kind(name)
+    return "multimodal" if kind == "embedding" else kind  # a bare XModel on this page is a VLM (LlavaLlamaModel)
+
+
+def parse_trtllm_docs(text: str) -> DocsTable:
+    """The first ``| `Class` | Model | ...`` table of a supported-models page (markdown, as in
+    docs/source/models/supported-models.md or the stored rows), with its ``<!-- key: value -->`` header (url, version,
+    read). Raises ValueError when the header or the table is missing, so a wrong file fails instead of reading as
+    an empty release."""
+    head = {k.strip(): v for k, v in _DOC_HEAD.findall(text)}
+    for key in ("url", "version", "read"):
+        if not head.get(key):
+            raise ValueError(f"no '<!-- {key}: ... -->' line")
+    listed: dict[str, str] = {}
+    footnoted: list[str] = []
+    started = False
+    for line in text.splitlines():
+        row = _DOC_ROW.match(line.strip())
+        if row is None:
+            if started and not line.strip().startswith("|"):
+                break  # the first table ends at its first non-table line
+            continue
+        started = True
+        name, notes, rest = row.groups()
+        if notes.strip():
+            footnoted.append(name)
+            continue
+        cells = [c.strip() for c in rest.split("|")]
+        modality = cells[-2] if len(cells) >= 2 and re.fullmatch(r"[LIVA +]+", cells[-2] or "-") else ""
+        listed[name] = _doc_kind(name, modality)
+    if not listed:
+        raise ValueError("no '| `Class` | Model |' table rows")
+    return DocsTable(head["version"], head["url"], head["read"], listed, sorted(set(footnoted) - set(listed)))
+
+
+def write_tensorrt_llm_docs(files: Sequence[Path], out_dir: Path = OUT_DIR) -> Path:
+    """matrices/architectures/tensorrt-llm.toml from TensorRT-LLM's versioned supported-models pages (one file of
+    table rows per release, see matrices/tools/trtllm_docs/). A class listed at release R loads at R; a class not
+    listed is unknown (the page is not exhaustive: the list's ``unlisted``), never unsupported; a footnoted class
+    (AutoDeploy only, Blackwell only ...) is left out, so it is unknown too."""
+    from packaging.version import Version
+
+    tables = sorted((parse_trtllm_docs(f.read_text(encoding="utf-8")) for f in files), key=lambda t: Version(t.version))
+    if len({t.version for t in tables}) != len(tables):
+        raise SystemExit("two files for one TensorRT-LLM release")
+    footnoted = "; ".join(f"{t.version}: {', '.join(t.footnoted)}" for t in tables if t.footnoted)
+    docs = NameList("docs-pytorch", "hf-class", ["safetensors"],
+                    "NVIDIA/TensorRT-LLM docs: the supported-models table of the PyTorch backend "
+                    "(nvidia.github.io/TensorRT-LLM/<release>/models/supported-models.html; before 1.0 "
+                    "reference/support-matrix.html 'Models (PyTorch Backend)'), per release: see [architectures.read]",
+                    note="the PyTorch backend (trtllm-serve / LLM API default since 1.0), as documented; classes with "
+                         "a footnote are left out (unknown)" + (f" ({footnoted})" if footnoted else ""),
+                    unlisted=TRTLLM_DOCS_UNLISTED, exhaustive=False)
+    read: dict[str, str] = {}
+    for t in tables:
+        docs.seen[t.version] = dict(sorted(t.listed.items()))
+        read[t.version] = f"{t.url} (read: {t.read})"
+    text = render_toml("tensorrt-llm", "pep440", [docs], read,
+                       "python matrices/tools/extract_architectures.py tensorrt-llm --trtllm-docs "
+                       "matrices/tools/trtllm_docs/*.md")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "tensorrt-llm.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 #: LM Studio: where its llama.cpp runtime versions were seen, and why they map to no llama.cpp build per app release
 LM_STUDIO = {
     "source": "lmstudio-ai/lmstudio-bug-tracker #966 (app 0.3.24 with the runtime 'CUDA 12 llama.cpp (Linux) v1.48.0'), "
@@ -831,6 +933,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--ollama-git", type=Path, help="an Ollama git repository with its release tags (for ollama)")
     parser.add_argument("--trtllm-git", type=Path, help="a TensorRT-LLM git repository with its release tags")
+    parser.add_argument("--trtllm-docs", type=Path, nargs="+",
+                        help="TensorRT-LLM supported-models tables, one markdown file per release (default: "
+                             "matrices/tools/trtllm_docs/*.md); used unless --trtllm-git is given")
     args = parser.parse_args(argv)
     engines = [*ENGINES, "ollama", "lm-studio", "tensorrt-llm", *PROVIDERS] if args.engines == ["all"] \
         else args.engines
@@ -842,12 +947,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {write_provider(engine, args.out)}")
             continue
         if engine == "tensorrt-llm":
-            if args.trtllm_git is None:
-                print("tensorrt-llm: no release read (give --trtllm-git DIR: a clone of github.com/NVIDIA/TensorRT-LLM "
-                      "with tags); writing the file that says so", file=sys.stderr)
-                print(f"wrote {write_provider(engine, args.out)}")
+            if args.trtllm_git is not None:
+                print(f"wrote {write_tensorrt_llm(args.trtllm_git, args.out)}")
                 continue
-            print(f"wrote {write_tensorrt_llm(args.trtllm_git, args.out)}")
+            files = args.trtllm_docs or sorted(TRTLLM_DOCS.glob("*.md"))
+            try:
+                print(f"wrote {write_tensorrt_llm_docs(files, args.out)}")
+            except (OSError, ValueError) as exc:
+                parser.error(f"--trtllm-docs: {exc}")
             continue
         if engine == "ollama":
             if args.ollama_git is None:

@@ -41,7 +41,7 @@ HEAD_KEYS = {"engine", "version_scheme", "versions_read", "generated_by", "read"
              "source", "source_read"}
 DERIVE_KEYS = {"containers", "from", "source", "versions", "note", "absent"}
 LIST_KEYS = {"id", "names", "containers", "source", "note", "versions_read", "arch", "role", "unlisted", "fallback",
-             "methods"}
+             "methods", "exhaustive"}
 FALLBACK_KEYS = {"via", "marker", "reason"}
 #: the file-name stem of ``matrices/architectures/`` for an engine id (ids are file names already)
 DIR = "architectures"
@@ -80,6 +80,9 @@ class ArchList:
     #: the weight methods whose checkpoints this list judges (None: every one); Ollama's importer converts
     #: FP16/BF16/FP32, FP8 and GPT-OSS MXFP4 safetensors, not e.g. MLX ones (those go to its MLX runner)
     methods: tuple[str, ...] | None = None
+    #: False for a list that names what a vendor documents (TensorRT-LLM's supported-models page), not all the
+    #: engine loads: a name absent at a release read is unknown there, never unsupported
+    exhaustive: bool = True
 
 
 @dataclass(frozen=True)
@@ -246,10 +249,13 @@ def _validate_list(entry: Any, display: str, scheme: str, all_parsed: tuple[Vers
         bad = [m for m in methods if m not in METHODS]
         if bad:
             ctx.fail("methods", f"methods {bad} are not canonical methods ({', '.join(sorted(METHODS))})")
+    exhaustive = entry.get("exhaustive", True)
+    if not isinstance(exhaustive, bool):
+        ctx.fail("type", "exhaustive must be true or false")
     return ArchList(id=entry["id"], names=entry["names"], containers=containers, source=entry["source"],
                     role=role, versions_read=versions, parsed=parsed, arch=arch, note=entry.get("note"),
                     unlisted=entry.get("unlisted"), fallback=_validate_fallback(entry.get("fallback"), ctx, arch),
-                    folded=folded, methods=methods)
+                    folded=folded, methods=methods, exhaustive=exhaustive)
 
 
 def _validate_fallback(raw: Any, ctx: Where, arch: dict[str, ArchName]) -> dict[str, str] | None:
@@ -554,10 +560,10 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
         fallback = _fallback(d, lst, name, at)
         if fallback is not None:
             return fallback
-        if lst.unlisted:
+        if lst.unlisted or not lst.exhaustive:
             return Judgement(DIMENSION, "unknown", [
                 f"{kind_word} {name} is not listed by {label} in any release read ({oldest} .. {newest}); "
-                f"{lst.unlisted}"], [_source(data, lst, newest)])
+                f"{_not_exhaustive(lst)}"], [_source(data, lst, newest)])
         return Judgement(DIMENSION, "unsupported", [
             f"{label} {version} does not load {kind_word} {name}: it is in no release read ({oldest} .. {newest})"],
             [_source(data, lst, newest)])
@@ -565,6 +571,12 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
     last_i = lst.versions_read.index(entry.last) if entry.last else None
     src = [_source(data, lst, entry.first)]
     if at < lst.parsed[first_i]:
+        if first_i > 0 and at <= lst.parsed[first_i - 1] and not lst.exhaustive:
+            # a list that is not exhaustive (a docs page): absent at an older release read is not a refusal
+            prev = lst.versions_read[first_i - 1]
+            return Judgement(DIMENSION, "unknown", [
+                f"{kind_word} {name} is listed by {label} from {entry.first}, not in {prev}; {_not_exhaustive(lst)}"], src,
+                suggestions=[f"{label} {entry.first} lists {name}: --engine {engine_id}=={entry.first}"])
         if first_i > 0 and at <= lst.parsed[first_i - 1]:
             prev = lst.versions_read[first_i - 1]
             return Judgement(DIMENSION, "unsupported", [
@@ -578,6 +590,11 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
             suggestions=[f"{label} {entry.first} loads {name}: --engine {engine_id}=={entry.first}"])
     if last_i is not None and at > lst.parsed[last_i]:
         nxt = lst.versions_read[last_i + 1]
+        if not lst.exhaustive:
+            return Judgement(DIMENSION, "unknown", [
+                f"{kind_word} {name} is listed by {label} {entry.first} .. {entry.last}, not in the list read at "
+                f"{nxt}; {_not_exhaustive(lst)}"], src,
+                suggestions=[f"{label} {entry.last} lists {name}: --engine {engine_id}=={entry.last}"])
         if at >= lst.parsed[last_i + 1]:
             return Judgement(DIMENSION, "unsupported", [
                 f"{label} {version} does not load {kind_word} {name}: it was removed after {entry.last} "
@@ -597,6 +614,10 @@ def _judge_in_list(d: Deployment, data: ArchData, lst: ArchList, name: str, *, v
         judgement.reasons.append(f"{name} is registered as {article} {entry.kind} model in {label}, not for text "
                                  "generation")
     return judgement
+
+
+def _not_exhaustive(lst: ArchList) -> str:
+    return lst.unlisted or "the list is not exhaustive (a name it lacks is neither confirmed nor refused)"
 
 
 def _fallback(d: Deployment, lst: ArchList, name: str, at: Version) -> Judgement | None:
@@ -659,7 +680,9 @@ class ArchSupport:
     versions_read: builtins.list[str]
     versions_of: str | None
     source: str | None
-    status: str  # "loads", "converts", "removed", "never", "no-data", "no-list", "derived:<engine>:<containers>"
+    status: str  # "loads", "converts", "removed", "never", "not-listed" and "not-listed-later" (a
+    # non-exhaustive list), "no-data", "no-list",
+    # "derived:<engine>:<containers>"
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -681,8 +704,13 @@ class ArchSupport:
             keyed = ("; it names models by config.json model_type, not by class: ask --arch MODEL_TYPE"
                      if self.names == "model-type" else "")
             return f"{self.engine:<13} {self.list:<13} not among its {word} in any release read ({span}){of}{keyed}"
+        if self.status == "not-listed":
+            return (f"{self.engine:<13} {self.list:<13} not listed in any release read ({span}); the list is not "
+                    "exhaustive: unknown")
         verb = "converts" if self.role == "convert" else "loads"
         until = f", removed after {self.last}" if self.last else ""
+        if self.status == "not-listed-later":
+            until = f", not listed after {self.last} (the list is not exhaustive: unknown there)"
         kind = f" [{self.kind}]" if self.kind not in (None, "text") else ""
         return (f"{self.engine:<13} {self.list:<13} {verb} {self.name} since {self.first}{until}{kind} "
                 f"(read {span}){of}")
@@ -704,7 +732,8 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
                 continue
             hits += 1
             entry = lst.arch[found]
-            status = "removed" if entry.last else ("converts" if lst.role == "convert" else "loads")
+            status = ("removed" if lst.exhaustive else "not-listed-later") if entry.last else \
+                ("converts" if lst.role == "convert" else "loads")
             out.append(ArchSupport(engine, lst.id, lst.names, found, lst.role, entry.first, entry.last, entry.kind,
                                    list(lst.versions_read), data.versions_of, lst.source, status))
         if not hits and data.lists:
@@ -716,7 +745,7 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
             namings = set(x.names for x in load)
             out.append(ArchSupport(engine, lst.id, lst.names if len(namings) == 1 or lst.names == "hf-class" else None,
                                    None, None, None, None, None, list(lst.versions_read), data.versions_of,
-                                   lst.source, "never"))
+                                   lst.source, "never" if lst.exhaustive else "not-listed"))
         if data.derive is not None and data.derive.versions == {}:
             out.append(ArchSupport(engine, None, None, None, None, None, None, None, [], None,
                                    f"{'/'.join(data.derive.containers).upper()} through {data.derive.engine}, "
