@@ -1,15 +1,17 @@
 """Huge safetensors headers: qcheck against safetensors.safe_open, and a 160-shard FP8 model on a slow Hub.
 
-    python bench/bench_huge_headers.py [--entries 300000] [--skip-hub]
+    python bench/bench_huge_headers.py [--entries 300000] [--rounds 3] [--skip-hub]
 
-1. One file whose JSON header lists ``--entries`` tensors (300,000 entries: ~20 MB of header, a sparse
-   file with no data on disk). Each tool runs in a fresh subprocess, three times; the best CPU time
-   (``time.process_time``: the machine may be shared) and the peak RSS increase are printed with the
-   qcheck / safe_open ratios. ``qcheck read_safetensors_header`` is the reader (every bound checked:
+1. One file whose JSON header lists ``--entries`` tensors (300,000 entries: 35.8 MB of header, a sparse
+   file with no data on disk). In each of ``--rounds`` rounds every tool runs in a fresh subprocess that calls
+   it three times and keeps the best CPU time (``time.process_time``: the machine may be shared); the rounds
+   interleave the tools, so load from other jobs hits all of them alike. Printed: the median over rounds of
+   each tool's CPU time (min-max), its peak RSS increase, and the qcheck / safe_open ratio of the medians
+   with the per-round ratios. ``qcheck read_safetensors_header`` is the reader (every bound checked:
    nesting depth, object count, offsets, shapes, duplicate keys); ``qcheck inspect_path`` adds the
    classification. safe_open's call is what a user writes to list names, shapes and dtypes.
-2. ``bench/bench_hub.py --shards 160 --tensors 120 --latency 0.05``: 19,200 tensors from a fake Hub at
-   50 ms per request, qcheck against ``huggingface_hub.get_safetensors_metadata``.
+2. ``bench/bench_hub.py --shards 160 --tensors 120 --latency 0.05 --rounds 5``: 19,200 tensors from a fake Hub
+   at 50 ms per request, qcheck against ``huggingface_hub.get_safetensors_metadata``, five alternating rounds.
 No timed assertions: targets are read from this output.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,33 +80,39 @@ def build(path: Path, entries: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=300_000)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of fresh processes, the tools interleaved")
     ap.add_argument("--skip-hub", action="store_true")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with tempfile.TemporaryDirectory(prefix="qcheck-bench-") as tmp:
         path = Path(tmp) / "huge.safetensors"
         size = build(path, args.entries)
-        print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of header "
-              f"(best of 3, CPU seconds; peak RSS increase)")
-        results = {}
-        for tool, (setup, call) in TOOLS.items():
-            out = subprocess.run([sys.executable, "-c", CHILD, str(path), setup, call], capture_output=True,
-                                 text=True, env=env, timeout=3600)
-            if out.returncode:
-                raise SystemExit(f"{tool} failed:\n{out.stderr}")
-            results[tool] = json.loads(out.stdout.strip().splitlines()[-1])
-            r = results[tool]
-            print(f"   {tool:34s} {r['cpu_s']:7.2f} s {r['rss_mb']:8.0f} MB  "
-                  f"{r['cpu_s'] * 1e6 / args.entries:6.1f} us/tensor")
-        peer = results["safetensors safe_open"]
+        print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of header ({args.rounds} rounds; CPU "
+              "seconds, best of 3 calls per process, median over rounds (min-max); peak RSS increase)")
+        runs: dict[str, list[dict]] = {tool: [] for tool in TOOLS}
+        for _ in range(args.rounds):
+            for tool, (setup, call) in TOOLS.items():
+                out = subprocess.run([sys.executable, "-c", CHILD, str(path), setup, call], capture_output=True,
+                                     text=True, env=env, timeout=3600)
+                if out.returncode:
+                    raise SystemExit(f"{tool} failed:\n{out.stderr}")
+                runs[tool].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        cpu = {tool: [r["cpu_s"] for r in rs] for tool, rs in runs.items()}
+        for tool, rs in runs.items():
+            median = statistics.median(cpu[tool])
+            print(f"   {tool:34s} {median:7.2f} s ({min(cpu[tool]):.2f}-{max(cpu[tool]):.2f}) "
+                  f"{max(r['rss_mb'] for r in rs):6.0f} MB  {median * 1e6 / args.entries:6.1f} us/tensor")
+        peer = "safetensors safe_open"
         for tool in ("qcheck read_safetensors_header", "qcheck inspect_path"):
-            print(f"   ratio {tool} / safe_open: {results[tool]['cpu_s'] / peer['cpu_s']:.2f}x time, "
-                  f"{results[tool]['rss_mb'] / max(peer['rss_mb'], 1):.2f}x memory")
+            per_round = sorted(a / b for a, b in zip(cpu[tool], cpu[peer], strict=True))
+            memory = max(r["rss_mb"] for r in runs[tool]) / max(max(r["rss_mb"] for r in runs[peer]), 1)
+            print(f"   ratio {tool} / safe_open: {statistics.median(cpu[tool]) / statistics.median(cpu[peer]):.2f}x "
+                  f"CPU time (per round {' '.join(f'{r:.2f}' for r in per_round)}), {memory:.2f}x memory")
     if not args.skip_hub:
         print("\n2. 160 shards x 120 tensors (19,200) from a fake Hub at 50 ms per request")
         sys.stdout.flush()
         subprocess.run([sys.executable, str(ROOT / "bench" / "bench_hub.py"), "--shards", "160", "--tensors", "120",
-                        "--latency", "0.05"], env=env, check=True)
+                        "--latency", "0.05", "--rounds", "5"], env=env, check=True)
     return 0
 
 
