@@ -1,6 +1,7 @@
 """Benchmark ``qcheck eval`` against ``llama-perplexity --kl-divergence`` on a 262k-vocabulary model.
 
     python bench/bench_eval_vocab.py --llama-bin DIR [--vocab 262144 --vocab 32768] [--hidden 256] [--tokens 2048]
+                                     [--windows chunks|sliding]
 
 Gemma 3's vocabulary (262,144 entries) makes the output layer the cost centre of an evaluation: per scored
 token a 262k-wide matmul, log-softmax and KL divergence. This builds a model with that vocabulary and a few tiny
@@ -10,9 +11,11 @@ own ``convert_hf_to_gguf.py`` (F32 and Q8_0), and measures one candidate (Q8_0) 
 
 - llama-perplexity: ``--kl-divergence-base`` from the F32 GGUF once, then the timed candidate run
   ``-m Q8_0 --kl-divergence -c 512``: non-overlapping 512-token chunks, the second half of each scored.
-- qcheck: ``qcheck eval --candidate q8=Q8_0.gguf --max-length 512 --stride 256`` with the reference cache warm
-  (computed by a first run): 512-token windows, each scoring its last 256 tokens, so every token after the
-  first is scored (about twice the tokens llama-perplexity scores, and twice the forward work).
+- qcheck: ``qcheck eval --candidate q8=Q8_0.gguf --max-length 512 --windows chunks`` with the reference cache
+  warm (computed by a first run): llama-perplexity's own windows, so both score the same tokens with the same
+  forward work. ``--windows sliding`` runs qcheck's default instead (``--stride 256``: 512-token windows each
+  scoring its last 256 tokens, so every token after the first is scored: about twice the tokens and twice the
+  forward work).
 
 Wall time and peak RSS are those of each whole process (``/usr/bin/time``: startup, imports and model load
 included), plus qcheck's own per-candidate phase from its JSON. Ratios are printed per candidate and per scored
@@ -128,7 +131,8 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
            "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
     cache = work / f"cache-{vocab}"
     cmd = [sys.executable, "-m", "qcheck", "eval", "--reference", str(model), "--candidate", f"q8={q8}",
-           "--tasks", str(work / "tasks.jsonl"), "--max-length", "512", "--stride", "256", "--cache-dir", str(cache),
+           "--tasks", str(work / "tasks.jsonl"), "--max-length", "512",
+           *(["--windows", "chunks"] if args.windows == "chunks" else ["--stride", "256"]), "--cache-dir", str(cache),
            "--json", "--bootstrap", "100"]
     cold_wall, cold_rss, _ = timed(cmd, env)  # computes and caches the reference
     qc_runs = []
@@ -171,6 +175,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2048, help="text length (llama-perplexity needs >= 2 x 512)")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs of each tool; the fastest is reported")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--windows", choices=["chunks", "sliding"], default="chunks",
+                    help="qcheck's windows: chunks (llama-perplexity's, the same tokens) or sliding (its default)")
     args = ap.parse_args()
     vocabs = args.vocab or [262144, 32768]
     work = Path(tempfile.mkdtemp(prefix="qcheck-bench-vocab-"))

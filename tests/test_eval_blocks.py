@@ -212,12 +212,14 @@ def test_metrics_do_not_depend_on_blocks_or_batches(tmp_path) -> None:
             assert value == b[key], key
 
 
-def test_sliding_windows_match_a_hand_computation(tmp_path) -> None:
-    """One long text item, windows of 32 tokens with stride 16: the run's perplexities and mean KLD equal a
-    direct computation that runs each window through both models and keeps only the tokens it should score."""
+@pytest.mark.parametrize("windows", ["sliding", "chunks"])
+def test_windows_match_a_hand_computation(tmp_path, windows: str) -> None:
+    """One long text item, windows of 32 tokens (sliding with stride 16, or llama-perplexity's chunks): the
+    run's perplexities and mean KLD equal a direct computation that runs each window through both models and
+    keeps only the tokens it should score (chunks: BOS written over each chunk's first token, as there)."""
     import json
 
-    from qcheck.eval.encode import window_spans
+    from qcheck.eval.encode import chunk_spans, window_spans
     from qcheck.eval.runners.reference import vocab_info
     from support.eval_helpers import tiny_reference
 
@@ -231,13 +233,18 @@ def test_sliding_windows_match_a_hand_computation(tmp_path) -> None:
     reference = transformers.AutoModelForCausalLM.from_pretrained(ref, dtype=torch.float32).eval()
     cand = _perturbed(ref)
     data = _run(ref, tasks, TransformersRunner(cand, vocab_info(cand, tok, True), "c"), tmp_path / "c",
-                max_length=32, stride=16)
+                max_length=32, stride=16, windows=windows)
     m = data["candidates"][0]["metrics"]
     assert data["tasks"]["windowed_items"] == 1 and data["settings"]["stride"] == 16
+    assert data["settings"]["windows"] == windows
+    spans = window_spans(len(ids), 32, 16) if windows == "sliding" else chunk_spans(len(ids), 32)
 
     nll_ref, nll_cand, kld = [], [], []
-    for begin, end, first in window_spans(len(ids), 32, 16):
-        x = torch.tensor([ids[begin:end - 1]])
+    for w, (begin, end, first) in enumerate(spans):
+        window = ids[begin:end - 1]
+        if windows == "chunks" and w:
+            window = [tok.bos_token_id, *window[1:]]
+        x = torch.tensor([window])
         y = torch.tensor(ids[first:end])
         with torch.inference_mode():
             lp = torch.log_softmax(reference(input_ids=x).logits[0].double(), -1)[first - begin - 1:]
@@ -245,8 +252,12 @@ def test_sliding_windows_match_a_hand_computation(tmp_path) -> None:
         nll_ref += (-lp.gather(1, y[:, None])[:, 0]).tolist()
         nll_cand += (-lq.gather(1, y[:, None])[:, 0]).tolist()
         kld += (lp.exp() * (lp - lq)).sum(-1).tolist()
-    assert data["tasks"]["windows"] == len(window_spans(len(ids), 32, 16)) >= 4
-    assert m["tokens_scored"] == len(nll_ref) == len(ids) - 1  # every token after BOS exactly once
+    assert data["tasks"]["windows"] == len(spans) >= 2
+    if windows == "sliding":
+        assert m["tokens_scored"] == len(nll_ref) == len(ids) - 1  # every token after BOS exactly once
+    else:  # the second half of each whole chunk; the tail after the last one is not scored
+        assert m["tokens_scored"] == len(nll_ref) == 16 * len(spans)
+        assert data["tasks"]["unscored_tokens"] == len(ids) - 32 * len(spans)
     assert m["ppl_reference"] == pytest.approx(np.exp(np.mean(nll_ref)), rel=1e-5)
     assert m["ppl"] == pytest.approx(np.exp(np.mean(nll_cand)), rel=1e-5)
     # the reference's full rows come from the uint16 cache (±1.8e-4 nats per log-prob)

@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from qcheck.errors import InputError
-from qcheck.eval.encode import Encoder, window_spans
+from qcheck.eval.encode import Encoder, chunk_spans, window_spans
 from qcheck.eval.tasks import TaskItem
 
 
@@ -81,6 +81,32 @@ def test_window_spans_by_hand():
     assert window_spans(9, 8, 7) == [(0, 8, 1), (1, 9, 8)]
     with pytest.raises(InputError, match="stride 16 must be between 1 and max length - 1"):
         Encoder(tokenizer(True), max_length=16, stride=16)
+
+
+def test_chunk_spans_are_llama_perplexitys_windows():
+    # 20 tokens, chunks of 8: [0,8) and [8,16) each score their second half; the 4 tokens after 16 are not scored
+    assert chunk_spans(20, 8) == [(0, 8, 4), (8, 16, 12)]
+    assert chunk_spans(16, 8) == [(0, 8, 4), (8, 16, 12)]
+    assert chunk_spans(9, 7) == [(0, 7, 3)]
+    assert chunk_spans(8, 8) == [(0, 8, 1)]  # an item that fits is scored whole, as in sliding mode
+    with pytest.raises(InputError, match="windows 'overlap' is not one of sliding, chunks"):
+        Encoder(tokenizer(True), windows="overlap")
+
+
+@pytest.mark.parametrize("adds_bos", [True, False])
+def test_chunks_mode_scores_second_halves_and_starts_each_chunk_like_llama_perplexity(adds_bos):
+    tok = tokenizer(adds_bos)
+    enc = Encoder(tok, max_length=16, windows="chunks")
+    text = "word " * 40
+    ids = tuple(enc.encode(text)) if adds_bos else (enc.prefix_id, *enc.encode(text))
+    long = enc.encode_item(item(kind="text", text=text))
+    n = len(ids)
+    assert long.windows == n // 16 >= 2 and enc.unscored_tokens == n - 16 * (n // 16)
+    for w, r in enumerate(long.score):
+        assert len(r.input_ids) == 16 and r.start == 8 and r.n_rows == 8
+        assert r.input_ids[1:] == ids[16 * w + 1:16 * (w + 1)]
+        # llama-perplexity writes BOS over the first token of every chunk when the model adds BOS
+        assert r.input_ids[0] == (tok.bos_token_id if adds_bos else ids[16 * w])
 
 
 def test_tokenizer_without_bos_gets_lm_evals_prefix_token():

@@ -102,6 +102,10 @@ def report_meta() -> dict[str, Any]:
 @click.option("--stride", type=click.IntRange(1, None), default=None, metavar="N",
               help="Sliding-window step for long text items (default max-length / 2): each window scores only its "
                    "last N tokens, the rest is context (llama-perplexity scores the second half of each window).")
+@click.option("--windows", type=click.Choice(["sliding", "chunks"]), default="sliding", show_default=True,
+              help="How long text items are windowed: sliding (overlapping, every token scored once) or chunks "
+                   "(llama-perplexity's scheme: non-overlapping windows, each scoring its second half, BOS at "
+                   "each start; numbers comparable with llama-perplexity --kl-divergence on the same text).")
 @click.option("--max-items", type=click.IntRange(1, None), default=None, help="Use only the first N items.")
 @click.option("--choice-metric", type=click.Choice(["acc", "acc_norm", "acc_bytes"]), default="acc",
               show_default=True, help="How choice items are judged (lm-eval: acc, acc_norm by chars, acc_bytes).")
@@ -129,7 +133,7 @@ def report_meta() -> dict[str, Any]:
 @limit_options
 def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
             reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool, cache_topk: int | None,
-            max_length: int, stride: int | None, max_items: int | None,
+            max_length: int, stride: int | None, windows: str, max_items: int | None,
             choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
             limits: Limits, **threshold_values: Any) -> int:
@@ -163,7 +167,7 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
                         max_memory=parse_max_memory(max_memory) or None,
                         tasks=list(tasks),
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
-                        cache_topk=cache_topk, max_length=max_length, stride=stride, thresholds=thresholds,
+                        cache_topk=cache_topk, max_length=max_length, stride=stride, windows=windows, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
                         progress=show_progress,

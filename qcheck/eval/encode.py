@@ -11,7 +11,10 @@ Hugging Face strided-perplexity recipe do, instead of being cut: windows of ``ma
 ``stride`` tokens after the previous one (default half a window), each scoring only the tokens the previous
 window did not reach (its last ``stride`` tokens: the second half at the default stride), so every token is
 scored exactly once with at least ``max_length - stride`` tokens of context; the last window is aligned to the
-item's end. Choice and generate items keep the left truncation of lm-evaluation-harness: a window over a
+item's end. ``windows="chunks"`` is llama-perplexity's own scheme instead, for numbers comparable with its
+``--kl-divergence`` on the same text: windows that do not overlap, each scoring only its second half, the first
+token of each replaced by BOS when the tokenizer adds one, and the tokens after the last whole window left
+unscored. Choice and generate items keep the left truncation of lm-evaluation-harness: a window over a
 multiple-choice context or a prompt would score a different question.
 """
 
@@ -36,6 +39,19 @@ class EncodedItem:
     windows: int = 1
 
 
+#: how long text items are windowed: overlapping sliding windows (every token scored once) or llama-perplexity's
+#: non-overlapping chunks (each scores its second half)
+WINDOW_MODES = ("sliding", "chunks")
+
+
+def chunk_spans(n_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
+    """llama-perplexity's windows over ``n_tokens`` tokens: (begin, end, first scored position) of each whole
+    ``max_length`` chunk, scoring its second half; a remainder shorter than a chunk is not scored (as there)."""
+    if n_tokens <= max_length:
+        return [(0, n_tokens, 1)]
+    return [(b, b + max_length, b + max_length // 2) for b in range(0, n_tokens - max_length + 1, max_length)]
+
+
 def window_spans(n_tokens: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, first scored position) of each window over ``n_tokens`` tokens.
 
@@ -53,7 +69,10 @@ def window_spans(n_tokens: int, max_length: int, stride: int) -> list[tuple[int,
 class Encoder:
     """Wraps a Hugging Face tokenizer: encodes items, decodes generations, and fingerprints the tokenizer."""
 
-    def __init__(self, tokenizer: Any, max_length: int = 512, stride: int | None = None):
+    def __init__(self, tokenizer: Any, max_length: int = 512, stride: int | None = None,
+                 windows: str = "sliding"):
+        if windows not in WINDOW_MODES:
+            raise InputError(f"windows {windows!r} is not one of {', '.join(WINDOW_MODES)}")
         if max_length < 8:
             raise InputError(f"max length {max_length} is too small (at least 8 tokens)")
         stride = max_length // 2 if stride is None else stride
@@ -63,6 +82,9 @@ class Encoder:
         self.tok = tokenizer
         self.max_length = max_length
         self.stride = stride
+        self.windows = windows
+        #: tokens of long text items that chunks mode leaves unscored (after the last whole chunk)
+        self.unscored_tokens = 0
         probe = tokenizer("a", add_special_tokens=True)["input_ids"]
         bare = tokenizer("a", add_special_tokens=False)["input_ids"]
         bos = getattr(tokenizer, "bos_token_id", None)
@@ -107,11 +129,18 @@ class Encoder:
                 ids = self._with_prefix(ids)
             if len(ids) < 2:
                 raise InputError("text: encodes to fewer than 2 tokens, nothing to score", path=item.source)
-            spans = window_spans(len(ids), self.max_length, self.stride)
+            chunks = self.windows == "chunks"
+            spans = chunk_spans(len(ids), self.max_length) if chunks else \
+                window_spans(len(ids), self.max_length, self.stride)
             enc.windows = len(spans)
+            if chunks and len(spans) > 1:
+                self.unscored_tokens += len(ids) - spans[-1][1]
             for w, (begin, end, first) in enumerate(spans):
+                window = ids[begin:end]
+                if chunks and w > 0 and self.add_bos:  # llama-perplexity puts BOS at the start of every chunk
+                    window[0] = self.bos_token_id
                 enc.score.append(ScoreRequest(key=item.id if w == 0 else f"{item.id}@{w}",
-                                              input_ids=tuple(ids[begin:end]), start=first - begin))
+                                              input_ids=tuple(window), start=first - begin))
         elif item.kind == "choice":
             context = item.context or ""
             n_spaces = len(context) - len(context.rstrip())

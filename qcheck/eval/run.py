@@ -99,6 +99,8 @@ class EvalConfig:
     max_length: int = 512
     #: sliding-window step for text items longer than ``max_length`` (default ``max_length // 2``)
     stride: int | None = None
+    #: "sliding" (every token scored once) or "chunks" (llama-perplexity's non-overlapping windows)
+    windows: str = "sliding"
     thresholds: Thresholds = field(default_factory=Thresholds)
     activation_quant: bool = False
     choice_metric: str = "acc"
@@ -341,7 +343,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     progress = _Progress(config.progress)
 
     tokenizer = load_tokenizer(ref_dir)
-    encoder = Encoder(tokenizer, max_length=config.max_length, stride=config.stride)
+    encoder = Encoder(tokenizer, max_length=config.max_length, stride=config.stride, windows=config.windows)
     encoded = [encoder.encode_item(item) for item in tasks.items]
     truncated = sum(1 for e in encoded if e.truncated)
     windowed = [e.windows for e in encoded if e.windows > 1]
@@ -349,7 +351,12 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     if truncated:
         notes.append(f"{truncated} choice/generate item(s) were left-truncated to the {config.max_length}-token "
                      "limit")
-    if windowed:
+    if windowed and config.windows == "chunks":
+        notes.append(f"{len(windowed)} text item(s) longer than {config.max_length} tokens were scored in "
+                     f"{sum(windowed)} llama-perplexity chunks (non-overlapping, each scoring its last "
+                     f"{config.max_length - config.max_length // 2} tokens; {encoder.unscored_tokens} token(s) after "
+                     "the last whole chunk not scored)")
+    elif windowed:
         notes.append(f"{len(windowed)} text item(s) longer than {config.max_length} tokens were scored in "
                      f"{sum(windowed)} sliding windows (stride {encoder.stride}: each window scores only its last "
                      f"{encoder.stride} tokens, with at least {config.max_length - encoder.stride} tokens of context)")
@@ -373,7 +380,8 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         "model": remote.fingerprint(ref_runner) if remote is not None
         else model_fingerprint(config.reference, config.limits), "tasks": tasks.sha256,
         "max_items": config.max_items, "tokenizer": encoder.fingerprint(), "dtype": config.reference_dtype,
-        "device": config.device, "max_length": config.max_length, "stride": encoder.stride, "kind": kind, "topk": config.cache_topk,
+        "device": config.device, "max_length": config.max_length, "stride": encoder.stride,
+        **({"windows": config.windows} if config.windows != "sliding" else {}), "kind": kind, "topk": config.cache_topk,
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
         "transformers": transformers.__version__.rsplit(".", 1)[0],
     }
@@ -460,7 +468,8 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
         if tmp_root is not None:
             tmp_root.cleanup()
 
-    settings = {"max_length": config.max_length, "stride": encoder.stride, "choice_metric": config.choice_metric,
+    settings = {"max_length": config.max_length, "stride": encoder.stride, "windows": config.windows,
+                "choice_metric": config.choice_metric,
                 "bootstrap": config.bootstrap, "seed": config.seed, "activation_quant": config.activation_quant,
                 "max_items": config.max_items, "candidate_dtype": config.reference_dtype}
     run_phase.done()
@@ -472,6 +481,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     return EvalResult(reference=ref_json, tasks=tasks.to_json() | {"tokens_per_item_limit": config.max_length,
                                                          "windowed_items": len(windowed),
                                                          "windows": sum(windowed),
+                                                         "unscored_tokens": encoder.unscored_tokens,
                                                          "truncated_items": truncated},
                       candidates=results, cache=cache_info, thresholds=config.thresholds, settings=settings,
                       notes=notes, noise_floor=noise, performance=performance)
