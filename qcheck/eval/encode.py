@@ -137,8 +137,8 @@ class Encoder:
                 self.unscored_tokens += len(ids) - spans[-1][1]
             for w, (begin, end, first) in enumerate(spans):
                 window = ids[begin:end]
-                if chunks and w > 0 and self.add_bos:  # llama-perplexity puts BOS at the start of every chunk
-                    window[0] = self.bos_token_id
+                if chunks and w > 0 and self.add_bos and self.bos_token_id is not None:
+                    window[0] = self.bos_token_id  # llama-perplexity puts BOS at the start of every chunk
                 enc.score.append(ScoreRequest(key=item.id if w == 0 else f"{item.id}@{w}",
                                               input_ids=tuple(window), start=first - begin))
         elif item.kind == "choice":
