@@ -204,6 +204,9 @@ def main() -> int:
            *[a for q in CANDIDATES for a in ("--candidate", f"{q}={files[q]}")]]
     out, wall, rss = run(cmd, env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO)
     data = json.loads((work / "qcheck.json").read_text())
+    # qcheck resets the kernel's high-water mark at each phase, so /usr/bin/time (wait4's ru_maxrss) sees only
+    # the last phase's peak: the process's peak is the largest phase peak qcheck reports
+    rss = max(rss, data["performance"]["peak_rss_bytes"] or 0)
     for c in data["candidates"]:
         m = c["metrics"]
         rows.append({"tool": "qcheck eval (simulated)", "candidate": c["name"], "kld": m["kld_mean"],

@@ -140,6 +140,9 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
         wall, rss, stdout = timed(cmd, env)
         qc_runs.append((wall, rss, json.loads(stdout[:stdout.rindex("}") + 1])))
     qc_wall, qc_rss, data = min(qc_runs, key=lambda r: r[0])
+    # qcheck resets the kernel's high-water mark at each phase, so /usr/bin/time (wait4's ru_maxrss) sees only
+    # the last phase's peak: the process's peak is the largest phase peak qcheck reports
+    qc_rss = max(qc_rss, data["performance"]["peak_rss_bytes"] or 0)
     cand = data["candidates"][0]
     perf = cand["performance"]
     qc_scored = cand["metrics"]["tokens_scored"]
