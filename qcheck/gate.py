@@ -185,7 +185,8 @@ def _run_quality(policy: Policy, inspections: dict[str, Any], limits: Limits) ->
                  else CandidateSpec(name=n, path=p, backend=q.backend) for n, p in candidates]
         config = EvalConfig(reference=q.reference, candidates=specs,
                             tasks=list(q.tasks), reference_dtype=q.reference_dtype, device=q.device,
-                            cache_dir=q.cache_dir, max_length=q.max_length, thresholds=q.thresholds,
+                            cache_dir=q.cache_dir, max_length=q.max_length, stride=q.stride,
+                            windows=q.windows, thresholds=q.thresholds,
                             max_items=q.max_items, limits=limits)
         result = run_eval(config)
     except QcheckError as exc:

@@ -32,14 +32,16 @@ LFS_MODES = ("error", "skip")
 #: eval backends that take a model path (an "endpoint" candidate is a URL, not a policy model)
 PATH_BACKENDS = ("simulated", "llamacpp")
 REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
+#: qcheck eval's window modes (``qcheck.eval.encode.WINDOW_MODES``; not imported: policies load without the eval stack)
+WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
 TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
 MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")
-QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "max-items", "reference-dtype", "device",
-                "cache-dir", "tier", "use-intervals")
+QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
+                "reference-dtype", "device", "cache-dir", "tier", "use-intervals")
 
 
 class PolicyError(UsageError):
@@ -97,6 +99,9 @@ class QualitySpec:
     backend: str = "simulated"
     models: list[str] | None = None
     max_length: int = 512
+    #: sliding-window step for long text items (None: half of max_length) and the window mode (qcheck eval)
+    stride: int | None = None
+    windows: str = "sliding"
     max_items: int | None = None
     reference_dtype: str = "float32"
     device: str = "cpu"
@@ -527,6 +532,8 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
     reference_dtype = c.choice(raw, "reference-dtype", "quality", REFERENCE_DTYPES, "float32")
     device = c.choice(raw, "device", "quality", DEVICES, "cpu")
     max_length = c.integer(raw, "max-length", "quality", minimum=8, maximum=1_000_000, default=512) or 512
+    stride = c.integer(raw, "stride", "quality", minimum=1, maximum=max_length - 1, default=None)
+    windows = c.choice(raw, "windows", "quality", WINDOW_MODES, "sliding")
     max_items = c.integer(raw, "max-items", "quality", minimum=1, maximum=10_000_000, default=None)
     thresholds_raw = {k: v for k, v in raw.items() if k in threshold_keys or k in ("tier", "use-intervals")}
     try:
@@ -543,8 +550,8 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
         cache_dir = str(cache_path)
     return QualitySpec(
         reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
-        max_length=max_length, max_items=max_items, reference_dtype=reference_dtype, device=device,
-        cache_dir=cache_dir)
+        max_length=max_length, stride=stride, windows=windows, max_items=max_items,
+        reference_dtype=reference_dtype, device=device, cache_dir=cache_dir)
 
 
 def quality_backends() -> tuple[str, ...]:

@@ -55,6 +55,14 @@ def _run(project: Path, text: str, monkeypatch):
     return run_gate(load_policy(project / "qcheck.toml"), matrix=load_matrix(TEST_MATRIX))
 
 
+def test_policy_windows_reach_the_eval(project, monkeypatch):
+    """`stride` and `windows` in [quality] are what the eval runs with (settings in the gate's JSON)."""
+    result = _run(project, POLICY.replace("max-length = 64", "max-length = 32\nstride = 8\nwindows = \"chunks\"")
+                  + "max-kld = 5.0\n", monkeypatch)
+    settings = result.quality["eval"]["settings"]
+    assert (settings["max_length"], settings["stride"], settings["windows"]) == (32, 8, "chunks")
+
+
 def test_quality_gate_pass_and_fail(project, monkeypatch):
     result = _run(project, POLICY + "max-kld = 5.0\nmin-top1 = 0.1\n", monkeypatch)
     assert result.exit_code == 0, result.quality
