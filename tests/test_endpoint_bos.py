@@ -5,11 +5,10 @@ logits *after* it; qcheck re-aligns the rows, and the numbers must equal llama.c
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from support.eval_helpers import TASK_LINES, tiny_reference, workdir
+from support.eval_helpers import TASK_LINES, tiny_reference, tiny_reference_without_bos
 
 pytestmark = pytest.mark.llamacpp
 
@@ -17,21 +16,6 @@ pytestmark = pytest.mark.llamacpp
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("QCHECK_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _bosless_reference():
-    """The tiny reference with its BOS post-processor removed: the tokenizer adds no BOS, so its GGUF says
-    tokenizer.ggml.add_bos_token = false."""
-    ref = workdir() / "ref-nobos"
-    if not ref.exists():
-        shutil.copytree(tiny_reference(), ref)
-        tj = json.loads((ref / "tokenizer.json").read_text())
-        tj["post_processor"] = None
-        (ref / "tokenizer.json").write_text(json.dumps(tj))
-        cfg = json.loads((ref / "tokenizer_config.json").read_text())
-        cfg["add_bos_token"] = False
-        (ref / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return ref
 
 
 @pytest.mark.parametrize("bos", [False, True])
@@ -43,7 +27,7 @@ def test_real_server_agrees_with_llama_cpp_in_process_with_and_without_bos(tmp_p
     reason = server_available()
     if reason:
         pytest.skip(reason)
-    ref = tiny_reference() if bos else _bosless_reference()
+    ref = tiny_reference() if bos else tiny_reference_without_bos()
     from transformers import AutoTokenizer
 
     first = AutoTokenizer.from_pretrained(str(ref))("Hello").input_ids[0]

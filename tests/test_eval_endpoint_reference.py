@@ -19,7 +19,7 @@ import shutil
 
 import pytest
 
-from support.eval_helpers import TASK_LINES, tiny_gguf, tiny_reference, workdir
+from support.eval_helpers import TASK_LINES, tiny_gguf, tiny_reference, tiny_reference_without_bos
 
 pytestmark = pytest.mark.llamacpp
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -36,19 +36,6 @@ def _tasks(tmp_path, kinds=("text", "choice", "generate")):
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps(t, ensure_ascii=False) for t in TASK_LINES if t["kind"] in kinds) + "\n")
     return path
-
-
-def _bosless_reference():
-    ref = workdir() / "ref-nobos-endpoint"
-    if not ref.exists():
-        shutil.copytree(tiny_reference(), ref)
-        tj = json.loads((ref / "tokenizer.json").read_text())
-        tj["post_processor"] = None
-        (ref / "tokenizer.json").write_text(json.dumps(tj))
-        cfg = json.loads((ref / "tokenizer_config.json").read_text())
-        cfg["add_bos_token"] = False
-        (ref / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return ref
 
 
 def _files_only(ref, tmp_path):
@@ -103,7 +90,7 @@ def test_llama_cpp_python_server_as_reference_agrees_with_the_local_reference(tm
 
     if reason := server_available():
         pytest.skip(reason)
-    ref = tiny_reference() if bos else _bosless_reference()
+    ref = tiny_reference() if bos else tiny_reference_without_bos()
     f32 = export_gguf(ref, tmp_path / "f32.gguf", "F32")
     q8 = export_gguf(ref, tmp_path / "q8.gguf", "Q8_0")
     tasks = _tasks(tmp_path, kinds=("choice", "generate"))

@@ -54,6 +54,22 @@ def tiny_reference() -> Path:
                            kv_heads=2, vocab_size=512)
 
 
+@functools.lru_cache(maxsize=1)
+def tiny_reference_without_bos() -> Path:
+    """The tiny reference with its BOS post-processor removed: the tokenizer adds no BOS (as Qwen's does
+    not), so its GGUF says tokenizer.ggml.add_bos_token = false."""
+    ref = workdir() / "ref-nobos"
+    if not ref.exists():
+        shutil.copytree(tiny_reference(), ref)
+        tj = json.loads((ref / "tokenizer.json").read_text())
+        tj["post_processor"] = None
+        (ref / "tokenizer.json").write_text(json.dumps(tj))
+        cfg = json.loads((ref / "tokenizer_config.json").read_text())
+        cfg["add_bos_token"] = False
+        (ref / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return ref
+
+
 @functools.lru_cache(maxsize=8)
 def tiny_gguf(tensor_type: str) -> Path:
     from support.gguf_export import export_gguf
