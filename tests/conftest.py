@@ -93,3 +93,4 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeHub]:
         yield server
     finally:
         server.stop()
+    assert not server.httpd.errors, "the fake Hub failed while answering:\n" + "\n".join(server.httpd.errors)
