@@ -102,15 +102,21 @@ def _render(entries, order, mutate=None) -> bytes:
     return ("{" + ",".join(parts) + "}").encode()
 
 
-def _outcome(raw: bytes, monkeypatch, fast: bool):
+def _outcome(raw: bytes, monkeypatch, fast: bool | str, limits=None):
+    """What parse_header_bytes gives: ``fast`` True (every path on), "columns" (the compact regex path off),
+    False (the per-entry loop only)."""
+    from qcheck.limits import DEFAULT_LIMITS
     from qcheck.readers import safetensors as st
 
-    if not fast:
+    if fast is not True:
+        monkeypatch.setattr(st, "_compact_header", lambda *a, **k: None)
+    if fast is False:
         monkeypatch.setattr(st, "_plain_entries", lambda *a, **k: None)
     try:
-        h = st.parse_header_bytes(raw, name="x.safetensors", file="x.safetensors")
+        h = st.parse_header_bytes(raw, limits or DEFAULT_LIMITS, name="x.safetensors", file="x.safetensors")
         return ("ok", {k: (v.name, v.dtype, v.shape, v.nbytes, v.offset, v.file) for k, v in h.tensors.items()},
-                list(h.tensors), h.data_length, h.warnings)
+                list(h.tensors), h.data_length, h.warnings, h.metadata, list(h.metadata), h.header_length,
+                h.data_offset)
     except InputError as exc:
         return ("error", str(exc))
     finally:
@@ -149,10 +155,11 @@ def test_column_checks_agree_with_the_entry_loop(seed, monkeypatch):
             rng.shuffle(order)
         raw = _render(entries, order)
         fast = _outcome(raw, monkeypatch, True)
-        assert fast[0] == "ok" and fast == _outcome(raw, monkeypatch, False)
+        assert fast[0] == "ok" and fast == _outcome(raw, monkeypatch, "columns") == _outcome(raw, monkeypatch, False)
         for mutation in _MUTATIONS:
             raw = _render(entries, order, (rng.randrange(len(entries)), mutation))
-            assert _outcome(raw, monkeypatch, True) == _outcome(raw, monkeypatch, False), raw
+            loop = _outcome(raw, monkeypatch, False)
+            assert _outcome(raw, monkeypatch, True) == _outcome(raw, monkeypatch, "columns") == loop, raw
 
 
 def test_a_plain_header_takes_the_column_path():
@@ -164,6 +171,94 @@ def test_a_plain_header_takes_the_column_path():
     assert end == 200 and tensors["t3"].offset == 112 and tensors["t3"].shape == (2,) and tensors["t3"].file == "f"
     value["t3"]["shape"] = [True, 2]
     assert st._plain_entries(value, DEFAULT_LIMITS, 100, "f") is None
+
+
+def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | None) -> bytes:
+    """A header spelled as safetensors' own writer spells it (compact, dtype/shape/data_offsets), names varied."""
+    parts = [] if metadata is None else ['"__metadata__":' + json.dumps(metadata, separators=(",", ":"),
+                                                                        ensure_ascii=False)]
+    for name, dtype, shape, begin in _entries(rng, count):
+        size = {"F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1, "BOOL": 1}[dtype]
+        for d in shape:
+            size *= d
+        name = rng.choice(["", "model.", "é.", "x y.", "a]},\""]) + name
+        parts.append(json.dumps(name, ensure_ascii=False) + ':{"dtype":' + json.dumps(dtype) + ',"shape":'
+                     + json.dumps(shape, separators=(",", ":")) + f',"data_offsets":[{begin},{begin + size}]}}')
+    raw = ("{" + ",".join(parts) + "}").encode()
+    return raw + b" " * (-len(raw) % 8)
+
+
+_METADATA = [None, {}, {"format": "pt"}, {"format": "pt", "q": 'a"b\\c é', "u": "\u00e9"}]
+
+
+def test_the_writer_spelling_takes_the_compact_path(monkeypatch):
+    """What safetensors writes (numpy's save: metadata with escapes, a non-ASCII name, an empty tensor) is read
+    by the compact path, and reads the same on the column path and the per-entry loop."""
+    np = pytest.importorskip("numpy")
+    from safetensors.numpy import save
+
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers import safetensors as st
+
+    data = save({"b.w": np.zeros((2, 3), np.float16), "a": np.zeros((), np.uint8), "é.x": np.zeros((0, 4), np.int64),
+                 "c": np.zeros((5,), np.float32)}, metadata={"format": "pt", "q": 'a"b\\c é'})
+    n = int.from_bytes(data[:8], "little")
+    raw = data[8:8 + n]
+    compact = st._compact_header(raw, DEFAULT_LIMITS, "x", 8 + n, "f")
+    assert compact is not None and set(compact[0]) == {"b.w", "a", "é.x", "c"} and compact[1] == len(data) - 8 - n
+    assert compact[2] == {"format": "pt", "q": 'a"b\\c é'} and compact[0]["é.x"].shape == (0, 4)
+    outcome = _outcome(raw, monkeypatch, True)
+    assert outcome[0] == "ok" and outcome == _outcome(raw, monkeypatch, "columns") == _outcome(raw, monkeypatch, False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compact_path_agrees_with_the_full_parse_on_damaged_headers(seed, monkeypatch):
+    """Writer-spelled headers damaged byte by byte (JSON punctuation, digits, escapes, control characters,
+    spaces, cut short): the compact path gives exactly the full path's tensors, metadata, warnings or error."""
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers import safetensors as st
+
+    rng = random.Random(seed)
+    alphabet = b'"\\{}[],:0123456789 \t\n-.eEtruAFx\x00\x1f\xc3'
+    compact_taken = 0
+    for _ in range(400):
+        raw = bytearray(_writer_header(rng, rng.randint(1, 6), rng.choice(_METADATA)))
+        for _damage in range(rng.choice([0, 1, 1, 2])):
+            where = rng.randrange(len(raw))
+            kind = rng.random()
+            if kind < 0.5:
+                raw[where] = rng.choice(alphabet)
+            elif kind < 0.75:
+                raw.insert(where, rng.choice(alphabet))
+            elif kind < 0.95:
+                del raw[where]
+            else:
+                del raw[where:]
+        data = bytes(raw)
+        if not data.startswith(b"{"):
+            continue
+        fast = _outcome(data, monkeypatch, True)
+        assert fast == _outcome(data, monkeypatch, "columns"), data
+        compact_taken += st._compact_header(data, DEFAULT_LIMITS, "x", 8, "") is not None
+    assert compact_taken > 40  # both paths are exercised (escaped names and most damage take the full one)
+
+
+@pytest.mark.parametrize("limit", ["max_tensors=3", "max_string_bytes=4", "max_dims=1", "max_tensor_elements=5",
+                                   "max_kv=1", "max_json_nesting=2"])
+def test_the_compact_path_keeps_every_bound(limit, monkeypatch):
+    """A tight limit gives the full path's own error (or result) on the compact path too."""
+    from qcheck.limits import DEFAULT_LIMITS
+
+    key, value = limit.split("=")
+    limits = DEFAULT_LIMITS.replace(**{key: int(value)})
+    rng = random.Random(limit)
+    refused = 0
+    for _ in range(20):
+        raw = _writer_header(rng, rng.randint(1, 8), rng.choice(_METADATA[2:]))
+        fast = _outcome(raw, monkeypatch, True, limits)
+        assert fast == _outcome(raw, monkeypatch, "columns", limits) == _outcome(raw, monkeypatch, False, limits)
+        refused += fast[0] == "error"
+    assert refused or key == "max_kv"  # the limit bites (max_kv only widens the header's pair budget)
 
 
 def test_paused_gc_restores_the_collector_state():
