@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import ItemsView, Iterator, Mapping, MutableMapping, Sequence, ValuesView
 from dataclasses import asdict, dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the record lives with its formulas; nothing here builds one
@@ -45,6 +47,111 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
+@dataclass(frozen=True)
+class TensorColumns:
+    """The fields of many tensors as parallel lists (row i of each is tensor i), in the checkpoint's order."""
+
+    names: Sequence[str]
+    dtypes: Sequence[str]
+    shapes: Sequence[tuple[int, ...]]
+    nbytes: Sequence[int | None]
+    offsets: Sequence[int | None]
+    files: Sequence[str]
+
+
+class TensorMap(MutableMapping[str, TensorInfo]):
+    """name -> ``TensorInfo``, held as columns until records are asked for.
+
+    A safetensors header of 10^5+ entries would cost as many records (~0.5 us and ~100 bytes each) that
+    ``inspect`` never looks at one by one: the classifier reads ``columns`` (``qcheck.classify.table``). A
+    lookup builds that one record and keeps it (the same object on the next lookup); iterating values or items
+    builds them all at once, in order. A dict in every other way: the first write (set, delete) turns it into
+    a plain dict of records, and ``columns`` is None from then on.
+    """
+
+    __slots__ = ("_columns", "_records", "_rows")
+
+    def __init__(self, columns: TensorColumns):
+        self._columns: TensorColumns | None = columns
+        #: name -> row while records are built on demand; None once ``_records`` holds every tensor
+        self._rows: dict[str, int] | None = dict(zip(columns.names, range(len(columns.names)), strict=True))
+        self._records: dict[str, TensorInfo] = {}
+
+    @property
+    def columns(self) -> TensorColumns | None:
+        """The columns, while they describe this mapping (until the first write)."""
+        return self._columns
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        record = self._records.get(name)
+        if record is None:
+            if self._rows is None:
+                raise KeyError(name)
+            i = self._rows[name]
+            c = self._columns
+            assert c is not None  # rows are kept only with their columns
+            record = self._records[name] = TensorInfo(c.names[i], c.dtypes[i], c.shapes[i], c.nbytes[i],
+                                                      c.offsets[i], c.files[i])
+        return record
+
+    def __contains__(self, name: object) -> bool:
+        return name in (self._records if self._rows is None else self._rows)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records if self._rows is None else self._rows)
+
+    def __len__(self) -> int:
+        return len(self._records if self._rows is None else self._rows)
+
+    def _build_all(self) -> dict[str, TensorInfo]:
+        if self._rows is not None:
+            c = self._columns
+            assert c is not None
+            records = dict(zip(c.names, map(TensorInfo, c.names, c.dtypes, c.shapes, c.nbytes, c.offsets, c.files),
+                               strict=True))
+            records.update(self._records)  # records already handed out stay the same objects (order unchanged)
+            self._records, self._rows = records, None
+        return self._records
+
+    def values(self) -> ValuesView[TensorInfo]:
+        return self._build_all().values()
+
+    def items(self) -> ItemsView[str, TensorInfo]:
+        return self._build_all().items()
+
+    def __setitem__(self, name: str, record: TensorInfo) -> None:
+        self._build_all()[name] = record
+        self._columns = None
+
+    def __delitem__(self, name: str) -> None:
+        del self._build_all()[name]
+        self._columns = None
+
+    def __repr__(self) -> str:
+        return f"TensorMap({self._build_all()!r})"
+
+
+def tensor_columns(tensors: Mapping[str, TensorInfo]) -> TensorColumns | None:
+    """The columns of ``tensors`` when it is a ``TensorMap`` that still has them (no record built to find out)."""
+    return tensors.columns if isinstance(tensors, TensorMap) else None
+
+
+def join_tensors(parts: Sequence[Mapping[str, TensorInfo]]) -> MutableMapping[str, TensorInfo]:
+    """The tensors of several shards (names disjoint, checked by the caller) as one mapping, in shard order:
+    one ``TensorMap`` when every part has its columns, else a dict."""
+    columns = [tensor_columns(p) for p in parts]
+    if len(parts) == 1 and isinstance(parts[0], TensorMap):
+        return parts[0]
+    if parts and None not in columns:
+        cols = [c for c in columns if c is not None]
+        fields = ("names", "dtypes", "shapes", "nbytes", "offsets", "files")
+        return TensorMap(TensorColumns(*(list(chain.from_iterable(getattr(c, f) for c in cols)) for f in fields)))
+    joined: dict[str, TensorInfo] = {}
+    for part in parts:
+        joined.update(part)
+    return joined
+
+
 @dataclass
 class SourceFile:
     name: str
@@ -58,7 +165,8 @@ class Checkpoint:
 
     path: str  # as the user gave it
     container: Container
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    #: a dict, or a ``TensorMap`` (same behaviour, records built on demand) from the safetensors reader
+    tensors: MutableMapping[str, TensorInfo] = field(default_factory=dict)
     #: GGUF key/value metadata (large arrays are summarised, see readers.gguf), or safetensors ``__metadata__``
     metadata: dict[str, Any] = field(default_factory=dict)
     #: parsed JSON side files keyed by file name: config.json, hf_quant_config.json, quantize_config.json, ...

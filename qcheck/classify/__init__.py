@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain, compress
-from operator import and_, attrgetter
+from operator import and_
 from typing import Any, cast
 
 from qcheck.classify.adapter import apply_adapter, is_adapter
@@ -70,7 +70,7 @@ def type_stats(checkpoint: Checkpoint, table: TensorTable | None = None) -> list
     """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first."""
     table = table if table is not None and table.tensors is checkpoint.tensors else TensorTable(checkpoint.tensors)
     count = Counter(table.dtypes)
-    nbytes: list[int | None] = list(map(attrgetter("nbytes"), table.infos))
+    nbytes = table.nbytes()
     if checkpoint.container == "safetensors" and None in nbytes:
         nbytes = [n if n is not None else tensor_nbytes(t) for n, t in zip(nbytes, table.infos, strict=True)]
     elements: dict[str, int] = {}

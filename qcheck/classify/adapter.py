@@ -11,6 +11,7 @@ disagreement with the config becomes a warning naming both values.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.model import Adapter, Checkpoint, Inspection, TensorInfo
@@ -112,7 +113,7 @@ def _config_max(rank: int | None, pattern: dict[str, Any]) -> int | None:
     return max(values) if values else None
 
 
-def _lora_modules(tensors: dict[str, TensorInfo], warn: Any) -> dict[str, int | None]:
+def _lora_modules(tensors: Mapping[str, TensorInfo], warn: Any) -> dict[str, int | None]:
     """Module path -> rank from its lora_A/lora_B pair (None when the pair disagrees or is incomplete)."""
     pairs: dict[str, dict[str, TensorInfo]] = {}
     for name, t in tensors.items():

@@ -4,6 +4,7 @@ context length, experts. Spelled differently by different model families, so eac
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.configs import as_int, first
@@ -49,7 +50,7 @@ def fill_from_config(insp: Inspection, model: dict[str, Any]) -> None:
         insp.num_experts_used = as_int(first(model, *EXPERT_USED_KEYS))
 
 
-def fill_from_tensors(insp: Inspection, tensors: dict[str, TensorInfo]) -> None:
+def fill_from_tensors(insp: Inspection, tensors: Mapping[str, TensorInfo]) -> None:
     """MoE evidence in tensor names when the config has none: ``.experts.N.`` modules or fused
     ``experts``/``_exps`` stacks (leading dim = expert count)."""
     if insp.moe and insp.num_experts:

@@ -9,6 +9,7 @@ these records, so they are computed the same way for every method.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +107,7 @@ def block_from(dim: int, count: int) -> int | None:
     return b if -(-dim // b) == count else None
 
 
-def sibling(tensors: dict[str, TensorInfo], prefix: str, *suffixes: str) -> TensorInfo | None:
+def sibling(tensors: Mapping[str, TensorInfo], prefix: str, *suffixes: str) -> TensorInfo | None:
     """The first of ``prefix.<suffix>`` that exists."""
     for s in suffixes:
         t = tensors.get(f"{prefix}.{s}" if prefix else s)
@@ -119,7 +120,7 @@ def sibling(tensors: dict[str, TensorInfo], prefix: str, *suffixes: str) -> Tens
 class Draft:
     """The classification being built: the family config readers fill it, the orchestrator finishes it."""
 
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]
     metadata: dict
     qlinears: list[QLinear]
     warnings: list[str] = field(default_factory=list)

@@ -7,6 +7,8 @@ The packed 4-bit weight is flat ``[(n+1)//2, 1]``, so the logical count is bytes
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, excluded_modules, first
 from qcheck.classify.dtypes import container_word, tensor_nbytes
@@ -16,7 +18,7 @@ from qcheck.model import TensorInfo
 _QS = ".weight.quant_state.bitsandbytes__"
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """4-bit weights with a ``quant_state`` blob and LLM.int8 weights with ``SCB`` row scales."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=("I8",), contains=_QS):

@@ -8,6 +8,7 @@ INT8). Config side: ``config_groups`` (one scheme each), top-level/per-group ``f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, row_group, sibling
@@ -18,7 +19,7 @@ from qcheck.model import TensorInfo
 from qcheck.typed import as_dict
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """``weight_packed`` integer packs and int8/int32 ``weight`` + ``weight_scale`` pairs."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=("I32", "U32", "I64", "I8")):
@@ -37,7 +38,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def _zero_and_idx(tensors: dict[str, TensorInfo], prefix: str, q: QLinear) -> None:
+def _zero_and_idx(tensors: Mapping[str, TensorInfo], prefix: str, q: QLinear) -> None:
     zp = sibling(tensors, prefix, "weight_zero_point")
     if zp is not None:
         q.tensors.append(zp.name)
@@ -53,7 +54,7 @@ def _zero_and_idx(tensors: dict[str, TensorInfo], prefix: str, q: QLinear) -> No
                 q.input_scale = True
 
 
-def _packed(tensors: dict[str, TensorInfo], name: str, t: TensorInfo, hints: Hints) -> QLinear | None:
+def _packed(tensors: Mapping[str, TensorInfo], name: str, t: TensorInfo, hints: Hints) -> QLinear | None:
     prefix = name[: -len(".weight_packed")]
     scale = sibling(tensors, prefix, "weight_scale")
     if scale is None:
@@ -84,7 +85,7 @@ def _packed(tensors: dict[str, TensorInfo], name: str, t: TensorInfo, hints: Hin
     return q
 
 
-def _int_weight(tensors: dict[str, TensorInfo], name: str, t: TensorInfo, hints: Hints) -> QLinear | None:
+def _int_weight(tensors: Mapping[str, TensorInfo], name: str, t: TensorInfo, hints: Hints) -> QLinear | None:
     prefix = name[: -len(".weight")]
     scale = sibling(tensors, prefix, "weight_scale")
     if scale is None or sibling(tensors, prefix, "SCB") is not None:

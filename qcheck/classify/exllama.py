@@ -7,6 +7,8 @@ per weight (``K = trellis.shape[-1] // 16``), plus ``suh``/``svh`` (or ``su``/``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qcheck.classify.base import Draft, Hints, QLinear, prod
 from qcheck.classify.configs import ConfigView, excluded_modules, first
 from qcheck.classify.table import candidates
@@ -16,7 +18,7 @@ EXL2_PARTS = ("q_weight", "q_invperm", "q_perm", "q_scale", "q_scale_max", "q_gr
 EXL3_PARTS = ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1")
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """EXL2 ``q_weight`` groups and EXL3 ``trellis`` tensors, bits per layer from their shapes."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, lasts=("q_weight", "trellis")):

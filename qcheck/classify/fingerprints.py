@@ -8,6 +8,7 @@ weight; ``qweight`` beats ``weight``), and each tensor belongs to at most one qu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.base import Hints, QLinear
@@ -17,7 +18,7 @@ from qcheck.formats import REGISTRY
 from qcheck.model import TensorInfo
 
 
-def scan_all(tensors: dict[str, TensorInfo], metadata: dict[str, Any], hints: Hints,
+def scan_all(tensors: Mapping[str, TensorInfo], metadata: dict[str, Any], hints: Hints,
              table: TensorTable | None = None) -> list[QLinear]:
     """Every quantised weight the tensor names, dtypes and shapes show (``table``: ``tensors`` as columns,
     built here when not given, so each scanner visits only the tensors its layout could match)."""

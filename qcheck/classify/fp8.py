@@ -8,6 +8,8 @@ one per 32 inputs are MXFP8.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qcheck.classify.base import Draft, Hints, QLinear, block_from, exact_div, prod, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import FP8_DTYPES, container_word
@@ -15,7 +17,7 @@ from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """Every ``*.weight`` stored in an FP8 dtype, with its scale's layout."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=FP8_DTYPES):

@@ -8,6 +8,8 @@ bits and group size are recomputed from shapes and checked against the config, w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, row_group
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word, int_word
@@ -15,7 +17,7 @@ from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """``qweight`` packs: GPTQ (along inputs, ``g_idx``), AWQ GEMM (along outputs) or AWQ GEMV."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, lasts=("qweight",)):

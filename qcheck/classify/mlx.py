@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod
@@ -40,7 +41,7 @@ def view_hints(view: ConfigView) -> Hints:
     return hints_from(view.mlx or view.quant)
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U32 ``weight`` + ``scales`` pairs; bits = 32 * packed cols / (scale cols * group)."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=("U32",)):

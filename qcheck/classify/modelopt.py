@@ -8,6 +8,7 @@ MIXED_PRECISION); ``kv_cache_quant_algo`` the KV cache; ``exclude_modules``/``ig
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
@@ -47,7 +48,7 @@ ACT_SCHEMES = {"FP8_PER_CHANNEL_PER_TOKEN": "dynamic per-token", "FP8_PC_PT": "d
 KV_ALGOS = {"FP8": "float8_e4m3", "INT8": "int8", "NVFP4": "fp4_e2m1", "NVFP4_AFFINE": "fp4_e2m1"}
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """ModelOpt INT4-AWQ: ``weight`` U8 ``[out/2, in]`` + ``weight_scale`` (16/32-bit) ``[out, in/block]``."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=("U8",)):

@@ -7,6 +7,8 @@ dim gives the group (``in / scale_cols``) and its dtype tells NVFP4 (F8_E4M3) fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, sibling
 from qcheck.classify.configs import ConfigView, excluded_modules
 from qcheck.classify.dtypes import container_word
@@ -16,7 +18,7 @@ from qcheck.model import TensorInfo
 _E8M0 = ("U8", "F8_E8M0")
 
 
-def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U8/F4/F6 weights with FP8 (NVFP4) or E8M0 (MX) group scales, and gpt-oss ``*_blocks``."""
     out: list[QLinear] = []
     for name in candidates(tensors, hints.table, dtypes=("U8", "F4", "F6_E2M3", "F6_E3M2")):
@@ -35,7 +37,7 @@ def scan(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> lis
     return out
 
 
-def _packed_linear(tensors: dict[str, TensorInfo], name: str, t: TensorInfo) -> QLinear | None:
+def _packed_linear(tensors: Mapping[str, TensorInfo], name: str, t: TensorInfo) -> QLinear | None:
     prefix, _, suffix = name.rpartition(".")
     scale = sibling(tensors, prefix, "weight_scale")
     if scale is None or len(scale.shape) < 1 or scale.shape[-1] <= 0:
@@ -88,7 +90,7 @@ def _packed_linear(tensors: dict[str, TensorInfo], name: str, t: TensorInfo) -> 
     return q
 
 
-def _gpt_oss(tensors: dict[str, TensorInfo], name: str, t: TensorInfo) -> QLinear | None:
+def _gpt_oss(tensors: Mapping[str, TensorInfo], name: str, t: TensorInfo) -> QLinear | None:
     """``*_blocks`` U8 [..., in/32, 16] + ``*_scales`` U8 [..., in/32] (transformers Mxfp4GptOssExperts)."""
     if name.endswith("_blocks"):
         base, sep = name[: -len("_blocks")], "_"

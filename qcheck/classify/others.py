@@ -4,6 +4,7 @@ knows by name only (docs/research/formats.md §4.11-§4.14)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
@@ -43,7 +44,7 @@ def view_hints(view: ConfigView) -> Hints:
     return hqq_hints(view.quant)
 
 
-def scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan_hqq(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """HQQ ``W_q`` + ``scale`` + ``zero`` (+ its per-layer metadata tensors)."""
     out = []
     for name in candidates(tensors, hints.table, lasts=("W_q",)):
@@ -64,7 +65,7 @@ def scan_hqq(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) ->
     return out
 
 
-def scan_aqlm(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan_aqlm(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """AQLM ``codes`` [out/og, in/ig, ncb] + ``codebooks`` [ncb, 2**nbits, og, ig] + ``scales``."""
     out = []
     for name in candidates(tensors, hints.table, lasts=("codes",)):
@@ -112,7 +113,7 @@ def _torchao_names(metadata: dict[str, Any]) -> list[str]:
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
-def scan_torchao(tensors: dict[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
+def scan_torchao(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """torchao tensor subclasses flattened into safetensors: ``__metadata__["tensor_names"]`` lists the
     parameters, each with a JSON ``{"_type": "Float8Tensor", "_data": ..., "_tensor_data_names": [...]}``;
     the parts are named ``{module}._{param}_{attr}`` (torchao safetensors_support.py, current) or

@@ -6,6 +6,7 @@ zero points, ``g_idx``, KV-cache scales and other side tensors are not parameter
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import compress
 from typing import TYPE_CHECKING
 
@@ -41,7 +42,7 @@ def is_side_tensor(name: str) -> bool:
     return side or ".quant_state." in name or name.endswith((":scale", ":zero_point"))
 
 
-def logical_parameters(tensors: dict[str, TensorInfo], qlinears: list[QLinear],
+def logical_parameters(tensors: Mapping[str, TensorInfo], qlinears: list[QLinear],
                        table: TensorTable | None = None) -> tuple[int, list[str]]:
     """(logical parameter count, names of quantised weights whose unpacked size was unknown).
 

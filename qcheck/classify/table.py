@@ -11,25 +11,26 @@ Selections keep the checkpoint's tensor order, so every result is the one a full
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 
 from qcheck.classify.params import is_side_tensor
-from qcheck.model import TensorInfo
+from qcheck.model import TensorInfo, tensor_columns
 
 _DTYPE = attrgetter("dtype")
 _LAST = itemgetter(2)
 _SHAPE = attrgetter("shape")
+_NBYTES = attrgetter("nbytes")
 
 
 @dataclass
 class TensorTable:
     """Columns of ``tensors`` (in its order) and indexes over them; valid while ``tensors`` is unchanged."""
 
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]
     names: list[str] = field(init=False)
-    infos: list[TensorInfo] = field(init=False)
     dtypes: list[str] = field(init=False)
     #: dtype.upper(): the scanners compare upper-cased dtypes (an unknown dtype string is kept as written)
     upper: list[str] = field(init=False)
@@ -43,14 +44,34 @@ class TensorTable:
     #: answers computed from the columns, kept for a second caller (e.g. the plain dtype with nothing claimed)
     memo: dict[str, object] = field(init=False, default_factory=dict)
     _keys: list[str] | None = field(init=False, default=None)
+    _infos: list[TensorInfo] | None = field(init=False, default=None)
+    _nbytes: list[int | None] | None = field(init=False, default=None)
+
+    @property
+    def infos(self) -> list[TensorInfo]:
+        """The records, in tensor order (built from the columns on first use)."""
+        if self._infos is None:
+            self._infos = list(self.tensors.values())
+        return self._infos
+
+    def nbytes(self) -> list[int | None]:
+        """Bytes of each tensor as its header says (None where the dtype's size is unknown)."""
+        if self._nbytes is None:
+            columns = tensor_columns(self.tensors)
+            self._nbytes = list(columns.nbytes) if columns is not None else list(map(_NBYTES, self.infos))
+        return self._nbytes
 
     def __post_init__(self) -> None:
-        self.names = list(self.tensors)
-        self.infos = list(self.tensors.values())
-        self.dtypes = dtypes = list(map(_DTYPE, self.infos))
-        uppers = {d: d.upper() for d in set(dtypes)}
-        self.upper = list(map(uppers.__getitem__, dtypes))
-        self.shapes = list(map(_SHAPE, self.infos))
+        columns = tensor_columns(self.tensors)
+        if columns is not None:  # the reader's columns: no record is built
+            self.names, self.dtypes, self.shapes = list(columns.names), list(columns.dtypes), list(columns.shapes)
+        else:
+            self.names = list(self.tensors)
+            self._infos = list(self.tensors.values())
+            self.dtypes = list(map(_DTYPE, self._infos))
+            self.shapes = list(map(_SHAPE, self._infos))
+        uppers = {d: d.upper() for d in set(self.dtypes)}
+        self.upper = list(map(uppers.__getitem__, self.dtypes))
         self.ndims = list(map(len, self.shapes))
         self.numels = list(map(math.prod, self.shapes))
         self.side = self._side_flags()
@@ -96,8 +117,8 @@ class TensorTable:
         return [names[i] for i in sorted(set(picked))]
 
 
-def candidates(tensors: dict[str, TensorInfo], table: TensorTable | None, *, dtypes: tuple[str, ...] = (),
-               lasts: tuple[str, ...] = (), contains: str = "") -> list[str] | dict[str, TensorInfo]:
+def candidates(tensors: Mapping[str, TensorInfo], table: TensorTable | None, *, dtypes: tuple[str, ...] = (),
+               lasts: tuple[str, ...] = (), contains: str = "") -> list[str] | Mapping[str, TensorInfo]:
     """What a scanner loops over: the table's selection when it describes ``tensors``, else every name."""
     if table is None or table.tensors is not tensors or len(table.names) != len(tensors):
         return tensors

@@ -10,11 +10,12 @@ hold GGUF files instead are handed to the GGUF reader; pickle-only directories g
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.model import Checkpoint, SourceFile
+from qcheck.model import Checkpoint, SourceFile, TensorInfo, join_tensors, tensor_columns
 from qcheck.readers.jsonfile import loads_document, quoted
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
 from qcheck.readers.pickle import PICKLE_EXTENSIONS, looks_like_pickle, pickle_checkpoint, scan_pickle
@@ -137,6 +138,8 @@ def load_safetensors_files(
 
     owner: dict[str, str] = {}
     per_shard: dict[str, set[str]] = {}
+    parts: list[Mapping[str, TensorInfo]] = []
+    count = 0
     for shard in shards:
         header = _read_shard(fileset, shard, limits)
         checkpoint.files.append(SourceFile(name=shard, size_bytes=header.file_size, kind="safetensors"))
@@ -149,9 +152,11 @@ def load_safetensors_files(
             raise InputError(f"tensor {quoted(name)} is in both {owner[name]} and {shard} (engines would load "
                              "one or the other)", path=path)
         owner.update(dict.fromkeys(header.tensors, shard))
-        checkpoint.tensors.update(header.tensors)
-        if len(checkpoint.tensors) > limits.max_tensors:
+        parts.append(header.tensors)
+        count += len(header.tensors)  # the shards' names are disjoint (checked above)
+        if count > limits.max_tensors:
             raise InputError(f"more than {limits.max_tensors} tensors in the model (limit max_tensors)", path=path)
+    checkpoint.tensors = join_tensors(parts)  # shard by shard, in order: the columns kept when every shard has them
 
     if weight_map is not None:
         _check_index(checkpoint, weight_map, per_shard, index_name or "", path)
@@ -319,7 +324,8 @@ def _check_index(checkpoint: Checkpoint, weight_map: dict[str, str], per_shard: 
     if total is None:
         checkpoint.warnings.append(f"{index_name}: metadata.total_size is not a byte count")
         return
-    sizes: list[int | None] = [t.nbytes for t in checkpoint.tensors.values()]
+    columns = tensor_columns(checkpoint.tensors)
+    sizes = list(columns.nbytes) if columns is not None else [t.nbytes for t in checkpoint.tensors.values()]
     if any(s is None for s in sizes):
         return
     actual_total = sum(s for s in sizes if s is not None)

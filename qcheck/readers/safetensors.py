@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import add, itemgetter, mul, sub
@@ -25,7 +25,7 @@ from typing import Any
 
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.model import TensorInfo
+from qcheck.model import TensorColumns, TensorInfo, TensorMap
 from qcheck.readers.jsonfile import parse_json, paused_gc, quoted
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
 from qcheck.source import ByteSource
@@ -91,7 +91,8 @@ class SafetensorsHeader:
     """What one safetensors header says, validated."""
 
     name: str
-    tensors: dict[str, TensorInfo]
+    #: a ``TensorMap`` (columns, records built on demand) when every entry is plain, else a dict
+    tensors: MutableMapping[str, TensorInfo]
     metadata: dict[str, str]
     header_length: int  # N: bytes of JSON (with padding)
     data_offset: int  # 8 + N: where the byte buffer starts
@@ -256,7 +257,7 @@ def _check_size(data_offset: int, data_length: int, file_size: int | None, name:
 
 
 def _plain_entries(value: dict[str, Any], limits: Limits, data_offset: int, file: str
-                   ) -> tuple[dict[str, TensorInfo], int] | None:
+                   ) -> tuple[TensorMap, int] | None:
     """Every entry checked at once, column by column with C-speed builtins, when all are plain.
 
     Plain: exactly ``dtype``/``shape``/``data_offsets``, a dtype of whole bytes that safetensors knows, and
@@ -300,7 +301,7 @@ def _plain_entries(value: dict[str, Any], limits: Limits, data_offset: int, file
 
 def _plain_columns(names: Sequence[str], dtypes: list[str], shapes: list[tuple[int, ...]], numels: list[int],
                    begins: list[int], stops: list[int], data_offset: int, file: str
-                   ) -> tuple[dict[str, TensorInfo], int] | None:
+                   ) -> tuple[TensorMap, int] | None:
     """The checks that need every entry at once (byte sizes, offsets tiling the data), then the tensors.
 
     The columns hold plain values already (known whole-byte dtypes, shapes and element counts within the
@@ -320,12 +321,12 @@ def _plain_columns(names: Sequence[str], dtypes: list[str], shapes: list[tuple[i
         if starts[0] != 0 or starts[1:] != ends[:-1]:
             return None
         end = ends[-1]
-    infos = map(TensorInfo, names, dtypes, shapes, nbytes, map(add, begins, repeat(data_offset)), repeat(file))
-    return dict(zip(names, infos, strict=True)), end
+    offsets: list[int | None] = list(map(add, begins, repeat(data_offset)))
+    return TensorMap(TensorColumns(names, dtypes, shapes, nbytes, offsets, [file] * len(names))), end
 
 
 def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, file: str
-                    ) -> tuple[dict[str, TensorInfo], int, dict[str, str]] | None:
+                    ) -> tuple[TensorMap, int, dict[str, str]] | None:
     """The tensors, data length and metadata of a header written as safetensors' own writer writes it, or None.
 
     ``json`` spends most of its time building a dict, two lists and their ints per entry, only for the column
