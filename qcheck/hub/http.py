@@ -257,7 +257,10 @@ class HubClient:
                         break
                     self.budget.take(len(chunk), what, repo_id, self.endpoint)
                     body += chunk
-                    if len(body) >= max_bytes:
+                    # '>' not '>=': a range answered with exactly the bytes asked for is read to its end, so
+                    # the connection goes back to the pool (leaving it mid-response closes it: a new TCP
+                    # connection per shard); only a body longer than asked for (Range ignored) is cut off
+                    if len(body) > max_bytes:
                         del body[max_bytes:]
                         break
             return status, hdrs, bytes(body), str(r.url)

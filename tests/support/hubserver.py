@@ -107,6 +107,7 @@ class FakeHub:
         self.shift_ranges = 0  # serve ranges this many bytes late (a broken cache), with an honest Content-Range
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections = 0  # TCP connections accepted: requests over fewer connections were kept alive
         self.timeout_sleep = timeout_sleep
         self.drip_interval = 0.2  # "drip": seconds between the single bytes of a dripped answer
         self.log: list[LoggedRequest] = []
@@ -202,6 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # keep test output quiet
         pass
+
+    def setup(self) -> None:
+        with self.hub._lock:
+            self.hub.connections += 1
+        super().setup()
 
     def do_GET(self) -> None:
         self._handle("GET")
