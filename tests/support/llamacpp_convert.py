@@ -91,8 +91,10 @@ def llama_cpp_source() -> Path:
         return root
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "--quiet", f"llama-cpp-python=={version}", "-d", tmp],
+        # the sdist of this one package: ``--no-binary :all:`` would also build pip's isolated build environment
+        # (scikit-build-core, hatchling, setuptools...) from source, minutes on a machine with a cold pip cache
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                               "llama-cpp-python", "--quiet", f"llama-cpp-python=={version}", "-d", tmp],
                               capture_output=True, text=True, timeout=600)
         if done.returncode:
             raise RuntimeError(f"pip download llama-cpp-python=={version} failed: {done.stderr[-500:]}")
