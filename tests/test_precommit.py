@@ -98,6 +98,10 @@ def precommit(tmp_path_factory):
 
 
 @pytest.mark.slow
+# pip installs the hook into a fresh virtualenv: 75 s alone here, 137 s in a full run on 2 busy cores, more with a
+# cold pip cache; the suite's 240 s default would turn a slow machine into a failure (900 s: the hang guard of
+# try-repo itself)
+@pytest.mark.timeout(900)
 def test_pre_commit_try_repo(precommit, tmp_path):
     repo = tmp_path / "models-repo"
     repo.mkdir()
