@@ -3,8 +3,17 @@ per request. Counts only (requests, connections, threads), never wall-clock time
 
 from __future__ import annotations
 
+import json
+
+import httpx2
+import pytest
+from huggingface_hub.utils import set_client_factory
+from huggingface_hub.utils._http import default_client_factory
+
+from qcheck.budget import Budget
+from qcheck.hub.wire import Wire, usable
 from qcheck.readers import load_checkpoint
-from support.hubserver import sharded_repo
+from support.hubserver import CONFIG, TOKEN, sharded_repo
 
 
 def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
@@ -17,3 +26,87 @@ def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
     assert len(hub.requests(r"\.safetensors$")) == 12
     assert len(hub.requests()) == 15  # repo info, config.json, the index, 12 shard headers
     assert hub.connections <= 4, hub.connections  # the main thread's and the two workers' (one spare)
+
+
+def _log(hub):
+    return sorted((r.method, r.path, r.range or "", r.status, r.auth) for r in hub.requests())
+
+
+def _tensors(ck):
+    return sorted((name, t.dtype, tuple(t.shape), t.file) for name, t in ck.tensors.items())
+
+
+@pytest.mark.parametrize("redirect", [False, True])
+def test_the_lean_path_and_the_session_read_the_same_bytes_the_same_way(redirect, hub, monkeypatch):
+    # the lean HTTP/1.1 path (default) against huggingface_hub's session (QCHECK_HUB_SESSION=1): the same
+    # requests (method, path, range, status, token or not: none to the CDN), the same checkpoint
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hub.redirect_lfs = redirect
+    hub.add_repo("org/four", sharded_repo(4))
+    lean = load_checkpoint("org/four")
+    lean_log, lean_connections = _log(hub), hub.connections
+    hub.clear_log()
+    monkeypatch.setenv("QCHECK_HUB_SESSION", "1")
+    session = load_checkpoint("org/four")
+    assert _tensors(lean) == _tensors(session) and len(lean.tensors) == 4 * 18
+    assert lean_log == _log(hub)
+    assert len(lean_log) == 3 + 4 * (2 if redirect else 1)
+    assert all(not auth for _m, path, _r, _s, auth in lean_log if path.startswith("/cdn/"))
+    assert lean_connections <= len(lean_log)
+
+
+def test_a_custom_client_factory_carries_every_request(hub):
+    # a user's set_client_factory (proxy, certificates, transport) is honoured: nothing bypasses that client
+    seen: list[str] = []
+    set_client_factory(lambda: httpx2.Client(event_hooks={"request": [lambda r: seen.append(r.url.path)]},
+                                             follow_redirects=True, timeout=None))
+    try:
+        hub.add_repo("org/three", sharded_repo(3))
+        assert len(load_checkpoint("org/three").tensors) == 3 * 18
+    finally:
+        set_client_factory(default_client_factory)
+    assert sorted(seen) == sorted(r.path for r in hub.requests())
+    assert len(seen) == 6
+
+
+def test_the_lean_path_only_where_the_session_would_do_the_same(hub, monkeypatch):
+    url = f"{hub.endpoint}/org/x/resolve/abc/model.safetensors"
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                "QCHECK_HUB_SESSION"):
+        monkeypatch.delenv(var, raising=False)
+    assert usable("GET", url, None) and usable("HEAD", url, None)
+    assert not usable("GET", url, {"blobs": "true"}) and not usable("POST", url, None)
+    assert not usable("GET", "ftp://example.org/x", None)
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    assert not usable("GET", url, None)
+    monkeypatch.delenv("https_proxy")
+    monkeypatch.setenv("QCHECK_HUB_SESSION", "1")
+    assert not usable("GET", url, None)
+
+
+def test_a_kept_alive_connection_the_server_dropped_is_replaced_once(hub):
+    hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
+    sha = hub.repos["org/one"].refs["main"]
+    url = f"{hub.endpoint}/org/one/resolve/{sha}/config.json"
+    wire = Wire()
+    budget = Budget(seconds=30)
+    kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
+    first = wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
+    hub.inject(r"config\.json$", "reset", times=1)  # the server closes the kept-alive connection unanswered
+    second = wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
+    assert first[0] == second[0] == 200 and first[2] == second[2] == json.dumps(CONFIG).encode()
+    assert len(hub.requests(r"config\.json$")) == 3 and hub.connections == 2
+    hub.inject(r"config\.json$", "reset", times=1)  # on a new connection the same drop is an error to retry
+    wire.close()
+    with pytest.raises(httpx2.RemoteProtocolError):
+        wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
+
+
+def test_a_chunked_answer_is_read_through_the_session(hub):
+    hub.chunked = True
+    hub.add_repo("org/chunked", sharded_repo(2))
+    ck = load_checkpoint("org/chunked")
+    assert len(ck.tensors) == 2 * 18 and ck.configs["config.json"]["num_hidden_layers"] == 6
+    # each chunked shard answer is asked once on the lean path (its body left unread) and once through the session
+    for i in (1, 2):
+        assert [r.status for r in hub.requests(rf"model-0000{i}-of-00002\.safetensors$")] == [206, 206]

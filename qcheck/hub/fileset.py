@@ -12,12 +12,14 @@ from __future__ import annotations
 import builtins  # the class has a method named list: annotations inside it name the builtin
 import os
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from qcheck.errors import InputError, RemoteError
-from qcheck.hub.http import HubClient, hub_endpoint
+from qcheck.hub.http import HubClient, HubPool, hub_endpoint
 from qcheck.hub.source import HubFileSource
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.source import ByteSource, FileEntry, LocalFileSet, LocalFileSource
@@ -67,7 +69,8 @@ class HubFileSet:
         self.cache_dir = cache_dir
         self._sources: dict[str, ByteSource] = {}
         self._small: dict[str, Future[bytes]] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: HubPool | None = None
+        self._snapshot: Path | bool | None = False  # False: not looked up yet; None: nothing cached
 
     # -- FileSet protocol --------------------------------------------------------------------------
     def list(self) -> list[FileEntry]:
@@ -104,7 +107,11 @@ class HubFileSet:
         fut = self._small.get(name)
         if fut is None:
             return self._read_small(name, max_bytes)
-        data = fut.result()
+        budget = self.client.budget
+        try:  # the worker may be stalled by the server: wait no longer than the run's deadline
+            data = fut.result(timeout=max(0.0, budget.remaining()))
+        except FutureTimeout:
+            raise budget.deadline_error(name, self.repo_id, self.client.endpoint) from None
         if len(data) > max_bytes:
             raise InputError(f"file is over the {max_bytes}-byte limit for side files",
                              path=f"{self.repo_id}:{name}")
@@ -133,9 +140,9 @@ class HubFileSet:
 
     # -- local cache ---------------------------------------------------------------------------------
     def _cached_path(self, name: str) -> str | None:
-        if self.cache_dir is None:
+        folder = self._snapshot_dir()
+        if folder is None:
             return None
-        folder = Path(self.cache_dir) / f"models--{self.repo_id.replace('/', '--')}" / "snapshots" / self.revision
         path = folder.joinpath(*PurePosixPath(name).parts)
         try:
             if path.is_file() and (self.files.get(name) is None or path.stat().st_size == self.files[name]):
@@ -144,10 +151,25 @@ class HubFileSet:
             return None
         return None
 
+    def _snapshot_dir(self) -> Path | None:
+        """This commit's folder in the local cache, looked up once: without one, no file is cached (one ``stat``
+        per run, not one per shard)."""
+        if self._snapshot is False:
+            folder = None
+            if self.cache_dir is not None:
+                folder = (Path(self.cache_dir) / f"models--{self.repo_id.replace('/', '--')}" / "snapshots"
+                          / self.revision)
+                try:
+                    folder = folder if folder.is_dir() else None
+                except OSError:
+                    folder = None
+            self._snapshot = folder
+        return self._snapshot if isinstance(self._snapshot, Path) else None
+
     # -- concurrency ---------------------------------------------------------------------------------
-    def _executor(self) -> ThreadPoolExecutor:
+    def _executor(self) -> HubPool:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="qcheck-hub")
+            self._pool = HubPool(_workers())
         return self._pool
 
     def prefetch_small(self, names: builtins.list[str], max_bytes: int | None = None) -> None:
@@ -155,7 +177,7 @@ class HubFileSet:
         limit = max_bytes or self.limits.max_json_bytes
         for name in names:
             if name in self.files and name not in self._small:
-                self._small[name] = self._executor().submit(self._read_small, name, limit)
+                self._small[name] = self._executor().submit(partial(self._read_small, name, limit))
 
     def prefetch_headers(self, names: builtins.list[str]) -> builtins.list[Future[None]]:
         """Start reading the headers of many files at once: whole safetensors headers, GGUF first chunks."""
@@ -165,12 +187,12 @@ class HubFileSet:
             if not isinstance(src, HubFileSource):
                 continue
             task = src.prefetch_safetensors_header if name.lower().endswith(".safetensors") else src.prefetch
-            futures.append(self._executor().submit(_quiet, task))
+            futures.append(self._executor().submit(partial(_quiet, task)))
         return futures
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
             self._pool = None
 
     def stats(self) -> dict[str, dict[str, int]]:

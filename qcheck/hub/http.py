@@ -6,12 +6,16 @@ Here every body is streamed and cut at the length asked for, 429/5xx/timeouts ar
 exponential backoff (``Retry-After`` honoured, capped), and each call is counted per file so tests and
 ``bench/`` can show that only headers were fetched. The session is ``huggingface_hub.get_session()`` so a
 user's proxy or certificate set-up (``set_client_factory``) applies; the headers come from
-``build_hf_headers`` (token from ``HF_TOKEN`` or the ``hf auth login`` file, user agent).
+``build_hf_headers`` (token from ``HF_TOKEN`` or the ``hf auth login`` file, user agent). Where the session would
+do nothing more than plain HTTP/1.1 (its default factory, no proxy), GETs take ``qcheck.hub.wire`` instead: the
+same exchange at a tenth of the CPU per request.
 
 Every exchange of a run draws on one ``Budget``: a total deadline (``QCHECK_HUB_DEADLINE``, a server that
 drips one byte every few seconds cannot keep a CI job alive: per-read timeouts never fire on it) and a total
-byte count (``QCHECK_HUB_MAX_BYTES``). Each attempt runs in a helper thread the caller stops waiting for at the
-deadline, so even a server that drips its status line ends the run on time. Requests libraries would make
+byte count (``QCHECK_HUB_MAX_BYTES``). An attempt made from the caller's thread runs in a helper thread the caller
+stops waiting for at the deadline, so even a server that drips its status line ends the run on time; on a
+``HubPool`` worker (the many-shard prefetch) it runs in the worker itself, whose waiters wait only until the
+deadline, and the worker is a daemon thread, so a stalled one never holds the process open. Requests libraries would make
 on qcheck's behalf count too: ``build_hf_headers`` fetches the Hub's agent-harness registry (an unbounded body)
 unless its cache is fresh, so qcheck gives it the cached registry or none, and never lets it fetch.
 """
@@ -20,15 +24,19 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from qcheck.budget import Budget, env_float, run_budget
 from qcheck.errors import RemoteError
+from qcheck.hub import wire
 from qcheck.hub.errors import http_error, network_error, redact
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -109,6 +117,7 @@ class HubClient:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._wire = wire.Wire()
         self._announced: set[tuple[str, int]] = set()
         from huggingface_hub.utils import build_hf_headers
 
@@ -220,8 +229,19 @@ class HubClient:
                  max_bytes: int, timeout: float, what: str, repo_id: str) -> tuple[int, dict[str, str], bytes, str]:
         """One HTTP exchange in a helper thread, abandoned at the run's deadline: per-read timeouts cannot
         stop a server that sends one byte every few seconds, in the status line, headers or body."""
-        box: dict[str, Any] = {}
+        if wire.usable(method, url, params):
+            budget = self.budget
+            try:
+                return self._wire.exchange(
+                    method, url, headers, max_bytes, timeout,
+                    take=lambda n: budget.take(n, what, repo_id, self.endpoint), remaining=budget.remaining,
+                    deadline=lambda: budget.deadline_error(what, repo_id, self.endpoint))
+            except wire.Unsupported:
+                pass  # an answer only the session reads (chunked, compressed...): the same request through it
         cancelled = threading.Event()
+        if getattr(_WORKER, "active", False):  # a HubPool worker: its waiters are bounded by the deadline already
+            return self._exchange(method, url, headers, params, max_bytes, timeout, cancelled, what, repo_id)
+        box: dict[str, Any] = {}
 
         def run() -> None:
             try:
@@ -255,6 +275,8 @@ class HubClient:
                 for chunk in r.iter_bytes():
                     if cancelled.is_set():
                         break
+                    if self.budget.remaining() <= 0:  # a body dripping in on a worker that nobody abandons
+                        raise self.budget.deadline_error(what, repo_id, self.endpoint)
                     self.budget.take(len(chunk), what, repo_id, self.endpoint)
                     body += chunk
                     # '>' not '>=': a range answered with exactly the bytes asked for is read to its end, so
@@ -296,6 +318,68 @@ class HubClient:
 
 
 _ANNOUNCE_LOCK = threading.Lock()
+_WORKER = threading.local()
+T = TypeVar("T")
+
+
+class HubPool:
+    """Daemon worker threads for concurrent header reads (what ``ThreadPoolExecutor`` would do, minus its join at
+    interpreter exit): requests run directly on the worker, not in a helper thread per attempt, and a worker stalled
+    by a dripping server cannot keep the process alive after the run's deadline. A thread starts with each task
+    until there are ``workers``; a thread ends after ``idle`` seconds without work."""
+
+    def __init__(self, workers: int, idle: float = 2.0):
+        self.workers = max(1, workers)
+        self.idle = idle
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        fut: Future[T] = Future()
+        self._queue.put((fut, fn))  # before the count is read: a thread ends only when it sees an empty queue
+        with self._lock:
+            if self._threads >= self.workers:
+                return fut
+            self._threads += 1
+        threading.Thread(target=self._run, name="qcheck-hub", daemon=True).start()
+        return fut
+
+    def _run(self) -> None:
+        _WORKER.active = True
+        while True:
+            try:
+                item = self._queue.get(timeout=self.idle)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._threads -= 1
+                        return
+                continue
+            if item is None:
+                with self._lock:
+                    self._threads -= 1
+                return
+            fut, fn = item
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # handed to whoever waits on the future
+                    fut.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel queued work and let every thread end (a running task finishes, or stalls, on its own)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        with self._lock:
+            count = self._threads
+        for _ in range(count):
+            self._queue.put(None)
 
 
 def unfixable(exc: BaseException) -> bool:

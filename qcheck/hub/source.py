@@ -50,35 +50,44 @@ class HubFileSource:
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise InputError(f"negative read at offset {offset}", path=self.name)
-        with self._lock:
-            if self.size is not None:
-                if offset >= self.size or length == 0:
-                    return b""
-                length = min(length, self.size - offset)
-            elif length == 0:
+        budget = self.client.budget
+        # a prefetching worker holds the lock while it reads: wait for it no longer than the run's deadline
+        if not self._lock.acquire(timeout=max(0.0, budget.remaining())):
+            raise budget.deadline_error(self.filename, self.repo_id, self.client.endpoint)
+        try:
+            return self._read_at(offset, length)
+        finally:
+            self._lock.release()
+
+    def _read_at(self, offset: int, length: int) -> bytes:
+        if self.size is not None:
+            if offset >= self.size or length == 0:
                 return b""
-            end = offset + length
-            buf_end = self._buf_start + len(self._buf)
-            if self._buf_start <= offset and end <= buf_end:
-                return bytes(self._buf[offset - self._buf_start:end - self._buf_start])
-            if self._buf_start <= offset <= buf_end and self._buf:
-                missing = end - buf_end
-                if length >= CALLER_CHUNK or missing > self._next_chunk:
-                    want = max(missing, CALLER_CHUNK)  # never a request for a few stray bytes
-                else:
-                    want = self._next_chunk
-                    self._next_chunk = min(self._next_chunk * GROWTH, MAX_CHUNK)
-                data = self._fetch(buf_end, buf_end + want)
-                self._buf += data
-            else:  # a fresh window (first read, or a jump away from what is buffered)
-                want = max(length, FIRST_READ if offset == 0 else self._next_chunk)
-                data = self._fetch(offset, offset + want)
-                self._buf = bytearray(data)
-                self._buf_start = offset
-                if offset == 0:
-                    self._next_chunk = min(self._next_chunk * GROWTH, MAX_CHUNK)
-            lo = offset - self._buf_start
-            return bytes(self._buf[lo:lo + length])
+            length = min(length, self.size - offset)
+        elif length == 0:
+            return b""
+        end = offset + length
+        buf_end = self._buf_start + len(self._buf)
+        if self._buf_start <= offset and end <= buf_end:
+            return bytes(self._buf[offset - self._buf_start:end - self._buf_start])
+        if self._buf_start <= offset <= buf_end and self._buf:
+            missing = end - buf_end
+            if length >= CALLER_CHUNK or missing > self._next_chunk:
+                want = max(missing, CALLER_CHUNK)  # never a request for a few stray bytes
+            else:
+                want = self._next_chunk
+                self._next_chunk = min(self._next_chunk * GROWTH, MAX_CHUNK)
+            data = self._fetch(buf_end, buf_end + want)
+            self._buf += data
+        else:  # a fresh window (first read, or a jump away from what is buffered)
+            want = max(length, FIRST_READ if offset == 0 else self._next_chunk)
+            data = self._fetch(offset, offset + want)
+            self._buf = bytearray(data)
+            self._buf_start = offset
+            if offset == 0:
+                self._next_chunk = min(self._next_chunk * GROWTH, MAX_CHUNK)
+        lo = offset - self._buf_start
+        return bytes(self._buf[lo:lo + length])
 
     def close(self) -> None:
         """Keeps the fetched bytes: a FileSet hands out one source per file and readers may open it again."""

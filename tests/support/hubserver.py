@@ -105,6 +105,7 @@ class FakeHub:
         self.echo_auth = False
         self.ignore_range = False  # answer Range requests with 200 and the whole file, as a broken mirror would
         self.shift_ranges = 0  # serve ranges this many bytes late (a broken cache), with an honest Content-Range
+        self.chunked = False  # send bodies with Transfer-Encoding: chunked instead of a Content-Length
         self.in_flight = 0
         self.max_in_flight = 0
         self.connections = 0  # TCP connections accepted: requests over fewer connections were kept alive
@@ -287,9 +288,15 @@ class _Handler(BaseHTTPRequestHandler):
               head: bool = False) -> None:
         entry.status = status
         self.send_response(status)
+        chunked = self.hub.chunked and bool(body) and not head
         for k, v in headers.items():
-            self.send_header(k, v)
-        if "Content-Length" not in headers:
+            if not (chunked and k == "Content-Length"):
+                self.send_header(k, v)
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            body = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 4096]), body[i:i + 4096])
+                            for i in range(0, len(body), 4096)) + b"0\r\n\r\n"
+        elif "Content-Length" not in headers:
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if not head and body:
