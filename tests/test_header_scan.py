@@ -173,18 +173,20 @@ def test_a_plain_header_takes_the_column_path():
     assert st._plain_entries(value, DEFAULT_LIMITS, 100, "f") is None
 
 
-def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | None) -> bytes:
-    """A header spelled as safetensors' own writer spells it (compact, dtype/shape/data_offsets), names varied."""
-    parts = [] if metadata is None else ['"__metadata__":' + json.dumps(metadata, separators=(",", ":"),
-                                                                        ensure_ascii=False)]
+def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | None, spaced: bool = False) -> bytes:
+    """A header spelled as safetensors' own writer spells it (compact, dtype/shape/data_offsets), or as
+    ``json.dumps`` does by default (``spaced``), names varied."""
+    c, m = (": ", ", ") if spaced else (":", ",")
+    parts = [] if metadata is None else [f'"__metadata__"{c}' + json.dumps(metadata, separators=(m, c),
+                                                                           ensure_ascii=False)]
     for name, dtype, shape, begin in _entries(rng, count):
         size = {"F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1, "BOOL": 1}[dtype]
         for d in shape:
             size *= d
         name = rng.choice(["", "model.", "é.", "x y.", "a]},\""]) + name
-        parts.append(json.dumps(name, ensure_ascii=False) + ':{"dtype":' + json.dumps(dtype) + ',"shape":'
-                     + json.dumps(shape, separators=(",", ":")) + f',"data_offsets":[{begin},{begin + size}]}}')
-    raw = ("{" + ",".join(parts) + "}").encode()
+        parts.append(json.dumps(name, ensure_ascii=False) + f'{c}{{"dtype"{c}' + json.dumps(dtype) + f'{m}"shape"{c}'
+                     + json.dumps(shape, separators=(m, c)) + f'{m}"data_offsets"{c}[{begin}{m}{begin + size}]}}')
+    raw = ("{" + m.join(parts) + "}").encode()
     return raw + b" " * (-len(raw) % 8)
 
 
@@ -220,10 +222,13 @@ def test_the_compact_path_agrees_with_the_full_parse_on_damaged_headers(seed, mo
 
     rng = random.Random(seed)
     alphabet = b'"\\{}[],:0123456789 \t\n-.eEtruAFx\x00\x1f\xc3'
-    compact_taken = 0
+    compact_taken = spaced_taken = 0
     for _ in range(400):
-        raw = bytearray(_writer_header(rng, rng.randint(1, 6), rng.choice(_METADATA)))
+        spaced = rng.random() < 0.3
+        raw = bytearray(_writer_header(rng, rng.randint(1, 6), rng.choice(_METADATA), spaced))
         for _damage in range(rng.choice([0, 1, 1, 2])):
+            if not raw:
+                break
             where = rng.randrange(len(raw))
             kind = rng.random()
             if kind < 0.5:
@@ -239,8 +244,11 @@ def test_the_compact_path_agrees_with_the_full_parse_on_damaged_headers(seed, mo
             continue
         fast = _outcome(data, monkeypatch, True)
         assert fast == _outcome(data, monkeypatch, "columns"), data
-        compact_taken += st._compact_header(data, DEFAULT_LIMITS, "x", 8, "") is not None
-    assert compact_taken > 40  # both paths are exercised (escaped names and most damage take the full one)
+        taken = st._compact_header(data, DEFAULT_LIMITS, "x", 8, "") is not None
+        compact_taken += taken
+        spaced_taken += taken and spaced
+    # both paths are exercised (escaped names and most damage take the full one), and both spellings
+    assert compact_taken > 40 and spaced_taken > 5
 
 
 @pytest.mark.parametrize("limit", ["max_tensors=3", "max_string_bytes=4", "max_dims=1", "max_tensor_elements=5",
@@ -254,7 +262,7 @@ def test_the_compact_path_keeps_every_bound(limit, monkeypatch):
     rng = random.Random(limit)
     refused = 0
     for _ in range(20):
-        raw = _writer_header(rng, rng.randint(1, 8), rng.choice(_METADATA[2:]))
+        raw = _writer_header(rng, rng.randint(1, 8), rng.choice(_METADATA[2:]), rng.random() < 0.5)
         fast = _outcome(raw, monkeypatch, True, limits)
         assert fast == _outcome(raw, monkeypatch, "columns", limits) == _outcome(raw, monkeypatch, False, limits)
         refused += fast[0] == "error"

@@ -67,24 +67,52 @@ _WHOLE_BYTES = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8 == 0}
 _DTYPE, _SHAPE, _OFFSETS = (itemgetter(k) for k in _ENTRY_KEYS)
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
-# The header exactly as safetensors' own writer spells it (serde_json: no whitespace, an entry's fields in
-# declaration order), read with one regex instead of building ~2 million JSON objects (see _compact_header).
+# The header as safetensors' own writer spells it (serde_json: no whitespace, an entry's fields in declaration
+# order), or as Python's json.dumps does by default (", " and ": "), read with one regex instead of building ~2
+# million JSON objects (see _compact_header).
 #: a JSON unsigned integer of at most 20 digits (u64 needs 20; more is never valid here, and int() stays cheap)
 _UINT = r"(?:0|[1-9][0-9]{0,19})"
 #: a JSON string's characters with no escape (a raw quote, backslash or control character never matches)
 _PLAIN_CHARS = r'[^"\\\x00-\x1f]*'
-#: one entry: name, then dtype and shape as one text (few distinct ones: each is parsed once), the two offsets,
-#: and the ``,`` or ``}`` after it
-_COMPACT_ENTRY = re.compile(
-    rf'"({_PLAIN_CHARS})":\{{"dtype":"({_PLAIN_CHARS}","shape":\[(?:{_UINT}(?:,{_UINT})*)?)\],'
-    rf'"data_offsets":\[({_UINT}),({_UINT})\]\}}([,}}])')
-#: characters of an entry outside its captured groups, plus its separator
-_COMPACT_FIXED = len('"":{"dtype":"],"data_offsets":[,]}') + 1
-_DTYPE_SHAPE = '","shape":['
 _JSON_STRING = r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
-#: a leading ``__metadata__`` object of strings (validated by parse_json afterwards), and the comma after it
-_COMPACT_METADATA = re.compile(rf'"__metadata__":\{{(?:{_JSON_STRING}:{_JSON_STRING}(?:,{_JSON_STRING}:{_JSON_STRING})*)?\}},')
 
+
+@dataclass(frozen=True)
+class _Spelling:
+    """One way of spelling a header without escapes: the text between a key and its value, and between items."""
+
+    colon: str
+    comma: str
+
+    @property
+    def entry(self) -> re.Pattern[str]:
+        """One entry: name, then dtype and shape as one text (few distinct ones: each is parsed once), the two
+        offsets, and the separator after it (``comma``, or ``}`` after the last)."""
+        c, m = self.colon, self.comma
+        return re.compile(
+            rf'"({_PLAIN_CHARS})"{c}\{{"dtype"{c}"({_PLAIN_CHARS}"{m}"shape"{c}\[(?:{_UINT}(?:{m}{_UINT})*)?)\]{m}'
+            rf'"data_offsets"{c}\[({_UINT}){m}({_UINT})\]\}}({m}|\}})')
+
+    @property
+    def metadata(self) -> re.Pattern[str]:
+        """A leading ``__metadata__`` object of strings (parse_json validates it afterwards), and the separator."""
+        c, m, s = self.colon, self.comma, _JSON_STRING
+        return re.compile(rf'"__metadata__"{c}\{{(?:{s}{c}{s}(?:{m}{s}{c}{s})*)?\}}{m}')
+
+    @property
+    def fixed(self) -> int:
+        """Characters of an entry outside its captured groups and its separator."""
+        c, m = self.colon, self.comma
+        return len(f'""{c}{{"dtype"{c}"]{m}"data_offsets"{c}[{m}]}}')
+
+    @property
+    def kind_split(self) -> str:
+        """What separates the dtype from the dimensions in an entry's dtype-and-shape text."""
+        return f'"{self.comma}"shape"{self.colon}['
+
+
+#: (spelling, entry regex, metadata regex, fixed characters per entry), the writer's own spelling first
+_SPELLINGS = [(sp, sp.entry, sp.metadata, sp.fixed) for sp in (_Spelling(":", ","), _Spelling(": ", ", "))]
 
 @dataclass
 class SafetensorsHeader:
@@ -332,8 +360,8 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     ``json`` spends most of its time building a dict, two lists and their ints per entry, only for the column
     checks to take them apart again. A header in the writer's compact form (no whitespace, fields in the order
     dtype, shape, data_offsets, no escapes in names or dtypes, an optional leading ``__metadata__`` object of
-    strings) is instead cut into columns by one regex; the matches must tile the text exactly, so what is read
-    is what ``json`` would read. Anything else (other spellings, and anything the full path would refuse or
+    strings), or spelled the same with ``json.dumps``'s default ``", "`` and ``": "``, is instead cut into
+    columns by one regex; the matches must tile the text exactly, so what is read is what ``json`` would read. Anything else (other spellings, and anything the full path would refuse or
     warn about: a duplicate name, a bound exceeded, a bad layout) gives None and the full path runs, so every
     error and warning stays the full path's own.
     """
@@ -344,26 +372,18 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     except UnicodeDecodeError:
         return None
     end = len(text.rstrip(" "))  # the padding is spaces (anything else: the full path warns or refuses)
-    pos, metadata = 1, {}
-    head = _COMPACT_METADATA.match(text, 1, end)
-    if head is not None:
-        wrapped = ("{" + text[1:head.end() - 1] + "}").encode("utf-8")
-        try:
-            value, _ = parse_json(wrapped, where="header", path=name, max_depth=3, allow_constants=False)
-            metadata = _metadata(value["__metadata__"], name)
-        except InputError:
-            return None
-        if len(metadata) > limits.max_kv:
-            return None
-        pos = head.end()
-    found = _COMPACT_ENTRY.findall(text, pos, end)
+    start = _start(text, end, limits, name)
+    if start is None:
+        return None
+    (spelling, entry, _, fixed), pos, metadata = start
+    found = entry.findall(text, pos, end)
     count = len(found)
-    if not count or count > limits.max_tensors:
+    if count > limits.max_tensors:
         return None
     names, kinds, begins_text, stops_text, seps = zip(*found, strict=True)
     del found
-    covered = count * _COMPACT_FIXED + sum(map(len, names)) + sum(map(len, kinds)) + sum(map(len, begins_text)) \
-        + sum(map(len, stops_text))
+    covered = count * fixed + sum(map(len, names)) + sum(map(len, kinds)) + sum(map(len, begins_text)) \
+        + sum(map(len, stops_text)) + sum(map(len, seps))
     if covered != end - pos or seps[-1] != "}" or seps.count("}") != 1:  # a gap, or text after the object
         return None
     del seps
@@ -372,8 +392,8 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     # each distinct dtype-and-shape text parsed once: (dtype, shape, element count)
     parsed: dict[str, tuple[str, tuple[int, ...], int]] = {}
     for kind in set(kinds):
-        dtype, _, dims_text = kind.partition(_DTYPE_SHAPE)
-        shape = tuple(map(int, dims_text.split(","))) if dims_text else ()
+        dtype, _, dims_text = kind.partition(spelling.kind_split)
+        shape = tuple(map(int, dims_text.split(spelling.comma))) if dims_text else ()
         if dtype not in _WHOLE_BYTES or len(shape) > limits.max_dims or any(
                 d > limits.max_tensor_elements for d in shape) or math.prod(shape) > limits.max_tensor_elements:
             return None
@@ -392,6 +412,28 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     if columns is None or len(columns[0]) != count:  # fewer tensors than entries: a duplicate name
         return None
     return columns[0], columns[1], metadata
+
+
+def _start(text: str, end: int, limits: Limits, name: str
+           ) -> tuple[tuple[_Spelling, re.Pattern[str], re.Pattern[str], int], int, dict[str, str]] | None:
+    """The spelling of a header's first entry, where that entry starts (after a leading ``__metadata__``),
+    and the metadata; None when neither spelling fits or the metadata is not what the full path accepts."""
+    for spelling in _SPELLINGS:
+        pos, metadata = 1, {}
+        head = spelling[2].match(text, 1, end)
+        if head is not None:
+            pos = head.end()
+            wrapped = ("{" + text[1:pos - len(spelling[0].comma)] + "}").encode("utf-8")
+            try:
+                value, _ = parse_json(wrapped, where="header", path=name, max_depth=3, allow_constants=False)
+                metadata = _metadata(value["__metadata__"], name)
+            except InputError:
+                return None
+            if len(metadata) > limits.max_kv:
+                return None
+        if spelling[1].match(text, pos, end) is not None:  # the first entry tells the spelling: one pass
+            return spelling, pos, metadata
+    return None
 
 
 def _metadata(value: Any, name: str) -> dict[str, str]:
