@@ -11,7 +11,7 @@ from huggingface_hub.utils import set_client_factory
 from huggingface_hub.utils._http import default_client_factory
 
 from qcheck.budget import Budget
-from qcheck.hub.wire import Wire, usable
+from qcheck.hub.wire import Unsupported, Wire, usable
 from qcheck.readers import load_checkpoint
 from support.hubserver import CONFIG, TOKEN, sharded_repo
 
@@ -110,3 +110,14 @@ def test_a_chunked_answer_is_read_through_the_session(hub):
     # each chunked shard answer is asked once on the lean path (its body left unread) and once through the session
     for i in (1, 2):
         assert [r.status for r in hub.requests(rf"model-0000{i}-of-00002\.safetensors$")] == [206, 206]
+
+
+def test_a_redirect_the_lean_path_cannot_spell_is_left_to_the_session(hub):
+    hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
+    hub.inject(r"config\.json$", 302, headers={"Location": "/org/one/resolve/main/con fig.json"})
+    url = f"{hub.endpoint}/org/one/resolve/main/config.json"
+    budget = Budget(seconds=30)
+    with pytest.raises(Unsupported):
+        Wire().exchange("GET", url, {}, 10_000, 5.0, take=lambda n: None, remaining=budget.remaining,
+                        deadline=lambda: budget.deadline_error("x", "y", "z"))
+    assert len(hub.requests()) == 1  # nothing sent for the redirect target

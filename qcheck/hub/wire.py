@@ -19,6 +19,7 @@ any thread, without a helper thread per request.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 import threading
@@ -34,6 +35,7 @@ KEEPALIVE = 5.0  # seconds an idle connection is kept (httpcore's default expiry
 RECV = 256 * 1024
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_PLAIN = re.compile(r"[!-~]+\Z")  # printable ASCII, no spaces: what can go into a request line as it is
 
 
 class Unsupported(Exception):
@@ -100,10 +102,15 @@ class Wire:
         key = (scheme, host, port)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host_header = parts.netloc.rpartition("@")[2]
+        if not _PLAIN.match(target) or not _PLAIN.match(host_header):  # a Location with spaces or non-ASCII
+            raise Unsupported("a URL the session must encode")
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host_header}", "Accept: */*", "Accept-Encoding: identity",
                  "Connection: keep-alive"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            request = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+        except UnicodeEncodeError:  # a header value httpx would refuse in its own words
+            raise Unsupported("a non-ASCII header value") from None
         while True:
             sock, reused = self._checkout(key, timeout, remaining, deadline)
             conn = _Conn(sock, timeout, remaining, deadline)
@@ -124,7 +131,8 @@ class Wire:
         except BaseException:
             sock.close()
             raise
-        if reusable and hdrs.get("connection", "").lower() != "close":
+        keep = hdrs.get("connection", "").lower()
+        if reusable and keep != "close" and (conn.version == "HTTP/1.1" or keep == "keep-alive"):
             self._checkin(key, sock)
         else:
             sock.close()
@@ -203,6 +211,7 @@ class _Conn:
         self.deadline = deadline
         self.buf = bytearray()
         self.got_any = False
+        self.version = ""
 
     def _settimeout(self) -> None:
         left = self.remaining()
@@ -265,6 +274,7 @@ class _Conn:
         if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not (fields[1].isdigit() and len(fields[1]) == 3):
             raise httpx2.RemoteProtocolError(f"malformed status line {status_line[:80]!r}")
         status = int(fields[1])
+        self.version = fields[0]
         hdrs: dict[str, str] = {}
         for line in lines:
             name, sep, value = line.partition(":")
