@@ -25,7 +25,7 @@ def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
     assert len(ck.tensors) == 12 * 18
     assert len(hub.requests(r"\.safetensors$")) == 12
     assert len(hub.requests()) == 15  # repo info, config.json, the index, 12 shard headers
-    assert hub.connections <= 4, hub.connections  # the main thread's and the two workers' (one spare)
+    assert hub.connections <= 6, hub.connections  # the main thread's and the two workers' (and spares); 13 if not kept
 
 
 def _log(hub):
