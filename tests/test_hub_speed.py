@@ -11,7 +11,7 @@ from huggingface_hub.utils import set_client_factory
 from huggingface_hub.utils._http import default_client_factory
 
 from qcheck.budget import Budget
-from qcheck.hub.wire import Unsupported, Wire, usable
+from qcheck.hub.wire import Unsupported, Wire, plain_session, usable
 from qcheck.readers import load_checkpoint
 from support.hubserver import CONFIG, TOKEN, sharded_repo
 
@@ -71,17 +71,21 @@ def test_a_custom_client_factory_carries_every_request(hub):
 
 def test_the_lean_path_only_where_the_session_would_do_the_same(hub, monkeypatch):
     url = f"{hub.endpoint}/org/x/resolve/abc/model.safetensors"
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
-                "QCHECK_HUB_SESSION"):
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
+                "no_proxy", "QCHECK_HUB_SESSION"):
         monkeypatch.delenv(var, raising=False)
+    assert plain_session()
     assert usable("GET", url, None) and usable("HEAD", url, None)
     assert not usable("GET", url, {"blobs": "true"}) and not usable("POST", url, None)
     assert not usable("GET", "ftp://example.org/x", None)
-    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
-    assert not usable("GET", url, None)
-    monkeypatch.delenv("https_proxy")
+    for var in ("https_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, "http://proxy.example:3128")
+        assert not plain_session(), var
+        monkeypatch.delenv(var)
     monkeypatch.setenv("QCHECK_HUB_SESSION", "1")
-    assert not usable("GET", url, None)
+    assert not plain_session()
+    monkeypatch.setenv("QCHECK_HUB_SESSION", "0")
+    assert plain_session()
 
 
 def test_a_kept_alive_connection_the_server_dropped_is_replaced_once(hub):

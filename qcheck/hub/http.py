@@ -118,6 +118,7 @@ class HubClient:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._wire = wire.Wire()
+        self._plain = wire.plain_session()  # read once per client: a run's settings do not change under it
         self._announced: set[tuple[str, int]] = set()
         from huggingface_hub.utils import build_hf_headers
 
@@ -229,7 +230,7 @@ class HubClient:
                  max_bytes: int, timeout: float, what: str, repo_id: str) -> tuple[int, dict[str, str], bytes, str]:
         """One HTTP exchange in a helper thread, abandoned at the run's deadline: per-read timeouts cannot
         stop a server that sends one byte every few seconds, in the status line, headers or body."""
-        if wire.usable(method, url, params):
+        if self._plain and wire.usable(method, url, params):
             budget = self.budget
             try:
                 return self._wire.exchange(

@@ -4,10 +4,11 @@ Why: httpx spends ~0.7 ms of CPU per request (URL objects, event hooks, h11's st
 bookkeeping) where the exchange itself, a keep-alive socket and a ``Content-Length`` body, needs ~0.05 ms; on a
 2-core machine 160 shards were CPU-bound in the client, not bound by the Hub's latency.
 
-It is used only where it is what huggingface_hub's session would do (``usable``): huggingface_hub's default
-client factory (no ``set_client_factory`` of the user's: custom transports, proxies, certificates go through the
-session), no proxy in the environment, ``http``/``https`` URLs, GET/HEAD without query parameters;
-``QCHECK_HUB_SESSION=1`` turns it off. TLS uses ``httpx2.create_ssl_context()``, the session's own default
+It is used only where it is what huggingface_hub's session would do (``plain_session``, ``usable``):
+huggingface_hub's default client factory (no ``set_client_factory`` of the user's: custom transports, proxies,
+certificates go through the session), no proxy configured, ``http``/``https`` URLs, GET/HEAD without query
+parameters; ``QCHECK_HUB_SESSION=1`` turns it off. Like the session's request hook it sends an
+``X-Amzn-Trace-Id`` per request. TLS uses ``httpx2.create_ssl_context()``, the session's own default
 (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured). Redirects are followed as httpx follows them (the Authorization
 header is dropped on a change of origin). An answer it does not handle (chunked or compressed bodies, 1xx, a
 redirect to another scheme) raises ``Unsupported`` before any of its body is read, and the caller asks the
@@ -24,6 +25,7 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
@@ -33,7 +35,6 @@ MAX_REDIRECTS = 20  # httpx's default
 MAX_HEAD = 64 * 1024  # status line and headers: a server sending more is broken or hostile
 KEEPALIVE = 5.0  # seconds an idle connection is kept (httpcore's default expiry)
 RECV = 256 * 1024
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _PLAIN = re.compile(r"[!-~]+\Z")  # printable ASCII, no spaces: what can go into a request line as it is
 
@@ -42,11 +43,16 @@ class Unsupported(Exception):
     """The answer needs what this client does not do; nothing of its body was read. Ask the session."""
 
 
-def usable(method: str, url: str, params: object) -> bool:
-    """True when a request may take the lean path: see the module docstring."""
-    if params or method not in ("GET", "HEAD") or os.environ.get("QCHECK_HUB_SESSION", "") not in ("", "0"):
+def plain_session() -> bool:
+    """True when huggingface_hub's session would add nothing to plain HTTP/1.1 for this run: its default client
+    factory, no proxy (``urllib.request.getproxies()``, where httpx reads them: the environment, and the system
+    settings on macOS and Windows), not in huggingface_hub's offline mode, and ``QCHECK_HUB_SESSION`` unset."""
+    if os.environ.get("QCHECK_HUB_SESSION", "") not in ("", "0"):
         return False
-    if not url.startswith(("http://", "https://")) or any(os.environ.get(v) for v in _PROXY_VARS):
+    from urllib.request import getproxies
+
+    proxies = getproxies()
+    if any(proxies.get(k) for k in ("http", "https", "all")):
         return False
     try:
         from huggingface_hub import constants
@@ -57,6 +63,12 @@ def usable(method: str, url: str, params: object) -> bool:
         return False
     factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
     return factory is not None and factory is getattr(_http, "default_client_factory", object())
+
+
+def usable(method: str, url: str, params: object) -> bool:
+    """True when a request may take the lean path (given ``plain_session()``): GET/HEAD of an http(s) URL without
+    query parameters to encode."""
+    return not params and method in ("GET", "HEAD") and url.startswith(("http://", "https://"))
 
 
 class Wire:
@@ -107,6 +119,8 @@ class Wire:
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host_header}", "Accept: */*", "Accept-Encoding: identity",
                  "Connection: keep-alive"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
+        if not any(k.lower() == "x-amzn-trace-id" for k in headers):
+            lines.append(f"X-Amzn-Trace-Id: {uuid.uuid4()}")  # as huggingface_hub's request hook adds
         try:
             request = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
         except UnicodeEncodeError:  # a header value httpx would refuse in its own words
