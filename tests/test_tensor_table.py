@@ -105,9 +105,11 @@ def test_table_answers_equal_the_per_tensor_loops(seed, one_dtype):
         assert type_stats(ck, TensorTable(tensors)) == _ref_type_stats(ck)
     plain = logical_parameters(tensors, [])
     assert logical_parameters(tensors, [], TensorTable(tensors)) == plain
-    insp = Inspection(path="x", container="safetensors")
-    fill_from_tensors(insp, tensors)
-    assert (insp.moe, insp.num_experts) == _ref_experts(tensors)
+    for given in (None, table, TensorTable(dict(tensors))):  # a table of another dict is not used
+        insp = Inspection(path="x", container="safetensors")
+        fill_from_tensors(insp, tensors, given)
+        assert (insp.moe, insp.num_experts) == _ref_experts(tensors)
+    assert table.joined() == "\n".join(tensors) and table.joined() is table.joined()
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -127,7 +129,7 @@ def test_two_expert_indexes_in_one_name_count_once():
     tensors = {n: TensorInfo(n, "BF16", (2, 2)) for n in
                ("m.experts.1.x.experts.2.w", "m.experts.3.w", "a\n.experts.4.b.experts.5.c")}
     insp = Inspection(path="x", container="safetensors")
-    fill_from_tensors(insp, tensors)
+    fill_from_tensors(insp, tensors, TensorTable(tensors))
     assert insp.num_experts == 3 and _ref_experts(tensors) == (True, 3)
     del tensors["a\n.experts.4.b.experts.5.c"]  # no newline: the one-pass path
     insp = Inspection(path="x", container="safetensors")

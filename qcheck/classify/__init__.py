@@ -268,7 +268,7 @@ def _classify_safetensors(ckpt: Checkpoint, table: TensorTable) -> tuple[Inspect
     insp = Inspection(path=ckpt.path, container="safetensors", files=list(ckpt.files), revision=ckpt.revision)
     insp.warnings = list(ckpt.warnings)
     fill_from_config(insp, view.model)
-    fill_from_tensors(insp, ckpt.tensors)
+    fill_from_tensors(insp, ckpt.tensors, table)
     insp.tensor_count = len(ckpt.tensors)
     insp.size_bytes = ckpt.size_bytes or None
     insp.dtype = _plain_dtype(table, claimed) or config_word(first(view.model, "torch_dtype", "dtype"))

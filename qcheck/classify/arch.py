@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.classify.configs import as_int, first
 from qcheck.model import Inspection, TensorInfo
+
+if TYPE_CHECKING:
+    from qcheck.classify.table import TensorTable
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "max_seq_len", "seq_length",
                 "n_ctx", "model_max_length")
@@ -50,12 +53,12 @@ def fill_from_config(insp: Inspection, model: dict[str, Any]) -> None:
         insp.num_experts_used = as_int(first(model, *EXPERT_USED_KEYS))
 
 
-def fill_from_tensors(insp: Inspection, tensors: Mapping[str, TensorInfo]) -> None:
+def fill_from_tensors(insp: Inspection, tensors: Mapping[str, TensorInfo], table: TensorTable | None = None) -> None:
     """MoE evidence in tensor names when the config has none: ``.experts.N.`` modules or fused
-    ``experts``/``_exps`` stacks (leading dim = expert count)."""
+    ``experts``/``_exps`` stacks (leading dim = expert count). ``table``: the columns of ``tensors``, if built."""
     if insp.moe and insp.num_experts:
         return
-    joined = "\n".join(tensors)
+    joined = table.joined() if table is not None and table.tensors is tensors else "\n".join(tensors)
     indices: set[int] = set()
     fused: int | None = None
     if joined.count("\n") == len(tensors) - 1:  # no name holds a newline: one regex pass, first match per line

@@ -46,6 +46,7 @@ class TensorTable:
     _keys: list[str] | None = field(init=False, default=None)
     _infos: list[TensorInfo] | None = field(init=False, default=None)
     _nbytes: list[int | None] | None = field(init=False, default=None)
+    _joined: str | None = field(init=False, default=None)
 
     @property
     def infos(self) -> list[TensorInfo]:
@@ -82,9 +83,16 @@ class TensorTable:
         self._present_keys = set(self.keys())
         side_of = {key: is_side_tensor(f".{key}") for key in self._present_keys}
         flags = list(map(side_of.__getitem__, self.keys()))
-        if ".quant_state." in "\n".join(self.names):
+        if ".quant_state." in self.joined():
             flags = [f or ".quant_state." in n for f, n in zip(flags, self.names, strict=True)]
         return flags
+
+    def joined(self) -> str:
+        """Every name, in order, joined by newlines: one C-speed substring search answers "does any name hold
+        X" (a name may itself hold a newline: callers that split it into names check the count)."""
+        if self._joined is None:
+            self._joined = "\n".join(self.names)
+        return self._joined
 
     def keys(self) -> list[str]:
         """The last dot-separated component of each name (the whole name when it has no dot)."""
@@ -111,7 +119,7 @@ class TensorTable:
                 self._present_keys = set(self.keys())
             for last in self._present_keys.intersection(lasts):
                 picked += self.rows(self.keys(), last)
-        if contains and contains in "\n".join(self.names):  # no name holds it unless the joined text does
+        if contains and contains in self.joined():  # no name holds it unless the joined text does
             picked += [i for i, n in enumerate(self.names) if contains in n]
         names = self.names
         return [names[i] for i in sorted(set(picked))]
