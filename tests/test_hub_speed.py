@@ -4,16 +4,19 @@ per request. Counts only (requests, connections, threads), never wall-clock time
 from __future__ import annotations
 
 import json
+import shutil
+import ssl
+import subprocess
 
 import httpx2
 import pytest
-from huggingface_hub.utils import set_client_factory
+from huggingface_hub.utils import close_session, set_client_factory
 from huggingface_hub.utils._http import default_client_factory
 
 from qcheck.budget import Budget
 from qcheck.hub.wire import Unsupported, Wire, plain_session, usable
 from qcheck.readers import load_checkpoint
-from support.hubserver import CONFIG, TOKEN, sharded_repo
+from support.hubserver import CONFIG, TOKEN, FakeHub, sharded_repo
 
 
 def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
@@ -125,3 +128,50 @@ def test_a_redirect_the_lean_path_cannot_spell_is_left_to_the_session(hub):
         Wire().exchange("GET", url, {}, 10_000, 5.0, take=lambda n: None, remaining=budget.remaining,
                         deadline=lambda: budget.deadline_error("x", "y", "z"))
     assert len(hub.requests()) == 1  # nothing sent for the redirect target
+
+
+@pytest.fixture
+def tls_hub(tmp_path, monkeypatch):
+    """A FakeHub behind TLS with a self-signed certificate for 127.0.0.1 (made by the openssl command)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    server = FakeHub()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    server.httpd.socket = ctx.wrap_socket(server.httpd.socket, server_side=True)
+    server.start()
+    endpoint = f"https://127.0.0.1:{server.port}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    close_session()  # the shared session reads SSL_CERT_FILE when it is made
+    try:
+        yield server, endpoint, str(cert)
+    finally:
+        close_session()
+        server.stop()
+
+
+def test_https_is_verified_and_kept_alive_on_the_lean_path(tls_hub, monkeypatch):
+    server, endpoint, cert = tls_hub
+    sha = server.add_repo("org/tls", sharded_repo(3))
+    budget = Budget(seconds=30)
+    kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
+    with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted: refused
+        Wire().exchange("GET", f"{endpoint}/org/tls/resolve/{sha}/config.json", {}, 10_000, 5.0, **kw)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # trusted, as httpx's default context trusts it
+    monkeypatch.setenv("QCHECK_HUB_WORKERS", "1")  # one worker: its reads share one kept-alive TLS connection
+    close_session()
+    ck = load_checkpoint("org/tls")
+    assert len(ck.tensors) == 3 * 18 and ck.revision == sha
+    assert len(server.requests(r"\.safetensors$")) == 3 and len(server.requests()) == 6
+    # the session's (listing) and the worker's (5 reads), and the main thread's if it reads a shard before the
+    # worker gets to it; 6 if nothing were kept alive (a refused handshake is never counted)
+    assert server.connections <= 3, server.connections
+    assert not server.httpd.errors

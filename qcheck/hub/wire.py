@@ -256,7 +256,7 @@ class _Conn:
             if self.remaining() <= 0:
                 raise self.deadline() from None
             raise httpx2.ReadTimeout(str(exc) or "timed out") from None
-        except ConnectionResetError as exc:
+        except (ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:  # closed under us
             if not self.got_any:
                 raise _StaleConnection() from None
             raise httpx2.ReadError(str(exc)) from None
