@@ -9,7 +9,11 @@ the target, "a few round trips, not one per shard", is read off the printout. On
 gives the request counts and the 'at 0 ms' column, then ``--rounds`` timed rounds alternate the two tools (wall
 time and this process's CPU time, medians with min-max: the machine may be shared).
 
+``--session`` sends qcheck's requests through huggingface_hub's session (``QCHECK_HUB_SESSION=1``) instead of its
+lean HTTP/1.1 client, to compare the two.
+
     python bench/bench_hub.py [--shards 163] [--latency 0.1] [--tensors 400] [--redirect] [--workers N] [--rounds 5]
+                              [--session]
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ def main() -> None:
     ap.add_argument("--redirect", action="store_true", help="redirect weight files to a CDN URL, as the Hub does")
     ap.add_argument("--workers", type=int, default=None, help="QCHECK_HUB_WORKERS (default: qcheck's own)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds at --latency, the two tools alternating")
+    ap.add_argument("--session", action="store_true", help="qcheck through huggingface_hub's session (QCHECK_HUB_SESSION=1)")
     args = ap.parse_args()
 
     ctx = mp.get_context("spawn")
@@ -107,6 +112,8 @@ def main() -> None:
     os.environ.pop("HF_TOKEN", None)
     if args.workers:
         os.environ["QCHECK_HUB_WORKERS"] = str(args.workers)
+    if args.session:
+        os.environ["QCHECK_HUB_SESSION"] = "1"
     print(f"repo: {args.shards} shards, {total / 1e9:.0f} GB of weights listed, {header_bytes / 1e6:.1f} MB of "
           f"headers; server latency {args.latency * 1000:.0f} ms per request"
           f"{', CDN redirects' if args.redirect else ''}")
