@@ -95,8 +95,8 @@ def test_a_kept_alive_connection_the_server_dropped_is_replaced_once(hub):
     hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
     sha = hub.repos["org/one"].refs["main"]
     url = f"{hub.endpoint}/org/one/resolve/{sha}/config.json"
-    wire = Wire()
-    budget = Budget(seconds=30)
+    wire = Wire(keepalive=600)  # a stalled machine must not expire the idle connection before the second read
+    budget = Budget(seconds=600)
     kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
     first = wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
     hub.inject(r"config\.json$", "reset", times=1)  # the server closes the kept-alive connection unanswered
@@ -123,7 +123,7 @@ def test_a_redirect_the_lean_path_cannot_spell_is_left_to_the_session(hub):
     hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
     hub.inject(r"config\.json$", 302, headers={"Location": "/org/one/resolve/main/con fig.json"})
     url = f"{hub.endpoint}/org/one/resolve/main/config.json"
-    budget = Budget(seconds=30)
+    budget = Budget(seconds=600)
     with pytest.raises(Unsupported):
         Wire().exchange("GET", url, {}, 10_000, 5.0, take=lambda n: None, remaining=budget.remaining,
                         deadline=lambda: budget.deadline_error("x", "y", "z"))
@@ -161,7 +161,7 @@ def tls_hub(tmp_path, monkeypatch):
 def test_https_is_verified_and_kept_alive_on_the_lean_path(tls_hub, monkeypatch):
     server, endpoint, cert = tls_hub
     sha = server.add_repo("org/tls", sharded_repo(3))
-    budget = Budget(seconds=30)
+    budget = Budget(seconds=600)
     kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
     with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted: refused
         Wire().exchange("GET", f"{endpoint}/org/tls/resolve/{sha}/config.json", {}, 10_000, 5.0, **kw)

@@ -74,7 +74,8 @@ def usable(method: str, url: str, params: object) -> bool:
 class Wire:
     """Keep-alive connections per origin, shared by the threads of one run (each connection used by one at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keepalive: float = KEEPALIVE) -> None:
+        self.keepalive = keepalive
         self._idle: dict[tuple[str, str, int], list[tuple[socket.socket, float]]] = {}
         self._lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
@@ -159,7 +160,7 @@ class Wire:
             idle = self._idle.get(key)
             while idle:
                 sock, since = idle.pop()
-                if now - since < KEEPALIVE:
+                if now - since < self.keepalive:
                     return sock, True
                 sock.close()
         return self._connect(key, timeout, remaining, deadline), False
