@@ -18,6 +18,22 @@ from hypothesis import HealthCheck, settings
 from support.hubserver import FakeHub
 
 ON_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+#: the caller's environment that changes what qcheck prints, reads or writes: the terminal width (qcheck fits text
+#: to COLUMNS even when piped), NO_COLOR (rich then drops the colours a test asserts), a GitHub runner's step summary
+#: and outputs (tests would append their hostile fixtures to the real job summary), a Hub mirror, token or offline
+#: mode (huggingface_hub reads them once, at import), and qcheck's own settings
+CALLER_ENV = ("COLUMNS", "NO_COLOR", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "GITHUB_WORKSPACE", "HF_ENDPOINT",
+              "HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+#: settings of the test support itself (where downloaded test inputs are kept): kept
+TEST_SETTINGS = ("QCHECK_TEST_CACHE", "QCHECK_LLAMACPP_SOURCE")
+# Removed here, when pytest loads this file: before collection imports huggingface_hub and before any fixture (a
+# module-scoped one too) runs qcheck. Every run then starts from the same environment whatever the shell or CI
+# runner exports (COLUMNS=60 failed 12 tests; HF_HUB_OFFLINE=1 failed test_adapters' Hub test); a test that needs
+# one of these sets it itself with monkeypatch.
+for _name in [*CALLER_ENV, *(k for k in os.environ if k.startswith("QCHECK_") and k not in TEST_SETTINGS)]:
+    os.environ.pop(_name, None)
+
 pytest_plugins = ["pytester"]  # test_ci_guards runs small suites under this conftest
 
 # No deadline anywhere: a per-example wall-clock limit is a flake on a loaded machine, not a test.
