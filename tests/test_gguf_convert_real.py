@@ -99,7 +99,8 @@ def test_architecture_transformers_cannot_map_is_refused(exports, tmp_path):
     bad = tmp_path / "plamo.gguf"
     bad.write_bytes(bytes(patched))
     done = subprocess.run([sys.executable, "-m", "qcheck", "eval", "--reference", str(exports["llama"]),
-                           "--candidate", f"x={bad}", "--tasks", "prose", "--max-items", "2"],
+                           "--candidate", f"x={bad}", "--tasks", "prose", "--max-items", "2",
+                           "--cache-dir", str(tmp_path / "cache")],  # not the home directory's cache
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("qcheck: error:")]
