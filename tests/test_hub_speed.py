@@ -130,6 +130,17 @@ def test_a_redirect_the_lean_path_cannot_spell_is_left_to_the_session(hub):
     assert len(hub.requests()) == 1  # nothing sent for the redirect target
 
 
+@pytest.mark.parametrize("value", ["hf_abc\r\nX-Injected: 1", "hf_abc\nHost: elsewhere", "hf_abc\x00"])
+def test_a_header_with_a_line_break_is_never_written_by_the_lean_path(hub, value):
+    hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
+    url = f"{hub.endpoint}/org/one/resolve/main/config.json"
+    budget = Budget(seconds=600)
+    with pytest.raises(Unsupported):
+        Wire().exchange("GET", url, {"Authorization": f"Bearer {value}"}, 10_000, 5.0, take=lambda n: None,
+                        remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
+    assert hub.requests() == []  # nothing sent: the session refuses such a value in its own words
+
+
 @pytest.fixture
 def tls_hub(tmp_path, monkeypatch):
     """A FakeHub behind TLS with a self-signed certificate for 127.0.0.1 (made by the openssl command)."""

@@ -36,6 +36,7 @@ MAX_HEAD = 64 * 1024  # status line and headers: a server sending more is broken
 KEEPALIVE = 5.0  # seconds an idle connection is kept (httpcore's default expiry)
 RECV = 256 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_BREAKS = re.compile(r"[\r\n\x00]")  # in a header name or value: would end the header early (injection)
 _PLAIN = re.compile(r"[!-~]+\Z")  # printable ASCII, no spaces: what can go into a request line as it is
 
 
@@ -119,6 +120,8 @@ class Wire:
             raise Unsupported("a URL the session must encode")
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host_header}", "Accept: */*", "Accept-Encoding: identity",
                  "Connection: keep-alive"]
+        if any(_BREAKS.search(f"{k}{v}") for k, v in headers.items()):  # httpx refuses these in its own words
+            raise Unsupported("a header with a line break")
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if not any(k.lower() == "x-amzn-trace-id" for k in headers):
             lines.append(f"X-Amzn-Trace-Id: {uuid.uuid4()}")  # as huggingface_hub's request hook adds
