@@ -4,9 +4,8 @@ per request. Counts only (requests, connections, threads), never wall-clock time
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
-import subprocess
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -17,6 +16,8 @@ from qcheck.budget import Budget
 from qcheck.hub.wire import Unsupported, Wire, plain_session, usable
 from qcheck.readers import load_checkpoint
 from support.hubserver import CONFIG, TOKEN, FakeHub, sharded_repo
+
+TLS = Path(__file__).parent / "support" / "tls"
 
 
 def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
@@ -143,13 +144,11 @@ def test_a_header_with_a_line_break_is_never_written_by_the_lean_path(hub, value
 
 @pytest.fixture
 def tls_hub(tmp_path, monkeypatch):
-    """A FakeHub behind TLS with a self-signed certificate for 127.0.0.1 (made by the openssl command)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    """A FakeHub behind TLS with a self-signed certificate for 127.0.0.1, valid until 2126 (kept in
+    tests/support/tls, made once with ``openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes
+    -days 36500 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1``: a CI machine needs no openssl command).
+    Test-only key: it protects nothing."""
+    cert, key = TLS / "cert.pem", TLS / "key.pem"
     server = FakeHub()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))
