@@ -1,10 +1,11 @@
 """Huge safetensors headers: qcheck against safetensors.safe_open, and a 160-shard FP8 model on a slow Hub.
 
-    python bench/bench_huge_headers.py [--entries 300000] [--rounds 3] [--skip-hub] [--spaced]
+    python bench/bench_huge_headers.py [--entries 300000] [--rounds 3] [--skip-hub] [--spaced] [--sorted]
 
 1. One file whose JSON header lists ``--entries`` tensors (300,000 entries: 35.8 MB of header, a sparse
    file with no data on disk), spelled as the safetensors writer spells it (compact), or with ``--spaced`` as
-   ``json.dumps`` does by default (``", "`` and ``": "``: qcheck's full JSON path instead of its compact one). In each of ``--rounds`` rounds every tool runs in a fresh subprocess that calls
+   ``json.dumps`` does by default (``", "`` and ``": "``), and with ``--sorted`` with each entry's fields sorted
+   (data_offsets, dtype, shape: nlohmann::json in MLX's writer, ``sort_keys``). In each of ``--rounds`` rounds every tool runs in a fresh subprocess that calls
    it three times and keeps the best CPU time (``time.process_time``: the machine may be shared); the rounds
    interleave the tools, so load from other jobs hits all of them alike. Printed: the median over rounds of
    each tool's CPU time (min-max), its peak RSS increase, and the qcheck / safe_open ratio of the medians
@@ -60,7 +61,7 @@ TOOLS = {
 }
 
 
-def build(path: Path, entries: int, spaced: bool = False) -> int:
+def build(path: Path, entries: int, spaced: bool = False, sorted_keys: bool = False) -> int:
     """A MoE-like header: ``entries`` BF16 tensors of 16x16 (names as a 256-expert model spells them)."""
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
@@ -70,7 +71,7 @@ def build(path: Path, entries: int, spaced: bool = False) -> int:
         name = f"model.layers.{layer}.mlp.experts.{expert}.{('gate', 'up', 'down')[proj]}_proj.weight"
         header[name] = {"dtype": "BF16", "shape": [16, 16], "data_offsets": [offset, offset + 512]}
         offset += 512
-    raw = json.dumps(header, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    raw = json.dumps(header, separators=(", ", ": ") if spaced else (",", ":"), sort_keys=sorted_keys).encode()
     raw += b" " * ((8 - len(raw) % 8) % 8)
     with open(path, "wb") as fh:
         fh.write(len(raw).to_bytes(8, "little") + raw)
@@ -84,12 +85,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of fresh processes, the tools interleaved")
     ap.add_argument("--skip-hub", action="store_true")
     ap.add_argument("--spaced", action="store_true", help="spell the header as json.dumps does by default")
+    ap.add_argument("--sorted", action="store_true", help="sort each entry's fields, as nlohmann::json (MLX) does")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with tempfile.TemporaryDirectory(prefix="qcheck-bench-") as tmp:
         path = Path(tmp) / "huge.safetensors"
-        size = build(path, args.entries, args.spaced)
-        print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of {'spaced ' if args.spaced else ''}"
+        size = build(path, args.entries, args.spaced, args.sorted)
+        spelling = ("spaced " if args.spaced else "") + ("sorted " if args.sorted else "")
+        print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of {spelling}"
               f"header ({args.rounds} rounds; CPU "
               "seconds, best of 3 calls per process, median over rounds (min-max); peak RSS increase)")
         runs: dict[str, list[dict]] = {tool: [] for tool in TOOLS}

@@ -173,9 +173,11 @@ def test_a_plain_header_takes_the_column_path():
     assert st._plain_entries(value, DEFAULT_LIMITS, 100, "f") is None
 
 
-def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | None, spaced: bool = False) -> bytes:
+def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | None, spaced: bool = False,
+                   sorted_keys: bool = False) -> bytes:
     """A header spelled as safetensors' own writer spells it (compact, dtype/shape/data_offsets), or as
-    ``json.dumps`` does by default (``spaced``), names varied."""
+    ``json.dumps`` does by default (``spaced``), with the fields sorted as nlohmann::json (MLX) and ``sort_keys``
+    write them (``sorted_keys``: data_offsets/dtype/shape), names varied."""
     c, m = (": ", ", ") if spaced else (":", ",")
     parts = [] if metadata is None else [f'"__metadata__"{c}' + json.dumps(metadata, separators=(m, c),
                                                                            ensure_ascii=False)]
@@ -184,8 +186,10 @@ def _writer_header(rng: random.Random, count: int, metadata: dict[str, str] | No
         for d in shape:
             size *= d
         name = rng.choice(["", "model.", "é.", "x y.", "a]},\""]) + name
-        parts.append(json.dumps(name, ensure_ascii=False) + f'{c}{{"dtype"{c}' + json.dumps(dtype) + f'{m}"shape"{c}'
-                     + json.dumps(shape, separators=(m, c)) + f'{m}"data_offsets"{c}[{begin}{m}{begin + size}]}}')
+        kind = f'"dtype"{c}' + json.dumps(dtype) + f'{m}"shape"{c}' + json.dumps(shape, separators=(m, c))
+        offsets = f'"data_offsets"{c}[{begin}{m}{begin + size}]'
+        fields = f"{offsets}{m}{kind}" if sorted_keys else f"{kind}{m}{offsets}"
+        parts.append(json.dumps(name, ensure_ascii=False) + f"{c}{{{fields}}}")
     raw = ("{" + m.join(parts) + "}").encode()
     return raw + b" " * (-len(raw) % 8)
 
@@ -222,10 +226,10 @@ def test_the_compact_path_agrees_with_the_full_parse_on_damaged_headers(seed, mo
 
     rng = random.Random(seed)
     alphabet = b'"\\{}[],:0123456789 \t\n-.eEtruAFx\x00\x1f\xc3'
-    compact_taken = spaced_taken = 0
+    compact_taken = spaced_taken = sorted_taken = 0
     for _ in range(400):
-        spaced = rng.random() < 0.3
-        raw = bytearray(_writer_header(rng, rng.randint(1, 6), rng.choice(_METADATA), spaced))
+        spaced, sorted_keys = rng.random() < 0.3, rng.random() < 0.3
+        raw = bytearray(_writer_header(rng, rng.randint(1, 6), rng.choice(_METADATA), spaced, sorted_keys))
         for _damage in range(rng.choice([0, 1, 1, 2])):
             if not raw:
                 break
@@ -247,8 +251,9 @@ def test_the_compact_path_agrees_with_the_full_parse_on_damaged_headers(seed, mo
         taken = st._compact_header(data, DEFAULT_LIMITS, "x", 8, "") is not None
         compact_taken += taken
         spaced_taken += taken and spaced
-    # both paths are exercised (escaped names and most damage take the full one), and both spellings
-    assert compact_taken > 40 and spaced_taken > 5
+        sorted_taken += taken and sorted_keys
+    # both paths are exercised (escaped names and most damage take the full one), and every spelling
+    assert compact_taken > 40 and spaced_taken > 5 and sorted_taken > 5
 
 
 @pytest.mark.parametrize("limit", ["max_tensors=3", "max_string_bytes=4", "max_dims=1", "max_tensor_elements=5",
@@ -262,11 +267,31 @@ def test_the_compact_path_keeps_every_bound(limit, monkeypatch):
     rng = random.Random(limit)
     refused = 0
     for _ in range(20):
-        raw = _writer_header(rng, rng.randint(1, 8), rng.choice(_METADATA[2:]), rng.random() < 0.5)
+        raw = _writer_header(rng, rng.randint(1, 8), rng.choice(_METADATA[2:]), rng.random() < 0.5,
+                             rng.random() < 0.5)
         fast = _outcome(raw, monkeypatch, True, limits)
         assert fast == _outcome(raw, monkeypatch, "columns", limits) == _outcome(raw, monkeypatch, False, limits)
         refused += fast[0] == "error"
     assert refused or key == "max_kv"  # the limit bites (max_kv only widens the header's pair budget)
+
+
+@pytest.mark.parametrize("dumps", [{"separators": (",", ":")}, {}, {"sort_keys": True, "separators": (",", ":")},
+                                   {"sort_keys": True}], ids=["writer", "json.dumps", "nlohmann-mlx", "sort_keys"])
+def test_each_spelling_of_the_same_header_reads_the_same_on_the_compact_path(dumps):
+    """The spellings real writers use (safetensors' serde_json, json.dumps, and sorted fields as nlohmann::json in
+    MLX's writer and sort_keys give) all take the compact path and give the same tensors and metadata."""
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers import safetensors as st
+
+    header = {"__metadata__": {"format": "mlx"}, "model.embed.weight": {"dtype": "BF16", "shape": [8, 4],
+              "data_offsets": [0, 64]}, "lm_head.scales": {"dtype": "F32", "shape": [8], "data_offsets": [64, 96]},
+              "z": {"dtype": "U8", "shape": [], "data_offsets": [96, 97]}}
+    compact = st._compact_header(json.dumps(header, **dumps).encode(), DEFAULT_LIMITS, "x", 8, "f")
+    assert compact is not None
+    tensors, end, metadata = compact
+    assert {k: (v.dtype, v.shape, v.nbytes, v.offset) for k, v in tensors.items()} == {
+        "model.embed.weight": ("BF16", (8, 4), 64, 8), "lm_head.scales": ("F32", (8,), 32, 72), "z": ("U8", (), 1, 104)}
+    assert end == 97 and metadata == {"format": "mlx"}
 
 
 def test_paused_gc_restores_the_collector_state():

@@ -68,8 +68,8 @@ _DTYPE, _SHAPE, _OFFSETS = (itemgetter(k) for k in _ENTRY_KEYS)
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 # The header as safetensors' own writer spells it (serde_json: no whitespace, an entry's fields in declaration
-# order), or as Python's json.dumps does by default (", " and ": "), read with one regex instead of building ~2
-# million JSON objects (see _compact_header).
+# order), as Python's json.dumps does by default (", " and ": "), or either with the fields sorted (nlohmann::json
+# in MLX's writer, sort_keys), read with one regex instead of building ~2 million JSON objects (_compact_header).
 #: a JSON unsigned integer of at most 20 digits (u64 needs 20; more is never valid here, and int() stays cheap)
 _UINT = r"(?:0|[1-9][0-9]{0,19})"
 #: a JSON string's characters with no escape (a raw quote, backslash or control character never matches)
@@ -79,19 +79,29 @@ _JSON_STRING = r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-
 
 @dataclass(frozen=True)
 class _Spelling:
-    """One way of spelling a header without escapes: the text between a key and its value, and between items."""
+    """One way of spelling a header without escapes: the text between a key and its value, and between items,
+    and the order of an entry's fields: declaration order (serde_json, json.dumps) or sorted (``sort_keys``, and
+    writers whose JSON objects are sorted maps: nlohmann::json, which MLX's writer uses)."""
 
     colon: str
     comma: str
+    sorted_keys: bool = False
 
     @property
     def entry(self) -> re.Pattern[str]:
         """One entry: name, then dtype and shape as one text (few distinct ones: each is parsed once), the two
-        offsets, and the separator after it (``comma``, or ``}`` after the last)."""
+        offsets, and the separator after it (``comma``, or ``}`` after the last). The groups come in the order
+        ``order`` names."""
         c, m = self.colon, self.comma
-        return re.compile(
-            rf'"({_PLAIN_CHARS})"{c}\{{"dtype"{c}"({_PLAIN_CHARS}"{m}"shape"{c}\[(?:{_UINT}(?:{m}{_UINT})*)?)\]{m}'
-            rf'"data_offsets"{c}\[({_UINT}){m}({_UINT})\]\}}({m}|\}})')
+        kind = rf'"dtype"{c}"({_PLAIN_CHARS}"{m}"shape"{c}\[(?:{_UINT}(?:{m}{_UINT})*)?)\]'
+        offsets = rf'"data_offsets"{c}\[({_UINT}){m}({_UINT})\]'
+        fields = f"{offsets}{m}{kind}" if self.sorted_keys else f"{kind}{m}{offsets}"
+        return re.compile(rf'"({_PLAIN_CHARS})"{c}\{{{fields}\}}({m}|\}})')
+
+    @property
+    def order(self) -> tuple[int, int, int, int, int]:
+        """Where ``entry``'s groups for name, dtype-and-shape, begin, stop and separator are, in that order."""
+        return (0, 3, 1, 2, 4) if self.sorted_keys else (0, 1, 2, 3, 4)
 
     @property
     def metadata(self) -> re.Pattern[str]:
@@ -101,7 +111,7 @@ class _Spelling:
 
     @property
     def fixed(self) -> int:
-        """Characters of an entry outside its captured groups and its separator."""
+        """Characters of an entry outside its captured groups and its separator (the same in either order)."""
         c, m = self.colon, self.comma
         return len(f'""{c}{{"dtype"{c}"]{m}"data_offsets"{c}[{m}]}}')
 
@@ -112,7 +122,9 @@ class _Spelling:
 
 
 #: (spelling, entry regex, metadata regex, fixed characters per entry), the writer's own spelling first
-_SPELLINGS = [(sp, sp.entry, sp.metadata, sp.fixed) for sp in (_Spelling(":", ","), _Spelling(": ", ", "))]
+_SPELLINGS = [(sp, sp.entry, sp.metadata, sp.fixed) for sp in (
+    _Spelling(":", ","), _Spelling(": ", ", "), _Spelling(":", ",", sorted_keys=True),
+    _Spelling(": ", ", ", sorted_keys=True))]
 
 @dataclass
 class SafetensorsHeader:
@@ -360,7 +372,8 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     ``json`` spends most of its time building a dict, two lists and their ints per entry, only for the column
     checks to take them apart again. A header in the writer's compact form (no whitespace, fields in the order
     dtype, shape, data_offsets, no escapes in names or dtypes, an optional leading ``__metadata__`` object of
-    strings), or spelled the same with ``json.dumps``'s default ``", "`` and ``": "``, is instead cut into
+    strings), or spelled the same with ``json.dumps``'s default ``", "`` and ``": "``, or with the fields sorted
+    (data_offsets, dtype, shape: ``sort_keys``, and nlohmann::json as MLX writes it), is instead cut into
     columns by one regex; the matches must tile the text exactly, so what is read is what ``json`` would read. Anything else (other spellings, and anything the full path would refuse or
     warn about: a duplicate name, a bound exceeded, a bad layout) gives None and the full path runs, so every
     error and warning stays the full path's own.
@@ -380,7 +393,9 @@ def _compact_header(raw: bytes, limits: Limits, name: str, data_offset: int, fil
     count = len(found)
     if count > limits.max_tensors:
         return None
-    names, kinds, begins_text, stops_text, seps = zip(*found, strict=True)
+    columns_found = list(zip(*found, strict=True))
+    names, kinds, begins_text, stops_text, seps = (columns_found[i] for i in spelling.order)
+    del columns_found
     del found
     covered = count * fixed + sum(map(len, names)) + sum(map(len, kinds)) + sum(map(len, begins_text)) \
         + sum(map(len, stops_text)) + sum(map(len, seps))
