@@ -5,6 +5,7 @@ logits *after* it; qcheck re-aligns the rows, and the numbers must equal llama.c
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
@@ -52,3 +53,28 @@ def test_real_server_agrees_with_llama_cpp_in_process_with_and_without_bos(tmp_p
     assert srv["kld_mean"] == pytest.approx(lc["kld_mean"] * lc["tokens_scored"] / srv["tokens_scored"], rel=0.05,
                                             abs=1e-5)
     assert srv["top1_agreement"] == pytest.approx(lc["top1_agreement"], abs=0.05)
+
+
+def test_the_server_helper_moves_to_another_port_when_its_port_was_taken(tmp_path, monkeypatch):
+    """free_port() closes its probe socket before the server binds: a port taken in between must cost a retry on
+    another port, not a failed test (the race is rare; here the first port is held on purpose)."""
+    import socket
+
+    from support import llamaserver
+    from support.gguf_export import export_gguf
+
+    reason = llamaserver.server_available()
+    if reason:
+        pytest.skip(reason)
+    gguf = export_gguf(tiny_reference(), tmp_path / "m.gguf", "F32")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        ports = iter([taken])
+        real = llamaserver.free_port
+        monkeypatch.setattr(llamaserver, "free_port", lambda: next(ports, None) or real())
+        with llamaserver.llama_server(gguf, alias="m") as url:
+            assert not url.endswith(f":{taken}")
+            with urllib.request.urlopen(url + "/v1/models", timeout=30) as resp:
+                assert json.loads(resp.read())["data"][0]["id"] == "m"

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -54,6 +55,31 @@ with without_weight_repacking():
 """
 
 
+def _started(proc: subprocess.Popen[bytes], base: str, api_key: str | None, log: str, timeout: float, *,
+             last: bool) -> bool:
+    """Wait until the server answers ``/v1/models``. False when it could not bind its port (another process took
+    it first) and this is not the ``last`` attempt; any other failure raises with the end of its log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            text = Path(log).read_text(errors="replace")
+            if not last and "address already in use" in text.lower():
+                return False
+            raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}: {text[-2000:]}")
+        try:
+            req = urllib.request.Request(base + "/v1/models")
+            if api_key:
+                req.add_header("Authorization", f"Bearer {api_key}")
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                if resp.status == 200 and json.loads(resp.read()).get("data") is not None:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("llama_cpp.server did not start in time")
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def llama_server(model: str | Path, *, alias: str = "tiny", n_ctx: int = 512, api_key: str | None = None,
                  startup_timeout: float = 120.0) -> Iterator[str]:
@@ -61,45 +87,40 @@ def llama_server(model: str | Path, *, alias: str = "tiny", n_ctx: int = 512, ap
 
     The process is killed (its whole process group) when the block exits, whatever happened inside.
     """
-    port = free_port()
-    cmd = [sys.executable, "-c", _SERVER_WITHOUT_REPACKING, "--model", str(model), "--model_alias", alias,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--logits_all", "True",
-           "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "False", "--use_mlock", "False"]
-    if api_key:
-        cmd += ["--api_key", api_key]
-    log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
+    proc: subprocess.Popen[bytes] | None = None
+    log = None
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}: "
-                                   f"{Path(log.name).read_text(errors='replace')[-2000:]}")
-            try:
-                req = urllib.request.Request(base + "/v1/models")
-                if api_key:
-                    req.add_header("Authorization", f"Bearer {api_key}")
-                with urllib.request.urlopen(req, timeout=2) as resp:
-                    if resp.status == 200 and json.loads(resp.read()).get("data") is not None:
-                        break
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("llama_cpp.server did not start in time")
-            time.sleep(0.2)
+        for attempt in range(3):  # the free port may be taken between free_port() and the server's bind: retry
+            port = free_port()
+            cmd = [sys.executable, "-c", _SERVER_WITHOUT_REPACKING, "--model", str(model), "--model_alias", alias,
+                   "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--logits_all", "True",
+                   "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "False", "--use_mlock", "False"]
+            if api_key:
+                cmd += ["--api_key", api_key]
+            log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            base = f"http://127.0.0.1:{port}"
+            if _started(proc, base, api_key, log.name, startup_timeout, last=attempt == 2):
+                break
+            _stop(proc, log)
         yield base
     finally:
-        if proc.poll() is None:
+        if proc is not None and log is not None:
+            _stop(proc, log)
+
+
+def _stop(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    """Kill the server's whole process group (if it still runs) and remove its log; safe to call twice."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=15)
-        log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(log.name)
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+    log.close()
+    with contextlib.suppress(OSError):
+        os.unlink(log.name)
