@@ -15,12 +15,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
 
 from qcheck.eval.runners.base import GenerateRequest, ScoreRequest
+from support.hubserver import LoopbackServer
 
 
 @dataclass
@@ -93,8 +94,7 @@ class FakeServer:
         self.bodies: list[dict[str, Any]] = []
         self.inflight_max = 0
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
+        self.httpd = LoopbackServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -105,6 +105,8 @@ class FakeServer:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        if exc[0] is None:  # a failing block keeps its own error
+            assert not self.httpd.errors, "the fake engine failed while answering:\n" + "\n".join(self.httpd.errors)
 
     # ------------------------------------------------------------------ responses
     def _handler(self) -> type[BaseHTTPRequestHandler]:

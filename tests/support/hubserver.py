@@ -116,8 +116,7 @@ class FakeHub:
         self._lock = threading.Lock()
         self._commit_counter = 0
         handler = type("Handler", (_Handler,), {"hub": self})
-        self.httpd = _Server(("127.0.0.1", 0), handler)
-        self.httpd.errors = []
+        self.httpd = LoopbackServer(("127.0.0.1", 0), handler)
         self.port = self.httpd.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.cdn = f"http://localhost:{self.port}"
@@ -184,14 +183,19 @@ class FakeHub:
         return None
 
 
-class _Server(ThreadingHTTPServer):
+class LoopbackServer(ThreadingHTTPServer):
+    """The tests' threaded HTTP server: a handler's exception is kept off stderr (tests read qcheck's stderr) but
+    kept in ``errors``: a client that hangs up is normal, anything else is a fault of the fake server, which the
+    fixtures report when the server stops."""
+
     daemon_threads = True
     request_queue_size = 512  # listen() backlog: the default 5 drops SYNs when 64 clients connect at once
-    errors: list[str]
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self.errors: list[str] = []
+        super().__init__(address, handler)
 
     def handle_error(self, request: object, client_address: object) -> None:
-        """Keep a handler's exception off stderr (the tests read qcheck's stderr) but keep it: a client that
-        hangs up is normal, anything else is a fault of this fake Hub that the ``hub`` fixture reports."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return
