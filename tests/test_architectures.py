@@ -101,6 +101,11 @@ def verdicts(out: str) -> list[dict]:
     return json.loads(out)["verdicts"]
 
 
+def dimension(verdict: dict, name: str = "architecture") -> dict:
+    """One dimension of a JSON verdict (architecture, weights, kv-cache, parallel)."""
+    return next(d for d in verdict["dimensions"] if d["dimension"] == name)
+
+
 @pytest.mark.parametrize(("arch", "version", "status", "exit_code", "reason"), [
     ("LlamaForCausalLM", "0.33.0", "native", 0, None),
     ("Qwen3ForCausalLM", "0.33.0", "native", 0, None),
@@ -124,7 +129,7 @@ def test_safetensors_architecture_per_version(tmp_path, capsys, matrices, arch, 
     code, out, err = cli(capsys, "check", str(model), "--engine", f"fastserve=={version}", "--gpu", "a100", "--json")
     [v] = verdicts(out)
     assert (code, v["status"]) == (exit_code, status), (out, err)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status
     if reason:
         assert v["reasons"][0].startswith(reason), v["reasons"]
@@ -149,7 +154,7 @@ def test_fp8_checkpoint_of_an_unknown_architecture_is_not_native(tmp_path, capsy
     # an engine without architecture data is unknown for it, never native
     code, out, _ = cli(capsys, "check", str(model), "--engine", "tinycpp", "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert v["status"] != "native" and code == 1
     assert arch_dim["status"] == "unknown"
     assert arch_dim["reasons"] == ["qcheck has no data on which architectures TinyCpp loads from safetensors "
@@ -182,7 +187,7 @@ def test_gguf_architecture_per_version(tmp_path, capsys, matrices, arch, version
     path = gguf_model(tmp_path, arch)
     code, out, _ = cli(capsys, "check", str(path), "--engine", f"fastserve=={version}", "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status, arch_dim
     if status != "native":
         assert v["status"] in (status, "unsupported") and code == 1
@@ -192,7 +197,7 @@ def test_gguf_architecture_per_version(tmp_path, capsys, matrices, arch, version
 def test_mmproj_gguf_is_not_judged_as_a_language_model(tmp_path, capsys, matrices) -> None:
     path = gguf_model(tmp_path, "clip", name="mmproj-model-f16.gguf")
     code, out, _ = cli(capsys, "check", str(path), "--engine", "fastserve", "--gpu", "h100", "--json")
-    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(verdicts(out)[0])
     assert arch_dim["status"] == "unknown"
     assert "not a language model" in arch_dim["reasons"][0] and "--mmproj" in arch_dim["reasons"][0]
     assert code == 1
@@ -201,7 +206,7 @@ def test_mmproj_gguf_is_not_judged_as_a_language_model(tmp_path, capsys, matrice
 def test_embedding_model_says_what_it_is(tmp_path, capsys, matrices) -> None:
     model = st_model(tmp_path, "BertModel", "bert")
     _, out, _ = cli(capsys, "check", str(model), "--engine", "fastserve", "--gpu", "a100", "--json")
-    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(verdicts(out)[0])
     assert arch_dim["status"] == "native"
     assert "registered as a embedding model" not in " ".join(arch_dim["reasons"])
     assert "BertModel is registered as an embedding model in FastServe" in " ".join(arch_dim["reasons"])
@@ -285,7 +290,7 @@ def test_shipped_fp8_checkpoint_on_vllm_and_sglang(tmp_path, capsys, shipped, ar
     model = st_model(tmp_path, arch, "llama", fixture=fp8_block_deepseek)
     code, out, _ = cli(capsys, "check", str(model), "--engine", engine, "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status, arch_dim
     assert (code == 0) == (v["status"] in ("native", "fallback"))
 
@@ -311,7 +316,7 @@ def test_shipped_gguf_on_llama_cpp(tmp_path, capsys, shipped, arch, engine, stat
     gpu = "rtx-4090" if engine.startswith("ollama") else "h100"
     code, out, _ = cli(capsys, "check", str(path), "--engine", engine, "--gpu", gpu, "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status, arch_dim
     # the weights decide too (Ollama's weight rules were read at 0.33.0rc2 only: older releases are unknown there)
     assert code == (0 if v["status"] in ("native", "fallback") else 1)
@@ -334,7 +339,7 @@ def test_shipped_safetensors_import_on_ollama(tmp_path, capsys, shipped, arch, e
     model = st_model(tmp_path, arch, "x")
     code, out, _ = cli(capsys, "check", str(model), "--engine", engine, "--gpu", "rtx-4090", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status, arch_dim
     assert any("ollama/ollama: convert/convert.go" in s["ref"] for s in arch_dim["sources"])
     if first:
@@ -350,7 +355,7 @@ def test_ollama_import_list_judges_only_the_weights_it_imports(tmp_path, capsys,
     model = fx.write(tmp_path / "mlx-qwen3")
     code, out, _ = cli(capsys, "check", str(model), "--engine", "ollama", "--gpu", "m3-max", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == "unknown" and code == 1
     assert arch_dim["reasons"] == ["qcheck has no data on which architectures Ollama loads from safetensors "
                                    "checkpoints: whether it loads Qwen3ForCausalLM is not known"]
@@ -369,7 +374,7 @@ def test_shipped_gguf_on_vllm(tmp_path, capsys, shipped, arch, engine, status, s
     """vLLM's own GGUF mapping per release (in-tree loader, then vllm-gguf-plugin), through the CLI."""
     code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, arch)), "--engine", engine, "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == status, arch_dim
     assert any("vllm-gguf-plugin" in s["ref"] for s in arch_dim["sources"])
     if suggestion:
@@ -382,7 +387,7 @@ def test_lm_studio_and_providers_say_why_the_architecture_is_unknown(tmp_path, c
     code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, "llama")), "--engine", "lm-studio", "--gpu",
                        "rtx-4090", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert code == 1 and arch_dim["status"] == "unknown"
     assert "no public source maps an app or runtime release to a llama.cpp build" in arch_dim["reasons"][0]
     model = st_model(tmp_path, "LlamaForCausalLM", "llama")
@@ -390,7 +395,7 @@ def test_lm_studio_and_providers_say_why_the_architecture_is_unknown(tmp_path, c
                              ("together", "documents no architecture list")):
         code, out, _ = cli(capsys, "check", str(model), "--engine", provider, "--json")
         [v] = verdicts(out)
-        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        arch_dim = dimension(v)
         assert arch_dim["status"] == "unknown" and needle in arch_dim["reasons"][0], arch_dim
         assert arch_dim["sources"][0]["version"] == "2026-12-01"
 
@@ -436,7 +441,7 @@ def test_installed_engine_through_the_shipped_matrix(tmp_path, capsys, shipped, 
     code, out, _ = cli(capsys, "check", str(new), "--engine", "vllm=installed", "--gpu", "h100", "--json")
     [v] = verdicts(out)
     assert v["engine_version"] == "0.23.0"
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert arch_dim["status"] == "native" and code == 0
     assert arch_dim["reasons"][0].startswith(f"installed vllm 0.23.0 ({site / 'vllm'}) registers BrandNewForCausalLM")
     assert arch_dim["warnings"][0].startswith("the shipped data disagrees: vLLM 0.23.0 does not load architecture "
@@ -457,7 +462,7 @@ def test_installed_engine_through_the_shipped_matrix(tmp_path, capsys, shipped, 
         code, out, _ = cli(capsys, "check", str(gguf_model(tmp_path, arch, f"{arch}.gguf")), "--engine",
                            "vllm=installed", "--gpu", "h100", "--json")
         [v] = verdicts(out)
-        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        arch_dim = dimension(v)
         assert arch_dim["status"] == status, arch_dim
         assert arch_dim["warnings"] == ["installed vllm 0.23.0: qcheck reads no gguf list from it; judged from the "
                                         "shipped data"]
@@ -494,7 +499,7 @@ def test_derived_engine_judges_gguf_through_the_engine_it_bundles(tmp_path, caps
     (matrices / "architectures" / "cloudco.toml").write_text(text)
     llama = gguf_model(tmp_path, "llama")
     code, out, _ = cli(capsys, "check", str(llama), "--engine", "cloudco", "--json")
-    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(verdicts(out)[0])
     assert arch_dim["status"] == "native"
     assert arch_dim["reasons"] == ["CloudCo 2026.10 loads GGUF files through fastserve 0.23.0: fastserve loads GGUF "
                                    "architecture llama since 0.23.0"]
@@ -503,7 +508,7 @@ def test_derived_engine_judges_gguf_through_the_engine_it_bundles(tmp_path, caps
     new = gguf_model(tmp_path, "totally-new-arch", name="new.gguf")
     code, out, _ = cli(capsys, "check", str(new), "--engine", "cloudco", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert (code, v["status"], arch_dim["status"]) == (1, "unsupported", "unsupported")
     assert arch_dim["reasons"] == ["CloudCo 2026.10 loads GGUF files through fastserve 0.23.0: fastserve 0.23.0 does "
                                    "not load GGUF architecture totally-new-arch: it is in no release read "
@@ -542,7 +547,7 @@ def test_real_installed_engines_are_read_without_importing_them(tmp_path, capsys
         gpu = "cpu"
     code, out, _ = cli(capsys, "check", str(good), "--engine", f"{engine}=installed", "--gpu", gpu, "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     version = importlib.metadata.version(dist)
     assert (code, arch_dim["status"]) == (0, "native")
     assert arch_dim["reasons"][0].startswith(f"installed {dist} {version} (")
@@ -583,12 +588,12 @@ def test_vllm_runs_transformers_only_architectures_through_its_transformers_back
     model = st_model(tmp_path, name, "x")
     code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm", "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(v)
     assert (code, arch_dim["status"]) == (1, "unknown")
     assert arch_dim["reasons"][0].startswith(f"architecture {name} is not in vLLM's registry; from 0.8.5 it falls "
                                              "back to TransformersForCausalLM for transformers models")
     code, out, _ = cli(capsys, "check", str(model), "--engine", "vllm==0.8.0", "--gpu", "h100", "--json")
-    arch_dim = next(d for d in verdicts(out)[0]["dimensions"] if d["dimension"] == "architecture")
+    arch_dim = dimension(verdicts(out)[0])
     assert arch_dim["status"] == "unsupported"
 
 
@@ -604,8 +609,8 @@ def test_shipped_tensorrt_llm_lists_what_its_docs_list(tmp_path, capsys, shipped
     model = st_model(tmp_path, "LlamaForCausalLM", "llama", fixture=fp8_block_deepseek)
     code, out, _ = cli(capsys, "check", str(model), "--engine", f"tensorrt-llm=={version}", "--gpu", "h100", "--json")
     [v] = verdicts(out)
-    arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
-    weights = next(d for d in v["dimensions"] if d["dimension"] == "weights")
+    arch_dim = dimension(v)
+    weights = dimension(v, "weights")
     assert (arch_dim["status"], v["status"], code) == (arch_status, overall, 0 if overall == "native" else 1), out
     assert arch_dim["reasons"][0].startswith("TensorRT-LLM loads architecture LlamaForCausalLM since 0.19.0")
     assert "supported-models table of the PyTorch backend" in arch_dim["sources"][0]["ref"]
@@ -622,7 +627,7 @@ def test_shipped_tensorrt_llm_docs_never_refuse_a_class(tmp_path, capsys, shippe
         code, out, _ = cli(capsys, "check", str(model), "--engine", f"tensorrt-llm=={version}", "--gpu", "h100",
                            "--json")
         [v] = verdicts(out)
-        arch_dim = next(d for d in v["dimensions"] if d["dimension"] == "architecture")
+        arch_dim = dimension(v)
         expected = "native" if (arch, version) == ("Qwen3ForCausalLM", "1.0.0") else "unknown"
         assert (arch_dim["status"], code == 1) == (expected, expected == "unknown" or v["status"] != "native"), out
         if expected == "unknown":
