@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -308,3 +309,23 @@ def test_paused_gc_restores_the_collector_state():
             assert gc.isenabled() is start
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_header_written_by_mlx_takes_the_compact_path_and_reads_as_safetensors_does():
+    """A real file from MLX's writer (tests/data/README.md): sorted fields, offsets out of listed order."""
+    from safetensors import safe_open
+
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers import safetensors as st
+    from qcheck.readers.safetensors import read_safetensors_header
+    from qcheck.source import LocalFileSource
+
+    path = Path(__file__).parent / "data" / "mlx-0.32.4-written.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    assert st._compact_header(raw[8:8 + n], DEFAULT_LIMITS, "x", 8 + n, str(path)) is not None
+    header = read_safetensors_header(LocalFileSource(str(path)))
+    with safe_open(str(path), "numpy") as f:
+        expected = {k: (f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()}  # noqa: SIM118
+    assert {k: (v.dtype, v.shape) for k, v in header.tensors.items()} == expected
+    assert header.tensors["model.embed_tokens.weight"].offset == 8 + n + 88 and header.metadata == {"format": "mlx"}
