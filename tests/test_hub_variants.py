@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from qcheck.cli import main
-from qcheck.hub.select import MAX_VARIANT_FOLDERS, variant_folders
+from qcheck.errors import InputError
+from qcheck.hub.select import MAX_VARIANT_FOLDERS, MAX_VARIANT_SHARDS, variant_folders
 from support.contract import validate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -113,6 +114,20 @@ def test_variant_folders_are_bounded_and_need_a_config_next_to_the_weights():
     assert found["v000"] == ["v000/model.safetensors"]
     # weights at the top level: the repo is one model, not a set of variants
     assert variant_folders({**files, "model.safetensors": 1}) == {}
+
+
+def test_a_variant_folder_keeps_its_index_and_is_never_read_in_part():
+    """The index sorts after the shards: it is kept whatever the shard count, and a folder over the shard limit is
+    refused rather than read in part (a partial read would understate the variant's size)."""
+    def folder(n: int) -> dict[str, int | None]:
+        files: dict[str, int | None] = {"fp8/config.json": 10, "fp8/model.safetensors.index.json": 10}
+        files.update({f"fp8/model-{i:05}-of-{n:05}.safetensors": 100 for i in range(1, n + 1)})
+        return files
+
+    found = variant_folders(folder(MAX_VARIANT_SHARDS))
+    assert len(found["fp8"]) == MAX_VARIANT_SHARDS + 1 and "fp8/model.safetensors.index.json" in found["fp8"]
+    with pytest.raises(InputError, match=f"sub-folder fp8/ holds more than {MAX_VARIANT_SHARDS} safetensors shards"):
+        variant_folders(folder(MAX_VARIANT_SHARDS + 1))
 
 
 def test_at_star_is_only_for_the_table_and_a_wrong_command_is_not_a_missing_branch(branch_repo, capsys):

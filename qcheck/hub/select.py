@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from qcheck.errors import UsageError
+from qcheck.errors import InputError, UsageError
 
 SHARD_RE = re.compile(r"^(?P<prefix>.*?)-(?P<shard>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 # llama.cpp quant labels (tools/quantize/quantize.cpp) plus the common vendor prefixes (unsloth "UD-").
@@ -103,7 +103,8 @@ def variant_folders(files: dict[str, int | None]) -> dict[str, list[str]]:
     """Sub-folders that each hold a safetensors model (a ``config.json`` and ``*.safetensors`` directly in them:
     ``fp8/``, ``awq/``, ``gptq-int4/`` ...), mapped to the files to read (the shards, and the index if any), when
     the repo has no weights at its top level; at most ``MAX_VARIANT_FOLDERS``, each at most
-    ``MAX_VARIANT_SHARDS`` shards."""
+    ``MAX_VARIANT_SHARDS`` shards: a folder with more is an ``InputError`` (reading only some of its shards would
+    understate the model's size), and its index is always kept."""
     if any("/" not in n and n.lower().endswith((".safetensors", ".gguf")) for n in files):
         return {}
     by_folder: dict[str, list[str]] = {}
@@ -118,8 +119,11 @@ def variant_folders(files: dict[str, int | None]) -> dict[str, list[str]]:
             if folder not in by_folder and len(by_folder) >= MAX_VARIANT_FOLDERS:
                 continue
             members = by_folder.setdefault(folder, [])
-            if len(members) < MAX_VARIANT_SHARDS:
-                members.append(name)
+            members.append(name)
+            if len(members) > MAX_VARIANT_SHARDS + 1:  # the shards and the index
+                raise InputError(f"sub-folder {folder}/ holds more than {MAX_VARIANT_SHARDS} safetensors shards, over "
+                                 "the limit for one variant of a repo of variants; name one of its files to read it "
+                                 "on its own")
     return {f: m for f, m in by_folder.items() if any(n.lower().endswith(".safetensors") for n in m)}
 
 
