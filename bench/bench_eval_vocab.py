@@ -123,7 +123,7 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
         lp_runs.append((wall, rss, llama_kld(text_out)))
     lp_wall, lp_rss, lp_kld = min(lp_runs, key=lambda r: r[0])
     chunks = n_tokens // 512
-    lp_scored = chunks * (512 - 256)
+    lp_scored = chunks * (512 - 1 - 256)  # n_ctx - 1 - first predictions per chunk
 
     # glibc returns freed blocks above 1 MB to the system at once (by default the threshold grows to 32 MB and
     # freed heap memory stays resident), so the peak RSS follows the live bytes, not the allocator's history
@@ -150,7 +150,7 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     print(f"\nvocabulary {vocab:,}: {params / 1e6:.1f} M parameters ({model_bytes / 1e6:.0f} MB float32), text "
           f"{n_tokens:,} tokens, {threads} thread(s)")
     print(f"  llama-perplexity Q8_0  {lp_wall:7.2f} s wall, peak RSS {lp_rss / 1e6:6.0f} MB, {lp_scored:,} tokens "
-          f"scored ({chunks} chunks x 256), mean KLD {lp_kld.get('kld_mean', float('nan')):.3g}, top-1 "
+          f"scored ({chunks} chunks x 255), mean KLD {lp_kld.get('kld_mean', float('nan')):.3g}, top-1 "
           f"{lp_kld.get('top1', float('nan')):.1%}")
     print(f"  qcheck eval    Q8_0    {qc_wall:7.2f} s wall, peak RSS {qc_rss / 1e6:6.0f} MB, {qc_scored:,} tokens "
           f"scored, mean KLD {cand['metrics']['kld_mean']:.3g}, top-1 {cand['metrics']['top1_agreement']:.1%}")

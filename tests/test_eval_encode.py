@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from qcheck.errors import InputError
-from qcheck.eval.encode import Encoder, chunk_spans, window_spans
+from qcheck.eval.encode import Encoder, chunk_scored, chunk_spans, window_spans
 from qcheck.eval.tasks import TaskItem
 
 
@@ -84,10 +84,12 @@ def test_window_spans_by_hand():
 
 
 def test_chunk_spans_are_llama_perplexitys_windows():
-    # 20 tokens, chunks of 8: [0,8) and [8,16) each score their second half; the 4 tokens after 16 are not scored
-    assert chunk_spans(20, 8) == [(0, 8, 4), (8, 16, 12)]
-    assert chunk_spans(16, 8) == [(0, 8, 4), (8, 16, 12)]
-    assert chunk_spans(9, 7) == [(0, 7, 3)]
+    # 20 tokens, chunks of 8: [0,8) and [8,16) each score the 3 tokens after their middle (llama-perplexity's
+    # n_ctx - 1 - n_ctx/2 predictions from first = n_ctx/2); the 4 tokens after 16 are not scored
+    assert chunk_spans(20, 8) == [(0, 8, 5), (8, 16, 13)] and chunk_scored(8) == 3
+    assert chunk_spans(16, 8) == [(0, 8, 5), (8, 16, 13)]
+    assert chunk_spans(9, 7) == [(0, 7, 4)] and chunk_scored(7) == 3  # odd: first = 3, 7 - 1 - 3 predictions
+    assert chunk_scored(512) == 255
     assert chunk_spans(8, 8) == [(0, 8, 1)]  # an item that fits is scored whole, as in sliding mode
     with pytest.raises(InputError, match="windows 'overlap' is not one of sliding, chunks"):
         Encoder(tokenizer(True), windows="overlap")
@@ -103,10 +105,22 @@ def test_chunks_mode_scores_second_halves_and_starts_each_chunk_like_llama_perpl
     n = len(ids)
     assert long.windows == n // 16 >= 2 and enc.unscored_tokens == n - 16 * (n // 16)
     for w, r in enumerate(long.score):
-        assert len(r.input_ids) == 16 and r.start == 8 and r.n_rows == 8
+        assert len(r.input_ids) == 16 and r.start == 9 and r.n_rows == 7
         assert r.input_ids[1:] == ids[16 * w + 1:16 * (w + 1)]
         # llama-perplexity writes BOS over the first token of every chunk when the model adds BOS
         assert r.input_ids[0] == (tok.bos_token_id if adds_bos else ids[16 * w])
+
+
+def test_chunks_mode_counts_the_tail_of_a_text_with_one_whole_chunk():
+    """Between one and two windows long: one chunk is scored and the rest is unscored, and the item counts as
+    windowed (it is not scored whole)."""
+    tok = tokenizer(True)
+    enc = Encoder(tok, max_length=16, windows="chunks")
+    text = next(t for t in ("word " * k for k in range(1, 40)) if 16 < len(enc.encode(t)) < 32)
+    n = len(enc.encode(text))
+    long = enc.encode_item(item(kind="text", text=text))
+    assert long.windows == 1 and long.windowed and enc.unscored_tokens == n - 16
+    assert [(r.start, r.n_rows) for r in long.score] == [(9, 7)]
 
 
 def test_tokenizer_without_bos_gets_lm_evals_prefix_token():

@@ -12,7 +12,7 @@ Hugging Face strided-perplexity recipe do, instead of being cut: windows of ``ma
 window did not reach (its last ``stride`` tokens: the second half at the default stride), so every token is
 scored exactly once with at least ``max_length - stride`` tokens of context; the last window is aligned to the
 item's end. ``windows="chunks"`` is llama-perplexity's own scheme instead, for numbers comparable with its
-``--kl-divergence`` on the same text: windows that do not overlap, each scoring only its second half, the first
+``--kl-divergence`` on the same text: windows that do not overlap, each scoring the tokens after its middle one (n_ctx - 1 - n_ctx/2), the first
 token of each replaced by BOS when the tokenizer adds one, and the tokens after the last whole window left
 unscored. Choice and generate items keep the left truncation of lm-evaluation-harness: a window over a
 multiple-choice context or a prompt would score a different question.
@@ -35,8 +35,10 @@ class EncodedItem:
     score: list[ScoreRequest] = field(default_factory=list)
     generate: GenerateRequest | None = None
     truncated: bool = False
-    #: sliding windows a long text item was scored in (1: it fitted)
+    #: sliding windows a long text item was scored in (1: it fitted, or one chunk and an unscored tail)
     windows: int = 1
+    #: a text item longer than ``max_length``: scored in windows or chunks, not whole
+    windowed: bool = False
 
 
 #: how long text items are windowed: overlapping sliding windows (every token scored once) or llama-perplexity's
@@ -46,10 +48,18 @@ WINDOW_MODES = ("sliding", "chunks")
 
 def chunk_spans(n_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
     """llama-perplexity's windows over ``n_tokens`` tokens: (begin, end, first scored position) of each whole
-    ``max_length`` chunk, scoring its second half; a remainder shorter than a chunk is not scored (as there)."""
+    ``max_length`` chunk; a remainder shorter than a chunk is not scored (as there). Like its ``first = n_ctx/2``
+    with ``n_ctx - 1 - first`` predictions, a chunk scores the tokens after its middle one: positions
+    ``max_length // 2 + 1`` to the end. An item that fits in one window is scored whole (llama-perplexity would
+    refuse a text that short)."""
     if n_tokens <= max_length:
         return [(0, n_tokens, 1)]
-    return [(b, b + max_length, b + max_length // 2) for b in range(0, n_tokens - max_length + 1, max_length)]
+    return [(b, b + max_length, b + max_length // 2 + 1) for b in range(0, n_tokens - max_length + 1, max_length)]
+
+
+def chunk_scored(max_length: int) -> int:
+    """Tokens one llama-perplexity chunk of ``max_length`` scores (``n_ctx - 1 - n_ctx/2``)."""
+    return max_length - 1 - max_length // 2
 
 
 def window_spans(n_tokens: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:
@@ -133,7 +143,8 @@ class Encoder:
             spans = chunk_spans(len(ids), self.max_length) if chunks else \
                 window_spans(len(ids), self.max_length, self.stride)
             enc.windows = len(spans)
-            if chunks and len(spans) > 1:
+            enc.windowed = len(ids) > self.max_length
+            if chunks and enc.windowed:  # the tail after the last whole chunk (one chunk and a tail included)
                 self.unscored_tokens += len(ids) - spans[-1][1]
             for w, (begin, end, first) in enumerate(spans):
                 window = ids[begin:end]

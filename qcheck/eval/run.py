@@ -281,7 +281,7 @@ def _histogram(values: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the run
 def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = None) -> EvalResult:
     """Run a whole evaluation; QcheckErrors (exit 2) for bad input, otherwise an EvalResult."""
-    from qcheck.eval.encode import Encoder
+    from qcheck.eval.encode import Encoder, chunk_scored
     from qcheck.eval.runners.reference import load_tokenizer, torch_modules
     from qcheck.eval.safe_load import NO_CODE
 
@@ -346,7 +346,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     encoder = Encoder(tokenizer, max_length=config.max_length, stride=config.stride, windows=config.windows)
     encoded = [encoder.encode_item(item) for item in tasks.items]
     truncated = sum(1 for e in encoded if e.truncated)
-    windowed = [e.windows for e in encoded if e.windows > 1]
+    windowed = [e.windows for e in encoded if e.windowed]
     notes: list[str] = []
     if truncated:
         notes.append(f"{truncated} choice/generate item(s) were left-truncated to the {config.max_length}-token "
@@ -354,7 +354,7 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     if windowed and config.windows == "chunks":
         notes.append(f"{len(windowed)} text item(s) longer than {config.max_length} tokens were scored in "
                      f"{sum(windowed)} llama-perplexity chunks (non-overlapping, each scoring its last "
-                     f"{config.max_length - config.max_length // 2} tokens; {encoder.unscored_tokens} token(s) after "
+                     f"{chunk_scored(config.max_length)} tokens; {encoder.unscored_tokens} token(s) after "
                      "the last whole chunk not scored)")
     elif windowed:
         notes.append(f"{len(windowed)} text item(s) longer than {config.max_length} tokens were scored in "
@@ -456,6 +456,9 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
                 results.append(_run_candidate(spec, config, encoded, encoder, reader, ref_config, ref_vocab,
                                               progress, log))
             if config.noise_floor and noise is None:
+                from qcheck.eval.runners.simulated import drop_skeleton
+
+                drop_skeleton()  # the last simulated candidate's model: never two models at once
                 log(f"noise floor: the reference in {config.noise_floor}")
                 noise = _noise_floor(config, encoded, encoder, reader, ref_config, ref_vocab, progress, log)
         finally:
@@ -538,7 +541,9 @@ def _compute_reference(config: EvalConfig, encoded: list[Any], encoder: Any, tok
         model = runner.model
         runner.close()
     kept = None
-    if config.noise_floor and not getattr(model, "hf_device_map", None):  # not an accelerate-dispatched model
+    # reused only when it holds the checkpoint's exact values: a float32 load casts to the noise dtype as a fresh
+    # load in that dtype would; a model already rounded to fp16/bf16 would not (not accelerate-dispatched either)
+    if config.noise_floor and config.reference_dtype == "float32" and not getattr(model, "hf_device_map", None):
         from qcheck.eval.runners.reference import resolve_dtype
 
         kept = (model.to(dtype=resolve_dtype(config.noise_floor)), device)
