@@ -56,12 +56,21 @@ def variant_name(path: str) -> str | None:
     both, or a local variant directory's name; None for a GGUF file or a plain repo."""
     import os
 
+    from qcheck.errors import UsageError
+    from qcheck.hub.target import origin_of, parse_target
+
     if os.path.isdir(path):
         return os.path.basename(os.path.normpath(path)) or None
-    repo, _, selector = path.partition(":")
-    if selector.lower().endswith(".gguf") or path.lower().endswith(".gguf"):
+    if path.lower().endswith(".gguf") or origin_of(path) == "local":  # a local file: no branch or folder in it
         return None
-    branch = repo.split("@", 1)[1] if "@" in repo else ""
+    try:
+        target = parse_target(path)
+    except UsageError:
+        return None
+    selector = target.selector or ""
+    if selector.lower().endswith(".gguf"):
+        return None
+    branch = target.revision or ""
     folder = selector.rsplit("/", 1)[0] + "/" if "/" in selector else ""
     name = (f"@{branch}" if branch else "") + (" " if branch and folder else "") + folder
     return name or None

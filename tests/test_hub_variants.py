@@ -136,3 +136,18 @@ def test_at_star_is_only_for_the_table_and_a_wrong_command_is_not_a_missing_bran
     # no --gpu for an engine that needs one: the command's error, not "no branch holds a checkpoint"
     code, out, err = run(capsys, "check", "org/tiny-GPTQ@*", "--engine", "vllm")
     assert code == 2 and "add --gpu" in err and "no branch" not in err
+
+
+def test_a_variant_row_is_named_from_the_hub_target_and_a_local_path_never_reads_as_a_branch(tmp_path):
+    from qcheck.quant_table import variant_name
+
+    assert variant_name("org/name:fp8/model.safetensors") == "fp8/"
+    assert variant_name("org/name@gptq-4bit-32g") == "@gptq-4bit-32g"
+    assert variant_name("org/name@br:awq/model.safetensors") == "@br awq/"
+    assert variant_name("hf.co/org/name@v1") == "@v1"
+    assert variant_name("org/name") is None and variant_name("org/x:Q4_K_M.gguf") is None
+    local = tmp_path / "a@b" / "model.safetensors"  # an '@' in a local folder name is not a branch
+    local.parent.mkdir()
+    local.write_bytes(b"")
+    assert variant_name(str(local)) is None
+    assert variant_name(str(local.parent)) == "a@b"  # a variant directory is named by its folder
