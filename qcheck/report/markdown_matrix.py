@@ -67,12 +67,11 @@ def _kv_section(result: MatrixResult) -> list[str]:
              "engine does not run on that vendor.", "",
              "| engine | dtype | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     notes: dict[str, list[str]] = {}
-    words = {"native": "native", "fallback": "fallback", "unsupported": "no", "unknown": "?"}
     for label, dtype, cells in kv_grid(matrix, targets):
         row = []
         for col in cols:
             j = cells.get(col)
-            row.append("" if j is None else words.get(j.status, j.status) + ("*" if j.requires else ""))
+            row.append(cell(j))
             if j is not None and j.requires:
                 dtypes = notes.setdefault(f"{label}: {'; '.join(j.requires)}", [])
                 if dtype not in dtypes:

@@ -9,7 +9,7 @@ from qcheck.report.terminal import width
 
 if TYPE_CHECKING:
     from qcheck.matrix.table import MatrixResult, MatrixTable
-    from qcheck.model import Verdict
+    from qcheck.model import Judgement, Verdict
 
 WORDS = {"native": "native", "fallback": "fallback", "unsupported": "no", "unknown": "?"}
 LEGEND = ("native = the format's own kernel; fallback = a slower substitute path; no = unsupported;\n"
@@ -17,8 +17,8 @@ LEGEND = ("native = the format's own kernel; fallback = a slower substitute path
           "`qcheck check PATH --engine E --gpu G` explains a cell: kernel, requirements, reasons, sources.")
 
 
-def cell(v: Verdict | None) -> str:
-    """The short word for one verdict: native / fallback / no / ?, with * when it has requirements."""
+def cell(v: Verdict | Judgement | None) -> str:
+    """The short word for one verdict or judgement: native / fallback / no / ?, with * when it has requirements."""
     if v is None:
         return ""
     return WORDS.get(v.status, v.status) + ("*" if v.requires else "")
