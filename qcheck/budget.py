@@ -39,7 +39,9 @@ class Budget:
         self._lock = threading.Lock()
 
     def remaining(self) -> float:
-        return self.started + self.seconds - time.monotonic()
+        """Seconds left, at most ``threading.TIMEOUT_MAX``: it is passed as a timeout to waits and sockets, which
+        refuse larger values (``QCHECK_HUB_DEADLINE=1e12`` is a valid way to say "no deadline")."""
+        return min(self.started + self.seconds - time.monotonic(), threading.TIMEOUT_MAX)
 
     def deadline_error(self, what: str, repo_id: str, endpoint: str) -> RemoteError:
         from qcheck.hub.errors import NetworkError

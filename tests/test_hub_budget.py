@@ -76,3 +76,13 @@ def test_budget_settings_are_validated(monkeypatch) -> None:
     monkeypatch.setenv("QCHECK_HUB_DEADLINE", "nan")
     with pytest.raises(UsageError, match="QCHECK_HUB_DEADLINE must be a finite number"):
         Budget()
+
+
+@pytest.mark.parametrize("session", ["0", "1"])  # the lean client's waits and the session's
+def test_a_huge_deadline_means_no_deadline_not_an_overflow(hub, monkeypatch, session) -> None:
+    """1e12 s is finite and accepted; every wait and socket timeout derived from it must stay within what
+    threading and socket accept (it raised OverflowError on the multi-shard prefetch)."""
+    monkeypatch.setenv("QCHECK_HUB_DEADLINE", "1e12")
+    monkeypatch.setenv("QCHECK_HUB_SESSION", session)
+    hub.add_repo("org/many", sharded_repo(4))
+    assert len(load_checkpoint("org/many").tensors) == 4 * 18
