@@ -192,6 +192,33 @@ def test_vllm_full_vocabulary_reference_is_exact_and_top_k_is_labelled(tmp_path,
     assert "top-20 approximation</strong>" in html.read_text()
 
 
+def test_full_rows_asked_for_but_capped_quietly_are_kept_at_the_width_that_came(tmp_path, capsys):
+    """A server that accepts prompt_logprobs = V but answers 20 (a quiet cap): the reference falls back to top-k at
+    the width it got, not V (a V-wide top-k cache costs 8 bytes x V per position)."""
+    from transformers import AutoTokenizer
+
+    from support.engine_fake_server import Behaviour, FakeEngine, FakeServer
+
+    ref = tiny_reference()
+    engine = FakeEngine(str(tiny_gguf("F32")), AutoTokenizer.from_pretrained(str(ref)))
+    tasks = _tasks(tmp_path, kinds=("text",))
+    files = _files_only(ref, tmp_path)
+    cache = tmp_path / "cache"
+    try:
+        with FakeServer(engine, Behaviour(style="vllm", model="ref", quiet_cap=20)) as srv:
+            code, out, err = _cli(["eval", "-r", srv.url, "--reference-files", str(files), "-t", str(tasks),
+                                   "--bootstrap", "100", "--cache-dir", str(cache), "-c", f"sim={tiny_gguf('Q4_0')}",
+                                   "--json"], capsys)
+            assert code == 0, err
+    finally:
+        engine.close()
+    data = json.loads(out)
+    assert data["cache"]["kind"] == "topk"
+    metas = [json.loads(m.read_text()) for m in cache.rglob("*.json")]
+    widths = {m.get("topk") for m in metas if m.get("kind") == "topk"}
+    assert widths and max(w for w in widths if w) <= 21, metas
+
+
 def test_endpoint_reference_bad_usage_is_one_line_exit_2(tmp_path, capsys):
     """No --reference-files, --noise-floor, top_k=full beyond the response bound, an unreachable server: exit 2."""
     files = _files_only(tiny_reference(), tmp_path)

@@ -183,9 +183,10 @@ def write_reference(runner: Any, kind: str, encoded: list[Any], encoder: Any, ma
                 where = f"reference endpoint, request {req.key}"
                 full = full_rows(scores, vocab_size, where) if kind == "full" else None
                 if writer is None:
-                    if kind == "full" and full is None:
-                        kind = "topk"
                     k = min(runner.opts.top_k + 1, vocab_size)
+                    if kind == "full" and full is None:  # asked for every token, given fewer: keep what came
+                        kind = "topk"
+                        k = min(scores.topk_ids.shape[1] if scores.topk_ids is not None else DEFAULT_TOP_K + 1, k)
                     writer = make_writer(KIND_FULL if kind == "full" else KIND_TOPK, None if kind == "full" else k)
                 if kind == "full":
                     if full is None:

@@ -52,6 +52,8 @@ class Behaviour:
     corrupt: str | None = None
     #: vLLM's --max-logprobs: prompt_logprobs above it get vLLM's HTTP 400
     max_logprobs: int | None = None
+    #: prompt_logprobs above this are answered with this many, silently (a server or proxy that caps quietly)
+    quiet_cap: int | None = None
 
 
 class FakeEngine:
@@ -231,6 +233,8 @@ class FakeServer:
             return 400, {"object": "error", "message": f"Requested prompt logprobs of {k}, which is greater than max "
                          f"allowed: {b.max_logprobs}", "type": "BadRequestError", "code": 400}, {}
         if k is not None and b.style == "vllm":
+            if b.quiet_cap is not None:
+                k = min(k, b.quiet_cap)
             rows = self.engine.rows(ids)
             plp: list[Any] = [None]
             for p in range(1, len(ids)):
