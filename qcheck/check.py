@@ -204,8 +204,12 @@ def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest]
     """One verdict per planned (engine, GPU); engines implied by ``--gpu`` alone are judged only on the
     vendors they run on."""
     from qcheck.matrix import resolve
+    from qcheck.request import Deploy, KVCacheTypes, Parallel
 
-    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=implied_engines, options=options)
+    opts = options or {}
+    deploy = Deploy(kv_cache=KVCacheTypes.parse(opts.get("kv_cache_dtype")),
+                    parallel=Parallel(tp=opts.get("tp"), pp=opts.get("pp"), ep=opts.get("ep")))
+    verdicts = resolve(matrix, inspection, requests, targets, skip_foreign=implied_engines, deploy=deploy)
     if annotate is not None:
         for verdict in verdicts:
             annotate(inspection, verdict)

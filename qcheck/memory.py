@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from qcheck.errors import UsageError
+from qcheck.kvtypes import KV_DTYPE_BYTES, kv_dtype_bytes
 from qcheck.memory_engines import Part
 from qcheck.model import Inspection, Verdict
 from qcheck.readers.gguf_meta import model_keys
@@ -41,21 +42,6 @@ MAX_GPUS = 64
 #: layer-split engines spread a model over at most this many devices
 MAX_LAYER_SPLIT = 16
 
-#: bytes per cached element, by every spelling engines accept for --kv-cache-dtype
-KV_DTYPE_BYTES: dict[str, float] = {
-    "float32": 4, "fp32": 4, "f32": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "f16": 2, "half": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3": 1, "float8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1,
-    "int8": 1, "i8": 1, "int8_per_token_head": 1, "fp8_per_token_head": 1, "int4_per_token_head": 0.5,
-    # llama.cpp --cache-type-k/-v block types (block bytes / 32 elements, ggml-common.h)
-    "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32,
-    # FP4 KV (TensorRT-LLM NVFP4 KV cache): 4-bit elements + one FP8 scale per 16
-    "nvfp4": 0.5 + 1 / 16, "fp4": 0.5 + 1 / 16, "fp4_e2m1": 0.5 + 1 / 16, "nvfp4_4over6": 0.5 + 1 / 16,
-    "fp4_mx_block16": 0.5 + 1 / 16, "mxfp8": 1 + 1 / 32,
-    # n-bit grouped caches: MLX --kv-bits (affine, FP16 scale + bias per 64), ExLlamaV2/V3 Q4/Q6/Q8
-    # (exllamav2 tensor_p.py: (n + 0.5) / 8 bytes), transformers quanto/HQQ; qcheck spells them q1 ... q8
-    **{f"q{n}": (n + 0.5) / 8 for n in range(1, 9)},
-}
 
 
 @dataclass
@@ -347,14 +333,6 @@ class MemoryEstimate:
 
 
 # ------------------------------------------------------------------------------------------ KV dtype and weights
-def kv_dtype_bytes(name: str) -> float:
-    """Bytes per cached element for a --kv-cache-dtype value; an unknown name is a UsageError listing them."""
-    key = name.strip().lower().replace("-", "_")
-    if key not in KV_DTYPE_BYTES:
-        raise UsageError(f"unknown KV cache dtype {name!r}; known: {', '.join(sorted(KV_DTYPE_BYTES))}")
-    return KV_DTYPE_BYTES[key]
-
-
 def _resolve_kv_dtype(ins: Inspection, requested: str | None, llamacpp: bool) -> tuple[str, str]:
     if requested and requested.lower() != "auto":
         kv_dtype_bytes(requested)

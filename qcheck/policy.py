@@ -495,7 +495,7 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
     c.keys(raw, MEMORY_KEYS, "memory")
     kv = c.string(raw, "kv-cache-dtype", "memory")
     if kv is not None:
-        from qcheck.memory import KV_DTYPE_BYTES
+        from qcheck.kvtypes import KV_DTYPE_BYTES
 
         if kv.lower() not in KV_DTYPE_BYTES:
             raise c.fail("memory.kv-cache-dtype", f"unknown KV cache dtype {kv!r}", ", ".join(sorted(KV_DTYPE_BYTES)))

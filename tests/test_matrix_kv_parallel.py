@@ -13,6 +13,7 @@ import pytest
 
 from qcheck.check import check_path
 from qcheck.model import Inspection, Quantization, Verdict
+from qcheck.request import Deploy, Parallel
 from support import builders as b
 from support.gguf_helpers import Q, write_gguf
 
@@ -196,7 +197,7 @@ def layout(inspection: Inspection, engine: str, gpu: str = "h100", **options: in
     from qcheck.matrix.resolve import EngineRequest, resolve_one
 
     m = load_matrix()
-    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), options)
+    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), Deploy(parallel=Parallel(**options)))
 
 
 def par(v: Verdict):

@@ -11,6 +11,7 @@ import pytest
 
 from qcheck.check import CheckResult, check_path
 from qcheck.model import Verdict
+from qcheck.request import Deploy, Parallel
 from support import builders as b
 from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
@@ -310,7 +311,7 @@ def layout(inspection, engine: str = "vllm", gpu: str = "h100", **options: int) 
     from qcheck.matrix.resolve import EngineRequest, resolve_one
 
     m = load_matrix()
-    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), options)
+    return resolve_one(m, inspection, EngineRequest(m.engine(engine)), m.gpus.lookup(gpu), Deploy(parallel=Parallel(**options)))
 
 
 FP8_BLOCK = {"weight_bits": 8, "weight_dtype": "float8_e4m3", "activation_dtype": "float8_e4m3",

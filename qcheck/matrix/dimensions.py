@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qcheck.model import Judgement, Status, Verdict
+from qcheck.request import Deploy
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -49,8 +50,8 @@ class Deployment:
     #: the engine version as reported (the request's, or the newest the data knows) and as evaluated
     version: str
     at: Version
-    #: extra deployment options a dimension may read (e.g. tensor/pipeline parallel sizes), by name
-    options: dict[str, Any] = field(default_factory=dict)
+    #: how it is deployed (KV-cache types, parallel sizes, engine knobs): the request's ``deploy``
+    deploy: Deploy = field(default_factory=Deploy)
 
 
 Dimension = Callable[[Deployment], "Judgement | None"]

@@ -38,9 +38,9 @@ UNQUANTISED = frozenset({"float16", "bfloat16", "float32", "fp16", "bf16", "fp32
 
 def requested_kv(deployment: Deployment) -> tuple[str, str] | None:
     """(dtype, where it comes from) for the deployment, or None when nothing but the default is asked for."""
-    flag = deployment.options.get("kv_cache_dtype")
-    if isinstance(flag, str) and flag.strip() and flag.strip().lower() != "auto":
-        return flag.strip().lower().replace("-", "_"), "flag"
+    flag = deployment.deploy.kv_cache.k or deployment.deploy.kv_cache.v
+    if flag is not None:
+        return flag, "flag"
     declared = deployment.inspection.quantization.kv_cache_dtype
     if declared and declared.lower() in DECLARED:
         spellings = DECLARED[declared.lower()]

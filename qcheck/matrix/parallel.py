@@ -28,7 +28,7 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
     """``unsupported`` with the engine's own message when the layout cannot load this checkpoint."""
     engine = deployment.request.engine
     spec = engine.parallel
-    asked = {k: int(v) for k, v in deployment.options.items() if k in LAYOUTS and isinstance(v, int) and v > 1}
+    asked = {k: v for k, v in deployment.deploy.parallel.sizes().items() if v > 1}
     if spec is None or not asked:
         return None
     problems: list[str] = []

@@ -8,7 +8,7 @@ collect the rules that hold, let the most specific one decide.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qcheck.errors import UsageError
 from qcheck.matrix.rules import (
@@ -22,6 +22,7 @@ from qcheck.matrix.rules import (
 from qcheck.matrix.schema import Engine, Rule, SourceSpec, Target
 from qcheck.matrix.versions import parse_version
 from qcheck.model import Source, Verdict
+from qcheck.request import Deploy
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -151,14 +152,14 @@ def _sources(specs: tuple[SourceSpec, ...] | list[SourceSpec]) -> list[Source]:
 
 
 def resolve_one(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
-                options: dict[str, Any] | None = None, *, dimensions: bool = True) -> Verdict:
+                deploy: Deploy | None = None, *, dimensions: bool = True) -> Verdict:
     """The verdict for one (engine, GPU) combination, without suggestions (``dimensions=False``: no architecture
     dimension, for the format tables' synthetic probes, which stand for no model in particular)."""
-    return resolve_with_types(matrix, inspection, request, target, options, dimensions=dimensions)[0]
+    return resolve_with_types(matrix, inspection, request, target, deploy, dimensions=dimensions)[0]
 
 
 def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRequest,
-                       target: Target | None, options: dict[str, Any] | None = None, *,
+                       target: Target | None, deploy: Deploy | None = None, *,
                        dimensions: bool = True) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
@@ -167,7 +168,7 @@ def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRe
     verdict, types = _resolve_weights(matrix, inspection, request, target)
     version, at, _ = select_version(request.engine, request.version)
     deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at,
-                            dict(options or {}))
+                            deploy or Deploy())
     # a synthetic probe of the format tables stands for no model in particular: no architecture to judge
     combine(verdict, judge_dimensions(deployment, None if dimensions else without_architecture()))
     return verdict, types

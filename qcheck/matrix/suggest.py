@@ -8,7 +8,7 @@ commands from the data's ``[[suggestion]]`` tables. At most four, in the user's 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qcheck.matrix.resolve import EngineRequest, resolve_one, select_version
 from qcheck.matrix.rules import fill, matching_rules, placeholders
@@ -18,21 +18,22 @@ from qcheck.matrix.versions import parse_version
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
     from qcheck.model import Inspection, Verdict
+    from qcheck.request import Deploy
 
 MAX_SUGGESTIONS = 4
 
 
 def suggest(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
             target: Target | None, limit: int = MAX_SUGGESTIONS, types: list[str] | None = None,
-            options: dict[str, Any] | None = None) -> list[str]:
+            deploy: Deploy | None = None) -> list[str]:
     """Up to ``limit`` short suggestions for a non-native verdict (``types``: the GGUF tensor types the
-    deciding rule named, for ``{types}`` in suggestion texts; ``options``: the deployment settings, judged
+    deciding rule named, for ``{types}`` in suggestion texts; ``deploy``: how it is deployed, judged
     for every alternative too)."""
     if verdict.status == "native":
         return []
-    upgrade = _newer_version(matrix, inspection, request, target, options)
-    engines = _other_engines(matrix, inspection, verdict, request, target, options)
-    arch = _other_arch(matrix, inspection, request, target, options)
+    upgrade = _newer_version(matrix, inspection, request, target, deploy)
+    engines = _other_engines(matrix, inspection, verdict, request, target, deploy)
+    arch = _other_arch(matrix, inspection, request, target, deploy)
     data = data_suggestions(matrix, inspection, verdict, request, target, types or [])
     picked: list[str] = []
     for group in (upgrade[:1], engines[:1], arch[:1], data[:1], engines[1:2], data[1:]):
@@ -47,11 +48,11 @@ def _requires(v: Verdict) -> str:
 
 
 def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
-                   options: dict[str, Any] | None = None) -> list[str]:
+                   deploy: Deploy | None = None) -> list[str]:
     engine = request.engine
     if request.version is None or parse_version(request.version, engine.scheme) >= engine.parsed_versions[-1]:
         return []
-    v = resolve_one(matrix, inspection, EngineRequest(engine, None, request.backend), target, options)
+    v = resolve_one(matrix, inspection, EngineRequest(engine, None, request.backend), target, deploy)
     if v.status != "native":
         return []
     kernel = f" ({v.kernel})" if v.kernel else ""
@@ -60,7 +61,7 @@ def _newer_version(matrix: Matrix, inspection: Inspection, request: EngineReques
 
 
 def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
-                   target: Target | None, options: dict[str, Any] | None = None) -> list[str]:
+                   target: Target | None, deploy: Deploy | None = None) -> list[str]:
     where = f" on {target.label}" if target else ""
     natives: list[tuple[tuple[int, int, str], str]] = []
     runners: list[tuple[tuple[int, int, str], str]] = []
@@ -71,7 +72,7 @@ def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, req
             # colibri, audio.cpp, DeepInfer run a few model families each; the header cannot tell whether
             # this checkpoint is one of them, so they are never offered as the way out.
             continue
-        v = resolve_one(matrix, inspection, EngineRequest(engine), target, options)
+        v = resolve_one(matrix, inspection, EngineRequest(engine), target, deploy)
         rank = (len(v.requires), engine.kind != "engine", engine.id)
         if v.status == "native":
             kernel = f" ({v.kernel})" if v.kernel else ""
@@ -87,7 +88,7 @@ def _other_engines(matrix: Matrix, inspection: Inspection, verdict: Verdict, req
 
 
 def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, target: Target | None,
-                options: dict[str, Any] | None = None) -> list[str]:
+                deploy: Deploy | None = None) -> list[str]:
     """The oldest architecture (same vendor first) on which this engine runs the checkpoint natively."""
     if target is None:
         return []
@@ -97,7 +98,7 @@ def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, 
         for arch in matrix.gpus.archs_of(vendor):
             if arch.id == target.arch.id:
                 continue
-            v = resolve_one(matrix, inspection, request, Target(label=arch.id, arch=arch, cc=arch.cc), options)
+            v = resolve_one(matrix, inspection, request, Target(label=arch.id, arch=arch, cc=arch.cc), deploy)
             if v.status == "native":
                 gpu = matrix.gpus.smallest_gpu(arch.id)
                 example = f" (e.g. {gpu.id})" if gpu else ""

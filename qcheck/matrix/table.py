@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from qcheck.matrix.resolve import EngineRequest, resolve_one
 from qcheck.matrix.schema import Target
+from qcheck.request import Deploy, KVCacheTypes
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
@@ -160,6 +161,6 @@ def kv_grid(matrix: Matrix, targets: list[Target]) -> list[tuple[str, str, dict[
             cells: dict[str, Judgement | None] = {}
             for target in targets:
                 cells[target.label] = None if target.vendor not in engine.hardware else judge_kv_cache(
-                    Deployment(matrix, probe, request, target, version, at, {"kv_cache_dtype": dtype}))
+                    Deployment(matrix, probe, request, target, version, at, Deploy(kv_cache=KVCacheTypes(dtype, dtype))))
             out.append((f"{engine.id} {version}", dtype, cells))
     return out
