@@ -1,0 +1,129 @@
+"""Tokenizer arrays are skipped by their lengths, never decoded, and the fast walk answers exactly as the checked
+one: the same end offset for every valid array, the same error (message and offset) for every bad one, on real
+vocabulary files and on arrays cut at every buffer boundary."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qcheck.errors import InputError
+from qcheck.readers import binary
+from qcheck.readers.gguf import ArraySummary, read_gguf_file
+from support.gguf_helpers import BytesSource, write_gguf
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_GGUF = [ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf", *sorted((ROOT / "examples").glob("*.gguf"))]
+
+
+def strings(lengths: list[int], fill: bytes = b"x") -> bytes:
+    return b"".join(struct.pack("<Q", n) + fill * n for n in lengths)
+
+
+def outcome(data: bytes, count: int, max_len: int, *, checked: bool, chunk: int, size_known: bool = True,
+            budget: int | None = None) -> tuple[str, object]:
+    cur = binary.Cursor(BytesSource(data, "s.gguf", size_known), 0, budget, min_chunk=chunk, max_chunk=4 * chunk)
+    try:
+        if checked:  # what skip_strings did before the fast walk existed
+            cur.ensure_available(8 * count, f"{count} strings of arr")
+            cur._skip_strings_checked(count, max_len, "arr")
+        else:
+            cur.skip_strings(count, max_len, "arr")
+    except InputError as exc:
+        return "error", str(exc)
+    return "end", cur.tell()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lengths=st.lists(st.integers(0, 40), max_size=60), chunk=st.integers(1, 64), tail=st.binary(max_size=16),
+       size_known=st.booleans())
+def test_fast_walk_ends_where_the_checked_walk_ends(lengths: list[int], chunk: int, tail: bytes,
+                                                    size_known: bool) -> None:
+    data = strings(lengths) + tail
+    fast = outcome(data, len(lengths), 1 << 20, checked=False, chunk=chunk, size_known=size_known)
+    assert fast == outcome(data, len(lengths), 1 << 20, checked=True, chunk=chunk, size_known=size_known)
+    assert fast == ("end", len(data) - len(tail))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=40), chunk=st.integers(1, 64),
+       bad=st.data(), max_len=st.integers(0, 60), cut=st.integers(0, 64), size_known=st.booleans(),
+       budget=st.one_of(st.none(), st.integers(0, 2000)))
+def test_bad_arrays_fail_as_the_checked_walk_fails(lengths: list[int], chunk: int, bad: st.DataObject,
+                                                   max_len: int, cut: int, size_known: bool,
+                                                   budget: int | None) -> None:
+    """Huge or negative-looking lengths, lengths over the limit, truncated data, a tight header budget: the same
+    answer, word for word, as the element-by-element walk."""
+    index = bad.draw(st.integers(0, len(lengths) - 1))
+    hostile = bad.draw(st.sampled_from([2**64 - 1, 2**63, 2**40, 10_000, max_len + 1, 0]))
+    data = bytearray(strings(lengths))
+    at = sum(8 + n for n in lengths[:index])
+    data[at:at + 8] = struct.pack("<Q", hostile)
+    data = bytes(data[:max(0, len(data) - cut)])
+    count = len(lengths)
+    args = {"chunk": chunk, "size_known": size_known, "budget": budget}
+    assert outcome(data, count, max_len, checked=False, **args) == outcome(data, count, max_len, checked=True, **args)
+
+
+def test_many_strings_over_the_limit_together_but_not_one_by_one() -> None:
+    """The whole-array check (total bytes <= max_len) is only a shortcut: an array whose strings are each within
+    the limit but together over it is accepted, by the checked walk."""
+    data = strings([30] * 10) + b"END"
+    cur = binary.Cursor(BytesSource(data), 0, None, min_chunk=16, max_chunk=64)
+    cur.skip_strings(10, 40, "arr")
+    assert cur.read(3, "end") == b"END"
+
+
+def test_a_string_over_the_limit_is_named() -> None:
+    data = strings([3, 3, 50, 3])
+    with pytest.raises(InputError, match=r"offset 22: arr\[2\] declares 50 bytes, over the 40-byte limit"):
+        binary.Cursor(BytesSource(data, "s.gguf"), 0, None).skip_strings(4, 40, "arr")
+
+
+def _no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a string array was decoded or walked element by element")
+
+    monkeypatch.setattr(binary.Cursor, "read_strings", refuse)
+    monkeypatch.setattr(binary.Cursor, "_skip_strings_checked", refuse)
+
+
+def test_tokenizer_arrays_are_skipped_not_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tokens, merges, scores and token_type of a 20,000-token vocabulary become ArraySummary records (count and
+    offset) without decoding a string or walking them one checked element at a time."""
+    path = write_gguf(tmp_path / "v.gguf", vocab=20_000,
+                      kv={"tokenizer.ggml.scores": [float(-i) for i in range(20_000)]})[0]
+    _no_decoding(monkeypatch)
+    md = read_gguf_file(path).metadata
+    tokens, merges = md["tokenizer.ggml.tokens"], md["tokenizer.ggml.merges"]
+    assert isinstance(tokens, ArraySummary) and (tokens.element_type, tokens.count) == ("STRING", 20_000)
+    assert isinstance(merges, ArraySummary) and merges.count == 10_000
+    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        assert isinstance(md[key], ArraySummary) and md[key].count == 20_000
+    # asked for by name, the tokens are still decoded (bounded by the same limits)
+    monkeypatch.undo()
+    full = read_gguf_file(path, materialize=("tokenizer.ggml.tokens",)).metadata["tokenizer.ggml.tokens"]
+    assert len(full) == 20_000 and all(isinstance(t, str) for t in full)
+
+
+@pytest.mark.parametrize("path", REAL_GGUF, ids=lambda p: p.name)
+def test_inspect_output_is_the_same_with_and_without_the_fast_walk(path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full ``qcheck inspect --json`` record of real GGUF files (llama.cpp's vocabulary file, the examples)
+    is identical whether tokenizer arrays are walked fast or element by element."""
+    from click.testing import CliRunner
+
+    from qcheck.cli import cli
+
+    runner = CliRunner()
+    fast = runner.invoke(cli, ["inspect", str(path), "--json"])
+    monkeypatch.setattr(binary.Cursor, "_walk_strings", lambda self, count: None)
+    slow = runner.invoke(cli, ["inspect", str(path), "--json"])
+    assert fast.exit_code == slow.exit_code == 0, fast.output
+    assert json.loads(fast.output) == json.loads(slow.output)
+    assert json.loads(fast.output)["vocab_size"] is not None
