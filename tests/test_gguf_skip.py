@@ -127,3 +127,39 @@ def test_inspect_output_is_the_same_with_and_without_the_fast_walk(path: Path,
     assert fast.exit_code == slow.exit_code == 0, fast.output
     assert json.loads(fast.output) == json.loads(slow.output)
     assert json.loads(fast.output)["vocab_size"] is not None
+
+
+# ------------------------------------------------------------------------------- gguf-py's tables, cached
+def test_gguf_tables_come_from_the_installed_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain tables (tensor type sizes, file types, value types) equal gguf-py's own enums; a second run reads
+    them from the data cache without executing constants.py; a damaged entry is recomputed."""
+    import sys
+
+    import gguf.constants as constants
+
+    from qcheck import datacache
+    from qcheck.readers import gguf_tables
+
+    monkeypatch.setenv("QCHECK_CACHE_DIR", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gguf.constants")  # as in a qcheck process: gguf is never imported
+    monkeypatch.delitem(sys.modules, gguf_tables._PRIVATE_NAME, raising=False)
+    expected = gguf_tables._tables_of(constants)
+    assert {row[1] for row in expected["quant"]} >= {"Q4_K", "Q6_K", "MXFP4", "BF16"}
+    assert gguf_tables._load_tables() == expected  # executes constants.py, stores the tables
+    [entry] = (tmp_path / "data").glob("gguf-constants-*.json")
+
+    def refuse(path: str) -> None:
+        raise AssertionError("constants.py was executed although its tables are cached")
+
+    monkeypatch.delitem(sys.modules, gguf_tables._PRIVATE_NAME, raising=False)
+    with monkeypatch.context() as m:
+        m.setattr(gguf_tables, "_exec_constants", refuse)
+        assert gguf_tables._load_tables() == expected
+    entry.write_text(json.dumps({"format": datacache.FORMAT, "kind": gguf_tables._CACHE_KIND,
+                                 "key": entry.stem.rsplit("-", 1)[1], "value": {"quant": [[1, "F16"]]}}))
+    assert gguf_tables._load_tables() == expected
+    # what the reader derives from them: every type gguf-py sizes, with its block and byte size
+    for qtype, (block, size) in constants.GGML_QUANT_SIZES.items():
+        if block and size:
+            assert gguf_tables.TENSOR_TYPES[int(qtype)] == (qtype.name, block, size)
+    assert gguf_tables.FILE_TYPE_NAMES[int(constants.LlamaFileType.MOSTLY_Q4_K_M)] == "Q4_K_M"
