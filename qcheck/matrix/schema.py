@@ -95,6 +95,8 @@ def require_str(entry: dict[str, Any], key: str, ctx: Where) -> str:
 
 @dataclass(frozen=True)
 class Arch:
+    """One GPU architecture of gpus.toml: vendor, compute capabilities, native number formats."""
+
     id: str
     vendor: str
     name: str
@@ -116,6 +118,8 @@ class Arch:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU product of gpus.toml: the names it answers to, its architecture and memory."""
+
     id: str
     names: tuple[str, ...]
     arch: str
@@ -144,6 +148,8 @@ class Target:
 
 @dataclass(frozen=True)
 class SourceSpec:
+    """Where a fact was read: a reference and the version it was read at."""
+
     name: str
     ref: str
     version: str
@@ -152,6 +158,8 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class Backend:
+    """One backend of an engine (cuda, rocm, vulkan ...): the vendors it runs on."""
+
     name: str
     vendors: tuple[str, ...]
     #: the vendors whose GPUs this backend judges when none is named (``default``: true = all its vendors); at
@@ -162,6 +170,8 @@ class Backend:
 
 @dataclass
 class Rule:
+    """One ``[[rule]]`` or ``[[modifier]]`` of an engine file, validated and compiled."""
+
     id: str
     file: str
     index: int
@@ -232,6 +242,8 @@ class ParallelSpec:
 
 @dataclass
 class SuggestionRule:
+    """One ``[[suggestion]]``: a way out offered when a verdict is not native."""
+
     id: str
     file: str
     engine: str | None  # None: from suggestions.toml, applies to every engine
@@ -248,6 +260,8 @@ class SuggestionRule:
 
 @dataclass
 class Engine:
+    """One engine file, validated: versions, hardware, backends, rules, suggestions, KV cache, memory."""
+
     id: str
     name: str
     file: str

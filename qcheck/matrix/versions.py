@@ -8,9 +8,12 @@ comparison; build numbers are mapped onto plain integers so the same machinery a
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 SCHEMES = ("pep440", "build")
 
@@ -34,6 +37,8 @@ def parse_version(text: str, scheme: str = "pep440") -> Version:
 
 def parse_specifier(text: str, scheme: str = "pep440") -> SpecifierSet:
     """Parse a specifier set such as '>=0.5.5,<0.24.0' or '>=b8000'; raises ValueError."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # not needed to read a checkpoint
+
     raw = text.strip()
     if scheme == "build":
         raw = _BUILD_IN_SPEC.sub(r"\1", raw)

@@ -23,6 +23,8 @@ _OID = re.compile(r"sha256:[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class LfsPointer:
+    """A Git LFS pointer file's fields."""
+
     version: str
     oid: str  # "sha256:<hex>"
     size: int  # bytes of the real file
