@@ -141,6 +141,7 @@ def test_gguf_tables_come_from_the_installed_constants(tmp_path: Path, monkeypat
     from qcheck.readers import gguf_tables
 
     monkeypatch.setenv("QCHECK_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("QCHECK_CACHE", raising=False)
     monkeypatch.delitem(sys.modules, "gguf.constants")  # as in a qcheck process: gguf is never imported
     monkeypatch.delitem(sys.modules, gguf_tables._PRIVATE_NAME, raising=False)
     expected = gguf_tables._tables_of(constants)
@@ -163,3 +164,112 @@ def test_gguf_tables_come_from_the_installed_constants(tmp_path: Path, monkeypat
         if block and size:
             assert gguf_tables.TENSOR_TYPES[int(qtype)] == (qtype.name, block, size)
     assert gguf_tables.FILE_TYPE_NAMES[int(constants.LlamaFileType.MOSTLY_Q4_K_M)] == "Q4_K_M"
+
+
+# --------------------------------------------------------------------------------- the GGUF header cache
+def _fields(header: object) -> dict:
+    from dataclasses import asdict
+
+    return asdict(header)  # type: ignore[call-overload]
+
+
+@pytest.fixture
+def header_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("QCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("QCHECK_CACHE", raising=False)
+    return tmp_path / "cache" / "data"
+
+
+def _load(path: Path, limits=None):
+    from qcheck.limits import DEFAULT_LIMITS
+    from qcheck.readers.gguf import load_gguf
+    from qcheck.source import LocalFileSet
+
+    return load_gguf(LocalFileSet(str(path.parent)), path.name, limits or DEFAULT_LIMITS)
+
+
+def _refuse_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qcheck.readers import gguf as gguf_reader
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the header was parsed although it is cached")
+
+    monkeypatch.setattr(gguf_reader, "read_gguf_header", refuse)
+
+
+@pytest.mark.parametrize("name", ["vocab", "model"])
+def test_a_kept_header_is_the_parsed_one(tmp_path: Path, header_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                         name: str) -> None:
+    """Every field of the header read back from the cache equals the parse: metadata (scalars, small arrays,
+    skipped arrays with their offsets), value types, tensors, warnings."""
+    from support.gguf_helpers import Q
+
+    path = (ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf" if name == "vocab" else
+            write_gguf(tmp_path / "m.gguf", [("token_embd.weight", (64, 256), Q.Q4_K), ("x.weight", (8, 32), Q.F16)],
+                       vocab=3000, kv={"general.tags": ["a", "b"]})[0])
+    parsed = _load(path)
+    assert list(header_cache.glob("gguf-header-*.json"))
+    with monkeypatch.context() as m:
+        _refuse_parsing(m)
+        cached = _load(path)
+    assert cached.metadata == parsed.metadata and cached.tensors == parsed.tensors
+    assert cached.warnings == parsed.warnings and [f.name for f in cached.files] == [f.name for f in parsed.files]
+    summary = cached.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(summary, ArraySummary) and summary == parsed.metadata["tokenizer.ggml.tokens"]
+
+
+def test_a_changed_byte_or_other_limits_are_a_miss(tmp_path: Path, header_cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from qcheck.limits import DEFAULT_LIMITS, Limits
+
+    path = tmp_path / "v.gguf"
+    path.write_bytes((ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf").read_bytes())
+    _load(path)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"\xe2\x96\x81", 100_000) + 3  # inside a token string past the first 64 KiB
+    data[at] = ord("Q") if data[at] != ord("Q") else ord("R")
+    path.write_bytes(bytes(data))
+    parses: list[int] = []
+    from qcheck.readers import gguf as gguf_reader
+
+    original = gguf_reader.read_gguf_header
+    monkeypatch.setattr(gguf_reader, "read_gguf_header", lambda *a, **k: parses.append(1) or original(*a, **k))
+    _load(path)
+    assert parses == [1]  # same first 64 KiB, other bytes: parsed again
+    _load(path, Limits(max_string_bytes=DEFAULT_LIMITS.max_string_bytes - 1))
+    assert parses == [1, 1]  # other limits: parsed again (they decide what is accepted)
+    _load(path)
+    assert parses == [1, 1]  # and the edited file's own entry is used from now on
+
+
+def test_a_refused_header_is_never_kept(tmp_path: Path, header_cache: Path) -> None:
+    from qcheck.limits import Limits
+
+    path = ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf"
+    for _ in range(2):
+        with pytest.raises(InputError, match="over the 5-byte limit"):
+            _load(path, Limits(max_string_bytes=5))
+    assert not list(header_cache.glob("gguf-header-*.json")) if header_cache.exists() else True
+
+
+@pytest.mark.parametrize("damage", ["sha", "tensors", "metadata", "header_bytes", "json"])
+def test_a_damaged_header_entry_is_a_miss(tmp_path: Path, header_cache: Path, damage: str) -> None:
+    from qcheck import datacache
+
+    path = ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf"
+    expected = _load(path)
+    [entry_path] = header_cache.glob("gguf-header-*.json")
+    entry = json.loads(entry_path.read_text(encoding="utf-8"))
+    value = entry["value"]
+    if damage == "sha":
+        value["sha256"] = "0" * 64
+    elif damage == "tensors":
+        value["tensors"] = [["t", "F32", ["4"], 16, 0]]
+    elif damage == "metadata":
+        value["metadata"]["tokenizer.ggml.tokens"] = {"array_of": "STRING", "count": "many", "offset": 1}
+    elif damage == "header_bytes":
+        value["header_bytes"] = 10**12
+    entry_path.write_text("{" if damage == "json" else json.dumps(entry), encoding="utf-8")
+    assert entry["format"] == datacache.FORMAT
+    again = _load(path)
+    assert again.metadata == expected.metadata and again.tensors == expected.tensors

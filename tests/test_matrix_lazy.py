@@ -299,6 +299,7 @@ def test_an_unreadable_cache_never_fails_a_run(tmp_path: Path, monkeypatch: pyte
     blocker = tmp_path / "blocked"
     blocker.write_text("not a directory", encoding="utf-8")
     monkeypatch.setenv("QCHECK_CACHE_DIR", str(blocker))
+    monkeypatch.delenv("QCHECK_CACHE", raising=False)
     clear_cache()
     try:
         assert load_matrix(SHIPPED).engine("vllm").id == "vllm"

@@ -32,6 +32,7 @@ NEVER = ("gguf", "numpy", "torch", "transformers", "rich", "qcheck.readers.pickl
 def modules_of(tmp_path: Path, *args: str) -> set[str]:
     env = {**os.environ, "QCHECK_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("QCHECK_MATRICES", None)
+    env.pop("QCHECK_CACHE", None)  # the data cache on, as for a user
     for _ in range(2):  # the first run fills the data cache; the second is what a user's next run imports
         proc = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env,
                               timeout=300)

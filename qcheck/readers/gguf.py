@@ -534,9 +534,11 @@ def load_gguf(fileset: FileSet, name: str, limits: Limits = DEFAULT_LIMITS) -> C
 
 
 def _read_from(fileset: FileSet, name: str, limits: Limits) -> GGUFHeader:
+    from qcheck.readers.gguf_cache import read_cached
+
     source = fileset.open(name)
     try:
-        return read_gguf_header(source, limits)
+        return read_cached(source, limits, lambda: read_gguf_header(source, limits))
     finally:
         source.close()
 
