@@ -90,10 +90,12 @@ def commands(files: dict[str, Path], cold: bool, trees: list[str]) -> dict[str, 
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds: user + system of the child) of one fresh process."""
+    """(wall seconds, CPU seconds: user + system of the child) of one fresh process. It runs in the filesystem
+    root: ``python -m`` puts the working directory first on sys.path, which would shadow a ``--tree``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600,
+                          cwd=os.path.abspath(os.sep))
     spent = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):  # 1: a check whose verdict is "does not run" is still a measured answer
