@@ -43,11 +43,13 @@ ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "h
 BACKEND_KEYS = {"vendors", "default", "note"}
 SOURCE_KEYS = {"ref", "version", "note"}
 RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
-             "reasons", "warnings", "sources", "priority", "note"}
+             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as"}
+#: the dtypes a rule may say an engine holds weights in after converting them at load (``weights_loaded_as``)
+LOADED_DTYPES = ("bfloat16", "float16", "float32")
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
                  "sources", "note"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | {"dtypes"}
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"dtypes"}
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
 
 
@@ -181,6 +183,8 @@ class Rule:
     #: a [[modifier]]: adds requires/reasons/warnings to a decided verdict whose status is in ``when``
     modifier: bool = False
     when: frozenset[str] = frozenset()
+    #: the dtype the engine holds the weights in after converting them at load (None: kept as stored)
+    weights_loaded_as: str | None = None
 
     @property
     def specificity(self) -> int:
