@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import LfsPointerError, QcheckError, UnsafeFileError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.policy import Policy
+
+if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
 
 GATE_SCHEMA = "qcheck.gate/1"
 
@@ -86,7 +89,7 @@ def _display(path: str, hub: bool) -> str:
     return path if rel.startswith("..") else rel
 
 
-def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = None) -> GateResult:
+def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix | None = None) -> GateResult:
     """Judge every model of ``policy`` on every target, then run the quality gate if the policy has one.
 
     Each model is inspected once; each (model, target) question is the policy's ``CheckRequest`` for it,

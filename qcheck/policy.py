@@ -20,6 +20,7 @@ from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
     from qcheck.request import CheckRequest
 
 if sys.version_info >= (3, 11):
@@ -578,7 +579,7 @@ def quality_backends() -> tuple[str, ...]:
     return tuple(b for b in PATH_BACKENDS if b in BACKENDS) or ("simulated",)
 
 
-def validate_targets(policy: Policy, matrix: Any = None) -> None:
+def validate_targets(policy: Policy, matrix: Matrix | None = None) -> None:
     """Resolve every target's engines and GPUs against the matrix: unknown names name their key."""
     from qcheck.matrix import load_matrix
     from qcheck.pipeline import plan

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.memory_params import EngineMemory
 
 STATUSES = ("native", "fallback", "unsupported", "unknown")
 VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
@@ -279,8 +280,8 @@ class Engine:
     kv_rules: list[tuple[frozenset[str], Rule]] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
-    #: the [memory] table (qcheck.matrix.memory_params.EngineMemory), None when the data has none
-    memory: Any = None
+    #: the [memory] table, None when the data has none
+    memory: EngineMemory | None = None
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
