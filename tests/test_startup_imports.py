@@ -55,7 +55,9 @@ def test_a_local_gguf_imports_only_what_it_needs(tmp_path: Path, args: tuple[str
 
 
 def test_inspect_does_not_load_the_matrix(tmp_path: Path) -> None:
-    """Inspect consults llama.cpp's architecture list (one data file), not the engine matrix and its validators."""
+    """Inspect consults llama.cpp's architecture list (one data file), not the engine matrix, its validators and
+    records, the matcher or the request."""
     modules = modules_of(tmp_path, "inspect", str(GGUF))
     assert "qcheck.matrix.architectures" in modules
-    assert not {"qcheck.matrix.loader", "qcheck.matrix.conditions", "qcheck.matrix.gpus"} & modules
+    assert not {"qcheck.matrix.loader", "qcheck.matrix.conditions", "qcheck.matrix.gpus", "qcheck.matrix.schema",
+                "qcheck.matrix.resolve", "qcheck.request"} & modules

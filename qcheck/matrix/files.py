@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qcheck.matrix.schema import MatrixDataError
+from qcheck.matrix.vocab import MatrixDataError
 
 
 def display(root: Path, file: Path) -> str:

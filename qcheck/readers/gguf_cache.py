@@ -23,14 +23,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qcheck.limits import Limits
 from qcheck.model import TensorInfo
+from qcheck.readers.gguf_records import ArraySummary, GGUFHeader
 from qcheck.source import ByteSource, LocalFileSource
-
-if TYPE_CHECKING:
-    from qcheck.readers.gguf import GGUFHeader
 
 KIND = "gguf-header"
 PROBE_BYTES = 64 * 1024
@@ -73,7 +71,7 @@ def _reader() -> str:
         from qcheck.readers import gguf_tables
 
         h = hashlib.sha256()
-        for name in ("gguf.py", "binary.py", "gguf_tables.py", "gguf_cache.py"):
+        for name in ("gguf.py", "gguf_records.py", "binary.py", "gguf_tables.py", "gguf_cache.py"):
             h.update(Path(__file__).with_name(name).read_bytes())
         h.update(repr((sorted(gguf_tables.TENSOR_TYPES.items()), sorted(gguf_tables.VALUE_TYPES.items()))).encode())
         _reader_id = h.hexdigest()
@@ -94,8 +92,6 @@ def _digest(source: ByteSource, n: int) -> str | None:
 
 
 def _encode(header: GGUFHeader, source: ByteSource) -> dict[str, Any] | None:
-    from qcheck.readers.gguf import ArraySummary
-
     digest = _digest(source, header.header_bytes)
     if digest is None:
         return None
@@ -115,8 +111,6 @@ def _encode(header: GGUFHeader, source: ByteSource) -> dict[str, Any] | None:
 def _decode(entry: Any, source: ByteSource, limits: Limits) -> GGUFHeader | None:
     """The kept header, if ``entry`` is well formed and the file's header bytes are still the ones it was read
     from; else None."""
-    from qcheck.readers.gguf import GGUFHeader
-
     if not isinstance(entry, dict):
         return None
     n = entry.get("header_bytes")
@@ -138,8 +132,6 @@ def _decode(entry: Any, source: ByteSource, limits: Limits) -> GGUFHeader | None
 
 
 def _value(v: Any) -> Any:
-    from qcheck.readers.gguf import ArraySummary
-
     if isinstance(v, _SCALARS):
         return v
     if isinstance(v, list):
