@@ -258,7 +258,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
 
-        engine.memory = parse_memory(raw["memory"], engine.id, display)
+        engine.memory = parse_memory(raw["memory"], engine.id, display, engine.scheme)
     return engine
 
 

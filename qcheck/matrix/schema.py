@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
 
 STATUSES = ("native", "fallback", "unsupported", "unknown")
@@ -33,7 +34,7 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
              "note"}
-GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
+GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "sources", "note"}
@@ -125,6 +126,8 @@ class Gpu:
     cc: str | None
     memory_gib: float | None
     source: str
+    #: what the driver reports, None when no figure was found (qcheck.matrix.gpu_capacity)
+    capacity: GpuCapacity | None = None
 
 
 @dataclass(frozen=True)
