@@ -104,6 +104,8 @@ def parse_knob(knob: Knob, value: Any) -> Any:
             if not isinstance(value, bool):
                 raise ValueError("true or false")
             return value
+        if knob.kind == "on-off" and isinstance(value, bool):
+            return value
         if isinstance(value, bool):
             raise ValueError("a value, not true/false")
         text = str(value).strip()

@@ -55,4 +55,5 @@ def test_the_issue_examples() -> None:
                            ("0.33.0", {})):
         est = row({**qwen, "version": version, "settings": {"context": 32000, "knobs": knobs}}).estimate
         assert est.fits is False, (version, knobs, est.summary())
-        assert est.max_context is not None and est.max_context < 32000
+        assert est.kv_available_bytes < est.kv_cache_bytes  # the pool is smaller than one 32000-token request
+        assert est.gpus_needed == 2 and est.max_context_gpus == 2

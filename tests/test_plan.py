@@ -237,8 +237,9 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     assert marlin.memory.speed.summary.startswith("estimate: decode <= ")
     # every figure used says where it was read; a figure nobody could source is unknown, and said so
     assert f.source.startswith("bandwidth_gbs: https://") and "; bf16: https://" in f.source
-    # a ceiling, not a prediction: the measured calibration is stated, not applied
-    assert "48-80%" in f.calibration and "48-80%" in f.summary
+    # a ceiling, not a prediction: the engine's own published calibration is stated, not applied
+    assert "vLLM single-stream decode" in f.calibration and f.calibration in f.summary
+    assert "llama.cpp" not in f.calibration  # vLLM's line never carries llama.cpp's calibration
     gguf = Inspection(path="m.gguf", container="gguf", size_bytes=4 * 10**9, parameters=8 * 10**9, num_layers=32,
                       hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
                       quantization=Quantization(method="gguf"))
@@ -354,3 +355,28 @@ def test_transformers_activations_count_the_feed_forward_width_as_measured():
     wide = estimate(_ins(container="safetensors", size=16_060_000_000), context=4096,
                            config=dict(LLAMA_8B, intermediate_size=28672), engine="transformers", gpu_memory_gib=80)
     assert wide.activation_bytes - est.activation_bytes == 4096 * 14336 * 8
+
+
+@pytest.mark.parametrize(("versions", "check"), [
+    ([{"versions": "<0.21", "gpu_memory_utilization": 0.9, "sources": ["a"]}], None),
+    ([{"versions": "nope", "gpu_memory_utilization": 0.9, "sources": ["a"]}], "bad-version"),
+    ([{"versions": "<0.21", "gpu_memory_utilization": 0.9, "sources": ["b"]}], "unknown-source"),
+    ([{"versions": "<0.21", "sources": ["a"]}], "missing-key"),
+    ([{"versions": "<0.21", "formula": "sglang", "sources": ["a"]}], "unknown-key"),
+    ([{"versions": "<0.21", "gpu_memory_utilization": 1.5, "sources": ["a"]}], "bad-value"),
+    ([{"versions": "<0.21", "ngl_rule": "middle-out", "sources": ["a"]}], "bad-value"),
+    ([{"versions": "<0.21", "extensible_kv": 2, "sources": ["a"]}], "bad-value"),
+])
+def test_memory_version_entries_are_validated_and_applied_in_order(versions, check):
+    from packaging.version import Version
+
+    raw = {"formula": "vllm", "placement": "tensor", "gpu_memory_utilization": 0.92, "sources": {"a": {"ref": "r", "version": "1"}},
+           "versions": versions}
+    if check is not None:
+        with pytest.raises(MatrixDataError, match=rf"\[{check}\]"):
+            parse_memory(raw, "x", "engines/x.toml")
+        return
+    mem = parse_memory(raw, "x", "engines/x.toml")
+    assert mem.at(Version("0.19.0")).get("gpu_memory_utilization") == 0.9
+    assert mem.at(Version("0.21.0")).get("gpu_memory_utilization") == 0.92
+    assert mem.at(Version("0.19.0")).version == "0.19.0" and mem.at(None) is mem

@@ -82,6 +82,8 @@ class GpuTable:
         self.unified: frozenset[str] = frozenset()
         #: how a product's missing driver figure is estimated ([capacity]), filled by build_gpu_table
         self.capacity_rules = CapacityRules()
+        #: per engine family: speed floor and calibration ([[speed_engine]], qcheck.matrix.gpu_perf.SpeedEngine)
+        self.speed_engines: dict[str, Any] = {}
         for gpu in gpus:
             for name in (gpu.id, *gpu.names):
                 self._names.setdefault(normalise(name), ("gpu", gpu.id))
@@ -158,9 +160,9 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     """Validate the parsed ``gpus.toml`` and build the lookup table."""
     fail = Where(file).fail
     for key in raw:
-        if key not in ("arch", "gpu", "perf", "unified_memory", "capacity"):
+        if key not in ("arch", "gpu", "perf", "unified_memory", "capacity", "speed_engine"):
             fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], "
-                 "[unified_memory], [capacity])")
+                 "[unified_memory], [capacity], [[speed_engine]])")
     raw_archs = raw.get("arch", [])
     raw_gpus = raw.get("gpu", [])
     if not isinstance(raw_archs, list) or not raw_archs:
@@ -239,6 +241,10 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
 
     table.perf, table.unified = parse_perf(raw, file, {g.id for g in gpus}, {a.id for a in archs})
     table.capacity_rules = parse_rules(raw.get("capacity"), file)
+    from qcheck.matrix.gpu_perf import parse_speed_engines
+    from qcheck.matrix.memory_params import FORMULAS
+
+    table.speed_engines = parse_speed_engines(raw, file, FORMULAS)
     return table
 
 

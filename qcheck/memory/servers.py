@@ -247,5 +247,8 @@ class TensorRTFamily(VLLMFamily):
         return Reserve(start, f"{gib(start)} GiB free at start; the KV cache gets free_gpu_memory_fraction {frac:g} "
                               "of what weights and activations leave", kv_scale=1 / frac)
 
+    def kv_limit(self) -> int | None:
+        return None  # --kv-cache-memory-bytes is vLLM's
+
     def notes(self) -> list[str]:
         return EngineFamily.notes(self)

@@ -68,9 +68,15 @@ def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matr
 
     perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
     arch = matrix.gpus.archs.get(v.arch) if v.arch else None
-    if perf is not None and arch is not None and v.status != "unsupported":
-        est.speed = estimate_speed(v, inspection, est, perf, arch.native_formats, est.active_weight_bytes,
-                                   est.active_parameters)
+    if perf is None or arch is None or v.status == "unsupported":
+        return
+    try:
+        memory = matrix.engine(v.engine).memory
+    except UsageError:
+        memory = None
+    engines = matrix.gpus.speed_engines
+    own = engines.get(memory.formula) if memory is not None else None
+    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines))
 
 
 def _no_fit_warning(v: Verdict, est: MemoryEstimate) -> str:
