@@ -35,6 +35,9 @@ _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequa
 #: GGUF tensor types llama.cpp multiplies as floats (cuBLAS / the float vector kernel), not with MMQ
 _GGUF_FLOAT = {"F16": "fp16", "BF16": "bf16", "F32": "fp16"}
 NO_CALIBRATION = "no published measurement calibrates {engine}'s speed: an upper bound only"
+#: the engine families' names as people know them
+FAMILY_NAMES = {"llama.cpp": "llama.cpp", "vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM",
+                "mlx": "MLX", "transformers": "transformers"}
 
 
 def _gguf_weight_type(inspection: Inspection) -> str | None:
@@ -146,7 +149,8 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstim
         bandwidth_tokens_per_s=None if ceiling is None else round(ceiling, 1),
         floor_basis=floor.floor_basis if floor is not None else None,
         floor_source=(floor.floor_source if own is not None else
-                      f"{verdict.engine} has no floor of its own: {floor.formula}'s, the lowest known") if floor else None,
+                      f"{verdict.engine} has no floor of its own: {FAMILY_NAMES.get(floor.formula, floor.formula)}'s, "
+                      "the lowest known") if floor else None,
     )
     out.summary = _summary(out, verdict, memory, perf, step_bytes, layers, own, floor)
     return out
@@ -159,7 +163,8 @@ def _summary(out: SpeedEstimate, verdict: Verdict, memory: MemoryEstimate, perf:
     if out.decode_tokens_per_s is not None:
         step = f"{step_bytes / 1e9:.2f} GB" if step_bytes >= 1e8 else f"{step_bytes / 1e6:.2f} MB"
         if out.decode_bound == "floor" and floor is not None:
-            parts.append(f"decode <= {out.decode_tokens_per_s:,.0f} tok/s ({floor.formula} per-step floor "
+            parts.append(f"decode <= {out.decode_tokens_per_s:,.0f} tok/s ({FAMILY_NAMES.get(floor.formula, floor.formula)} "
+                         "per-step floor "
                          f"{out.floor_ms:g} ms{f' x batch {batch}' if batch > 1 else ''}; bandwidth alone: "
                          f"{out.bandwidth_tokens_per_s:,.0f})")
         else:

@@ -234,3 +234,13 @@ def test_explicit_parallel_slots_split_the_context() -> None:
     split = estimate(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24,
                      knobs=EngineKnobs(n_parallel=4))
     assert split.kv_cache_bytes == 4 * shared.kv_cache_bytes == 4 * 32 * 8192 * 2 * 8 * 128 * 2
+
+
+def test_no_mmap_says_the_cpu_weights_are_held_in_ram() -> None:
+    ins = _ins(size=4 * GIB, container="gguf")
+    mapped = estimate(ins, context=4096, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24)
+    held = estimate(ins, context=4096, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24,
+                    knobs=EngineKnobs(no_mmap=True))
+    assert any("memory-mapped" in a for a in mapped.assumptions)
+    assert any(a.startswith("--no-mmap: the weights kept on the CPU are read into RAM") for a in held.assumptions)
+    assert held.host_bytes == mapped.host_bytes

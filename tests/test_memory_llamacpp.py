@@ -9,6 +9,10 @@ buffers. The stated tolerance (docs/memory.md):
 * weights (model buffer, CPU repacking off as on a GPU): within 0.5% + 1 MiB (tensor alignment);
 * compute buffer: within COMPUTE_REL of the measured size + COMPUTE_ABS MiB, with and without flash
   attention (the largest error is qwen3-style attention with flash attention at a short context: -28%).
+
+Each load is built as a front end builds its context (tests/memory_gguf.py, llama.cpp's C API): llama-cpp-python's
+(one sequence, every ubatch token an output row), llama-server's default at b11312 (4 slots on one KV pool, one
+output row per slot: ``-np`` auto) and an explicit ``-np 2`` (two streams), with flash attention on and off.
 """
 
 from __future__ import annotations

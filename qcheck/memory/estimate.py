@@ -373,7 +373,12 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
     est.assumptions.extend(_host_notes(est))
     device = target.memory()
     gpu_bytes = device.total_bytes if device.kind != "RAM" else None
-    reserve = family.reserve() if family is not None else Reserve(gpu_bytes, "")
+    if family is not None:
+        reserve = family.reserve()
+    elif device.free_bytes is not None and gpu_bytes is not None:  # no engine data: what is free, as measured
+        reserve = Reserve(min(device.free_bytes, gpu_bytes), f"{device.free_bytes / GIB:.1f} GiB free (measured)")
+    else:
+        reserve = Reserve(gpu_bytes, "")
     est.kv_scale = reserve.kv_scale
     over = est.overhead(ctx, batch)
     parts = _parts(est, kv_bytes, per_token, batch, over)

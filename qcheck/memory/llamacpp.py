@@ -183,7 +183,10 @@ class LlamaCppFamily(EngineFamily):
                if self.fit_active() else "--fit off" if self.device.kind == "GPU" else "")
         text = (f"{self.mem.engine}: {pool}, n_ubatch {self.n_ubatch}, flash attention "
                 f"{'on' if self.flash_attn else 'off'}, {rows}; -ngl N counts {rule}" + (f"; {fit}" if fit else ""))
-        return [*super().notes(), text]
+        mmap = ("--no-mmap: the weights kept on the CPU are read into RAM and held there (process memory, not "
+                "page cache)" if self.knobs.no_mmap else "the weights kept on the CPU are memory-mapped (page cache, "
+                "shared and reclaimable; --no-mmap holds them in RAM)")
+        return [*super().notes(), text, mmap]
 
     # -- offload
     def offload(self, scale: float, kv: int, over: list[Part], usable: int) -> OffloadPlan | None:
