@@ -244,3 +244,22 @@ def test_no_mmap_says_the_cpu_weights_are_held_in_ram() -> None:
     assert any("memory-mapped" in a for a in mapped.assumptions)
     assert any(a.startswith("--no-mmap: the weights kept on the CPU are read into RAM") for a in held.assumptions)
     assert held.host_bytes == mapped.host_bytes
+
+
+def test_llama_cpp_on_unified_memory_keeps_the_fit_margin_inside_the_wired_limit() -> None:
+    """Metal: llama.cpp sees the GPU's recommended working set (about 75% of RAM) as the device, and --fit keeps
+    1 GiB of it free; with --fit off the whole working set."""
+    from qcheck.memory import apply_memory
+    from qcheck.model import Verdict
+    from qcheck.request import Deploy
+    from support.memory_helpers import with_shape
+
+    ins = with_shape(_ins(size=4 * GIB, container="gguf"), config=LLAMA_8B)
+    out = []
+    for knobs in (EngineKnobs(), EngineKnobs(fit=False)):
+        v = Verdict(engine="llama.cpp", engine_version="b11312", gpu="m3-max", arch="apple", compute_capability=None,
+                    status="native")
+        apply_memory([v], ins, Deploy(context=8192, knobs=knobs), load_matrix())
+        out.append(v.memory)
+    assert out[0].device == "unified" and out[0].usable_bytes == int(128 * GIB * 0.75) - 1024 * MIB
+    assert "--fit margin" in out[0].reserve and out[1].usable_bytes == int(128 * GIB * 0.75)

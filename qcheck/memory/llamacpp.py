@@ -94,9 +94,18 @@ class LlamaCppFamily(EngineFamily):
         return max(self.slots, batch) if self.unified else self.streams(batch)
 
     def fit_active(self) -> bool:
-        """--fit runs: on in this build (or asked for) and not turned off."""
-        return self.device.kind == "GPU" and (self.knobs.fit if self.knobs.fit is not None
-                                              else bool(self.mem.get("fit")))
+        """--fit runs: on in this build (or asked for) and not turned off, on a GPU or unified memory (Metal)."""
+        return self.device.kind in ("GPU", "unified") and (self.knobs.fit if self.knobs.fit is not None
+                                                           else bool(self.mem.get("fit")))
+
+    def reserve(self) -> Reserve:
+        """On unified memory llama.cpp sees the GPU's wired limit as the device; --fit keeps its margin there too."""
+        base = super().reserve()
+        margin = self.mem.get("fit_margin_mib")
+        if self.device.kind != "unified" or base.usable_bytes is None or not margin or not self.fit_active() \
+                or self.user_layers():
+            return base
+        return Reserve(base.usable_bytes - int(margin * MIB), f"{base.text} - {margin / 1024:.1f} GiB --fit margin")
 
     def user_layers(self) -> bool:
         return self.knobs.n_gpu_layers is not None or self.knobs.n_cpu_moe is not None
