@@ -372,11 +372,16 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
             est.assumptions.extend(family.kv_notes(ctx))
     est.assumptions.extend(_host_notes(est))
     device = target.memory()
-    gpu_bytes = device.total_bytes if device.kind != "RAM" else None
+    # the memory the engine starts from: the device's total, or what was measured free (--gpu auto); the total and
+    # its source stay in `capacity`
+    start = device.total_bytes
+    if device.free_bytes is not None:
+        start = min(device.free_bytes, start) if start is not None else device.free_bytes
+    gpu_bytes = start if device.kind != "RAM" else None
     if family is not None:
         reserve = family.reserve()
     elif device.free_bytes is not None and gpu_bytes is not None:  # no engine data: what is free, as measured
-        reserve = Reserve(min(device.free_bytes, gpu_bytes), f"{device.free_bytes / GIB:.1f} GiB free (measured)")
+        reserve = Reserve(gpu_bytes, f"{device.free_bytes / GIB:.1f} GiB free (measured)")
     else:
         reserve = Reserve(gpu_bytes, "")
     est.kv_scale = reserve.kv_scale
