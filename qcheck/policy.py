@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qcheck import validate
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.request import EngineKnobs
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
@@ -44,7 +45,7 @@ DEVICES = ("cpu", "cuda", "auto")
 TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
-MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")
+MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
                 "reference-dtype", "device", "cache-dir", "tier", "use-intervals")
 
@@ -94,6 +95,8 @@ class MemorySpec:
     kv_cache_dtype: str | None = None
     #: a model that does not fit fails the gate (otherwise it is only reported)
     enforce: bool = True
+    #: the engine settings (gpu-memory-utilization, n-gpu-layers ...), as qcheck check's flags give them
+    knobs: EngineKnobs = field(default_factory=EngineKnobs)
 
 
 @dataclass
@@ -129,7 +132,8 @@ class Policy:
         from qcheck.request import CheckRequest, Deploy, KVCacheTypes
 
         mem = self.memory
-        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype)) if mem else Deploy()
+        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), knobs=mem.knobs) if mem \
+            else Deploy()
         return CheckRequest(model.path, tuple(target.engines), tuple(target.gpus), deploy,
                             require_native=target.require_native, allow_unknown=target.allow_unknown,
                             memory=mem is not None, limits=limits)
@@ -142,7 +146,8 @@ class Policy:
             quality["thresholds"] = self.quality.thresholds.to_json()
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
-                "memory": dataclasses.asdict(self.memory) if self.memory else None, "quality": quality,
+                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
+                           else None), "quality": quality,
                 "lfs_pointers": self.lfs_pointers}
 
 
@@ -508,7 +513,9 @@ def _targets(c: _Checker, raw: Any, defaults: dict[str, bool]) -> list[TargetSpe
 
 
 def _memory(c: _Checker, raw: Any) -> MemorySpec:
-    c.keys(raw, MEMORY_KEYS, "memory")
+    from qcheck.knobs import KNOBS
+
+    c.keys(raw, MEMORY_KEYS + tuple(k.policy_key for k in KNOBS), "memory")
     kv = c.string(raw, "kv-cache-dtype", "memory")
     if kv is not None:
         from qcheck.kvtypes import KV_DTYPE_BYTES
@@ -518,7 +525,32 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
         kv = kv.lower()
     return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
                       batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
-                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True))
+                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw))
+
+
+def _knobs(c: _Checker, raw: dict[str, Any]) -> EngineKnobs:
+    """The ``[memory]`` engine settings, parsed as ``qcheck check``'s flags parse them and validated as a request
+    validates them; a bad one names its key."""
+    from qcheck.knobs import KNOBS, parse_knob
+
+    given: dict[str, Any] = {}
+    for knob in KNOBS:
+        if knob.policy_key not in raw:
+            continue
+        key = f"memory.{knob.policy_key}"
+        value = raw[knob.policy_key]
+        if not isinstance(value, (bool, int, float, str)):
+            raise c.fail(key, f"must be a {'boolean' if knob.kind == 'flag' else 'number or string'}, not "
+                              f"{type(value).__name__}")
+        try:
+            parsed = parse_knob(knob, value)
+            if parsed is not None:
+                EngineKnobs(**{knob.field: parsed})
+                given[knob.field] = parsed
+        except UsageError as exc:
+            raise c.fail(key, str(exc).split(": ", 1)[-1]) from None
+    return EngineKnobs(**given)
+
 
 
 def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], confine: Confinement) -> QualitySpec:
@@ -656,7 +688,9 @@ def starter_policy(directory: str | Path = ".") -> str:
         st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
     lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
-              "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true", "",
+              "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true",
+              "# engine settings, named as qcheck check's flags: gpu-memory-utilization = 0.9, max-num-seqs = 256,",
+              '# mem-fraction-static = 0.85, n-gpu-layers = 30, parallel = 1, flash-attn = "on", fit = "off" ...', "",
               "# Optional: a quality gate against the unquantised reference (needs qcheck's eval extra).",
               "# [quality]", '# reference = "path/to/bf16-model"', '# tasks = ["arithmetic", "prose"]',
               '# tier = "good"            # or thresholds: max-kld = 0.03, min-top1 = 0.92, max-accuracy-drop = 0.02',

@@ -232,7 +232,7 @@ def render_text(table: QuantTable) -> str:
     lines.append("")
     lines.append("memory at context " + ", ".join(str(c) for c in sorted(ctxs)) + " (docs/memory.md); max context: "
                  "the largest that fits one GPU at the batch (or the GPUs it needs); * decode: an upper bound from memory bandwidth "
-                 "(estimate)")
+                 "and the engine's per-step floor (estimate)")
     for note in table.notes:
         lines.append(note)
     lines.append(f"--all shows each model's detail; {len(table.quants)} row(s) (exit {table.exit_code})")

@@ -111,3 +111,64 @@ def _unified(table: Any, file: str, gpu_ids: set[str], arch_ids: set[str]) -> fr
                 ctx.fail("unknown-gpu" if key == "gpus" else "unknown-arch", f"{key}: {v!r} is not known")
         unified.update(values)
     return frozenset(unified)
+
+
+SPEED_KEYS = {"formula", "step_ms", "decode_layer_ms", "prefill_layer_ms", "prefill_tokens", "floor_basis",
+              "floor_source", "calibration", "calibration_sources", "note"}
+
+
+@dataclass(frozen=True)
+class SpeedEngine:
+    """An engine family's speed floor and calibration (``[[speed_engine]]``): the least time one step takes
+    (``step_ms`` + layers x ``decode_layer_ms`` for a decode step, ``prefill_layer_ms`` for a prefill step of
+    ``prefill_tokens`` tokens), where that comes from, and how far published runs stayed below the ceiling."""
+
+    formula: str
+    step_ms: float
+    decode_layer_ms: float
+    prefill_layer_ms: float
+    prefill_tokens: int
+    floor_basis: str
+    floor_source: str
+    calibration: str
+    calibration_sources: tuple[str, ...] = ()
+
+    def decode_floor_ms(self, layers: int) -> float:
+        return self.step_ms + max(layers, 1) * self.decode_layer_ms
+
+    def prefill_floor_ms(self, layers: int) -> float:
+        return self.step_ms + max(layers, 1) * self.prefill_layer_ms
+
+
+def parse_speed_engines(raw: dict[str, Any], file: str, formulas: tuple[str, ...]) -> dict[str, SpeedEngine]:
+    """``[[speed_engine]]`` entries by formula family, validated (every number finite and not negative)."""
+    entries = raw.get("speed_engine", [])
+    if not isinstance(entries, list):
+        Where(file).fail("bad-type", "[[speed_engine]] must be an array of tables")
+    out: dict[str, SpeedEngine] = {}
+    for i, entry in enumerate(entries):
+        ctx = Where(file, f"speed_engine #{i + 1}")
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", "[[speed_engine]] entries must be tables")
+        check_keys(entry, SPEED_KEYS, SPEED_KEYS - {"note", "calibration_sources"}, ctx)
+        formula = require_str(entry, "formula", ctx)
+        if formula not in formulas:
+            ctx.fail("bad-value", f"formula {formula!r} is not one of {', '.join(formulas)}")
+        if formula in out:
+            ctx.fail("duplicate-id", f"speed_engine {formula!r} is given twice")
+        numbers = {}
+        for key in ("step_ms", "decode_layer_ms", "prefill_layer_ms", "prefill_tokens"):
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                ctx.fail("bad-type", f"{key} must be a finite number >= 0, not {value!r}")
+            numbers[key] = value
+        if numbers["step_ms"] <= 0 or numbers["prefill_tokens"] < 1 or not isinstance(numbers["prefill_tokens"], int):
+            ctx.fail("bad-value", "step_ms must be above 0 and prefill_tokens a whole number >= 1")
+        sources = entry.get("calibration_sources", [])
+        if not isinstance(sources, list) or not all(isinstance(u, str) and u.startswith("https://") for u in sources):
+            ctx.fail("missing-source", "calibration_sources must be a list of https:// URLs")
+        out[formula] = SpeedEngine(formula, float(numbers["step_ms"]), float(numbers["decode_layer_ms"]),
+                                   float(numbers["prefill_layer_ms"]), int(numbers["prefill_tokens"]),
+                                   require_str(entry, "floor_basis", ctx), require_str(entry, "floor_source", ctx),
+                                   require_str(entry, "calibration", ctx), tuple(sources))
+    return out

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from qcheck.errors import UsageError
+from qcheck.matrix.gpu_capacity import CapacityRules, parse_capacity, parse_rules
 from qcheck.matrix.schema import (
     ARCH_KEYS,
     FORMATS,
@@ -79,6 +80,10 @@ class GpuTable:
         #: [[perf]] by gpu id and the [unified_memory] ids (qcheck.matrix.gpu_perf), filled by build_gpu_table
         self.perf: dict[str, Any] = {}
         self.unified: frozenset[str] = frozenset()
+        #: how a product's missing driver figure is estimated ([capacity]), filled by build_gpu_table
+        self.capacity_rules = CapacityRules()
+        #: per engine family: speed floor and calibration ([[speed_engine]], qcheck.matrix.gpu_perf.SpeedEngine)
+        self.speed_engines: dict[str, Any] = {}
         for gpu in gpus:
             for name in (gpu.id, *gpu.names):
                 self._names.setdefault(normalise(name), ("gpu", gpu.id))
@@ -155,8 +160,9 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     """Validate the parsed ``gpus.toml`` and build the lookup table."""
     fail = Where(file).fail
     for key in raw:
-        if key not in ("arch", "gpu", "perf", "unified_memory"):
-            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], [unified_memory])")
+        if key not in ("arch", "gpu", "perf", "unified_memory", "capacity", "speed_engine"):
+            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], "
+                 "[unified_memory], [capacity], [[speed_engine]])")
     raw_archs = raw.get("arch", [])
     raw_gpus = raw.get("gpu", [])
     if not isinstance(raw_archs, list) or not raw_archs:
@@ -170,6 +176,11 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     from qcheck.matrix.gpu_perf import parse_perf
 
     table.perf, table.unified = parse_perf(raw, file, {g.id for g in gpus}, {a.id for a in archs})
+    table.capacity_rules = parse_rules(raw.get("capacity"), file)
+    from qcheck.matrix.gpu_perf import parse_speed_engines
+    from qcheck.matrix.memory_params import FORMULAS
+
+    table.speed_engines = parse_speed_engines(raw, file, FORMULAS)
     return table
 
 
@@ -244,8 +255,9 @@ def _build_gpus(raw_gpus: list[Any], file: str, arch_by_id: dict[str, Arch], nam
         memory = entry.get("memory_gib")
         if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
             ctx.fail("bad-type", f"memory_gib must be a positive number, not {memory!r}")
+        capacity = parse_capacity(entry["capacity"], ctx) if "capacity" in entry else None
         gpus.append(Gpu(id=ident, names=product_names, arch=arch_id, cc=cc, memory_gib=memory,
-                        source=require_str(entry, "source", ctx)))
+                        source=require_str(entry, "source", ctx), capacity=capacity))
     return gpus
 
 

@@ -264,7 +264,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) ->
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
 
-        engine.memory = parse_memory(raw["memory"], engine.id, display)
+        engine.memory = parse_memory(raw["memory"], engine.id, display, engine.scheme)
     return engine
 
 

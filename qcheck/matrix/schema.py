@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
 
 __all__ = ["ARCH_KEYS", "BACKEND_KEYS", "BUILD_KEYS", "ENGINE_FILE_KEYS", "ENGINE_KEYS", "FORMATS", "GPU_KEYS",
@@ -86,6 +87,8 @@ class Gpu:
     cc: str | None
     memory_gib: float | None
     source: str
+    #: what the driver reports, None when no figure was found (qcheck.matrix.gpu_capacity)
+    capacity: GpuCapacity | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
              "note"}
-GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
+GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "sources", "note"}
