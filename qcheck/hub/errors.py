@@ -98,8 +98,6 @@ def network_error(exc: NetError, *, repo_id: str, what: str, endpoint: str, time
     elif exc.kind == net.TLS:
         msg = (f"cannot connect to {endpoint} securely: {exc.detail}; if a proxy or private CA signs its "
                "certificate, point SSL_CERT_FILE at that CA")
-    elif exc.kind in (net.PROTOCOL, net.ENCODING, net.REDIRECT):
+    else:  # closed mid-answer, malformed, undecodable, a redirect loop: qcheck.net's own words, with the file
         msg = f"reading {what} in {repo_id}: {exc}"
-    else:
-        msg = f"network error reading {what} in {repo_id} from {endpoint} after {attempts} attempt{plural}: {exc.detail}"
     return NetworkError(redact(" ".join(msg.split()), token))

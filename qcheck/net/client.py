@@ -249,7 +249,7 @@ class Client:
                 _drain_small(response)
             finally:
                 response.close()
-            if target.origin != request.url.origin:  # never carry credentials to another origin
+            if _origin(target) != _origin(request.url):  # never carry credentials to another origin
                 headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
             if (response.status_code == 303 and method != "HEAD") or (
                     response.status_code in (301, 302) and method == "POST"):
@@ -294,6 +294,11 @@ def _joined(headers: httpx2.Headers) -> dict[str, str]:
     for key in headers:
         out[key.lower()] = ", ".join(headers.get_list(key))
     return out
+
+
+def _origin(url: httpx2.URL) -> tuple[str, str, int]:
+    """(scheme, host, port) with the scheme's default port filled in (``URL.origin`` is not in every httpx2)."""
+    return url.scheme, url.host.lower(), url.port or (443 if url.scheme == "https" else 80)
 
 
 def _redirect_target(response: httpx2.Response, location: str) -> httpx2.URL:

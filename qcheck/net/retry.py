@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 
 #: ASCII digits only: ``str.isdigit`` and ``\d`` also accept '²' and other Unicode digits
-_SECONDS = re.compile(r"[0-9]{1,30}(?:\.[0-9]{1,9})?")
+_SECONDS = re.compile(r"[0-9]{1,300}(?:\.[0-9]{1,9})?")  # up to 300 digits: finite as a float
 _RATELIMIT_R = re.compile(r"(?:^|;)\s*r\s*=\s*([0-9]{1,30})\s*(?:;|$)")
 _RATELIMIT_T = re.compile(r"(?:^|;)\s*t\s*=\s*([0-9]{1,30})\s*(?:;|$)")
 #: an HTTP-date is at most this long (IMF-fixdate is 29 characters): longer text is not parsed
