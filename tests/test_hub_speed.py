@@ -18,6 +18,13 @@ from support.hubserver import CONFIG, TOKEN, FakeHub, sharded_repo
 TLS = Path(__file__).parent / "support" / "tls"
 
 
+@pytest.fixture(autouse=True)
+def _idle_connections_kept(monkeypatch):
+    """Idle connections kept 600 s instead of 5: a stalled machine must not expire one between two reads and turn a
+    count of connections into a different number."""
+    monkeypatch.setattr("qcheck.net.transport.KEEPALIVE_EXPIRY", 600.0)
+
+
 def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
     # two workers read 12 shard headers one after another: each exact-length range answer is read to its end,
     # so the connection goes back to the pool instead of being closed and opened again for the next shard

@@ -179,7 +179,8 @@ def test_a_redirect_loop_ends_in_one_line():
     assert err.attempts == 1
 
 
-def test_303_keeps_head_turns_post_into_get_and_307_resends_the_body():
+def test_303_keeps_head_turns_post_into_get_and_307_resends_the_body(monkeypatch):
+    monkeypatch.setattr("qcheck.net.transport.KEEPALIVE_EXPIRY", 600.0)  # a stalled machine expires no connection
     def handler(request, send):
         head = request.method == "HEAD"  # an answer to HEAD has no body (its length is the GET's)
         if request.path == "/see-other":
