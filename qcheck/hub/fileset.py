@@ -51,7 +51,7 @@ def _safe_name(name: str, where: str) -> str:
 
 def _workers() -> int:
     raw = os.environ.get("QCHECK_HUB_WORKERS", "")
-    return max(1, min(256, int(raw))) if raw.isdigit() else 64
+    return max(1, min(256, int(raw[:4]))) if raw.isascii() and raw.isdigit() else 64  # isdigit alone takes '²'
 
 
 class HubFileSet:

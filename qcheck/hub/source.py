@@ -24,7 +24,7 @@ GROWTH = 2
 MAX_CHUNK = 16 * 1024 * 1024
 #: reads at least this long are served exactly: the caller is doing its own chunking
 CALLER_CHUNK = 64 * 1024
-_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
+_CONTENT_RANGE = re.compile(r"^bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)$")  # ASCII digits, as sent
 
 
 class HubFileSource:
@@ -159,7 +159,7 @@ class HubFileSource:
     def _check(self, resp, start: int, end: int) -> bytes:
         if resp.status == 416:  # the range starts at or past the end: an empty read, as at end of file
             if self.size is None:
-                m = re.match(r"^bytes\s+\*/(\d+)$", resp.headers.get("content-range", "").strip())
+                m = re.match(r"^bytes\s+\*/([0-9]{1,19})$", resp.headers.get("content-range", "").strip())
                 self.size = int(m.group(1)) if m else start
             return b""
         if resp.status == 206:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 MAX_CONTENT_LENGTH = 1 << 62
 #: compressed bytes read beyond the limit on decoded bytes (headers of many gzip members, padding)
 RAW_SLACK = 1 << 20
-_LENGTH = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() accepts '²'
+_LENGTH = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit also accepts '²'
 
 
 class Malformed(Exception):
