@@ -204,7 +204,10 @@ class ResumeState:
 
     The file name is a hash of the run configuration (endpoint, model, mode, k, prompt format), and every
     record carries a hash of its request's token ids, so a rerun reuses exactly the requests that are done
-    and identical; a torn last line (the run was killed mid-write) is ignored.
+    and identical. A run killed at any point (``kill -9`` included) loses at most the record it was writing: on
+    load, a last line without its newline is cut off the file when it is not a whole record (or given its
+    newline when it is), so the next record starts on a line of its own instead of being glued to the torn
+    one and lost with it. Each record is flushed to the operating system as soon as it is written.
     """
 
     def __init__(self, path: Path | None):
@@ -217,15 +220,38 @@ class ResumeState:
             if size > MAX_STATE_BYTES:
                 raise UsageError(f"resume state {path} is {size} bytes, over the {MAX_STATE_BYTES}-byte limit; "
                                  "delete it or pass --no-resume")
-            with open(path, "rb") as fh:
-                for line in fh:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and isinstance(rec.get("id"), str):
-                        self._data[rec["id"]] = rec.get("value")
+            self._load(path)
             self.loaded = len(self._data)
+
+    def _load(self, path: Path) -> None:
+        """Read every whole record; repair a torn last line (see the class docstring)."""
+        with open(path, "rb+") as fh:
+            start = 0
+            torn: tuple[int, bool] | None = None  # (offset of the unterminated last line, whether it is a record)
+            for line in fh:
+                record = self._record(line)
+                if not line.endswith(b"\n"):
+                    torn = (start, record)
+                start += len(line)
+            if torn is None:
+                return
+            offset, whole = torn
+            if whole:
+                fh.seek(0, 2)
+                fh.write(b"\n")
+            else:
+                fh.truncate(offset)
+
+    def _record(self, line: bytes) -> bool:
+        """Keep one line's record; False when the line is not one (torn, or not JSON)."""
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            return False
+        if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+            self._data[rec["id"]] = rec.get("value")
+            return True
+        return False
 
     @staticmethod
     def record_id(kind: str, key: str, ids: tuple[int, ...], extra: str = "") -> str:
