@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import ssl
 import threading
 import time
@@ -345,10 +346,21 @@ _LOCAL = (httpcore2.LocalProtocolError, httpx2.LocalProtocolError, httpcore2.Uns
           httpx2.UnsupportedProtocol, httpx2.InvalidURL, httpx2.StreamError, UnicodeError)
 
 
+_BYTEARRAY = re.compile(r"""bytearray\((b(['"]).*?\2)\)""")
+
+
+def _plain(text: str) -> str:
+    """h11's wording made readable: ``bytearray(b'HTTP/1.1 2OO OK')`` -> ``b'HTTP/1.1 2OO OK'``, and its buffer limit
+    named (it refuses a status line and headers over httpcore2's 100 KiB)."""
+    if "Receive buffer too long" in text:
+        return "the status line and headers are longer than 100 KiB"
+    return _BYTEARRAY.sub(lambda m: m.group(1)[1:], text)
+
+
 def classify(exc: BaseException, url: str, secrets: tuple[str, ...] = ()) -> E.NetError:
     """The ``NetError`` for an exception from the stack, by what happened (see ``qcheck.net.errors`` kinds)."""
     chain = _chain(exc)
-    text = f"{exc}" or type(exc).__name__
+    text = _plain(f"{exc}") or type(exc).__name__
     if isinstance(exc, Malformed):
         kind = exc.kind
     elif isinstance(exc, ResolveFailed):
