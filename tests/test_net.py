@@ -201,7 +201,21 @@ def test_303_keeps_head_turns_post_into_get_and_307_resends_the_body(monkeypatch
                        ("POST", "/see-other", b"payload"), ("GET", "/target", b""),
                        ("POST", "/temporary", b"payload"), ("POST", "/target", b"payload")]
     assert head.body == b"" and post.body == b"TARGET:GET:" and kept.body == b"TARGET:POST:payload"
-    assert server.connections == 1  # the short redirect bodies were read and dropped: one kept-alive connection
+    # a HEAD closes its connection (two here); the short redirect bodies were read and dropped, so the POSTs and
+    # their redirects share one kept-alive connection
+    assert server.connections == 3
+
+
+def test_a_body_sent_with_an_answer_to_head_is_never_read_as_the_next_answer():
+    def handler(request, send):
+        send(response(body=b"BODY-SENT-TO-HEAD" if request.method == "HEAD" else b"the real answer"))
+        return "keep"
+
+    with RawServer(handler) as server, _client() as client:
+        head = client.request("HEAD", server.url + "/x", Call(max_bytes=100))
+        get = client.request("GET", server.url + "/x", Call(max_bytes=100))
+    assert head.status == 200 and head.body == b"" and get.body == b"the real answer"
+    assert server.requests[0].headers.get("connection") == "close"
 
 
 def test_a_redirects_body_is_never_the_answer():

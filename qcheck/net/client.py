@@ -234,6 +234,8 @@ class Client:
         if not call.send_auth:
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         headers.setdefault("Accept-Encoding", "identity" if call.identity else "gzip, deflate")
+        if method == "HEAD":  # a server that sends a body anyway would have it read as the next answer: no reuse
+            headers["Connection"] = "close"
         body, params = call.body, call.params
         transport = self._transport()
         t = self.settings.timeout
