@@ -584,6 +584,11 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
     windows = c.choice(raw, "windows", "quality", WINDOW_MODES, "sliding")
     max_items = c.integer(raw, "max-items", "quality", minimum=1, maximum=10_000_000, default=None)
     thresholds_raw = {k: v for k, v in raw.items() if k in threshold_keys or k in ("tier", "use-intervals")}
+    for key, value in thresholds_raw.items():  # each on its own first, so the error names its key
+        try:
+            Thresholds.from_mapping({key: value})
+        except UsageError as exc:
+            raise c.fail(f"quality.{key}", str(exc)) from None
     try:
         thresholds = Thresholds.from_mapping(thresholds_raw)
     except UsageError as exc:
@@ -600,6 +605,39 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
         reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
         max_length=max_length, stride=stride, windows=windows, max_items=max_items,
         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir)
+
+
+def check_quality_inputs(policy: Policy) -> None:
+    """What the quality gate will read, checked before ``qcheck gate`` judges any model (a bad one would otherwise
+    surface after every compatibility check): the reference exists (a local directory or a Hub repo id), no model
+    it evaluates is a Hub repo, every task set loads and validates, and the eval extra is installed. Raises the
+    ``PolicyError`` (or ``DependencyError``) naming the key."""
+    q = policy.quality
+    if q is None:
+        return
+    from qcheck.readers import looks_like_repo_id
+
+    if not os.path.exists(q.reference) and not looks_like_repo_id(q.reference):
+        raise PolicyError(policy.file, "quality.reference", f"{q.reference!r}: no such directory, and not a Hub repo id")
+    chosen = [m for m in policy.models if (m.name in q.models if q.models is not None else not m.hub)]
+    hub = [m.name for m in chosen if m.hub]
+    if hub:
+        raise PolicyError(policy.file, "quality.models", f"{', '.join(hub)} is a Hub repo; the quality gate needs "
+                          "local model files")
+    from qcheck.errors import QcheckError
+    from qcheck.eval.tasks import load_tasks
+
+    try:
+        load_tasks(list(q.tasks))
+    except QcheckError as exc:
+        raise PolicyError(policy.file, "quality.tasks", str(exc)) from None
+    import importlib.util
+
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            from qcheck.errors import DependencyError
+
+            raise DependencyError(module, "eval", f"the policy's [quality] gate ({policy.file})")
 
 
 def quality_backends() -> tuple[str, ...]:
