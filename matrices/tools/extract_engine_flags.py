@@ -59,15 +59,20 @@ def _type_name(t: Any) -> str | None:
 
 
 def _from_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    """Every option string the parser accepts (``_option_string_actions``: also the spellings an action hides
+    from help, such as vLLM's ``--no-enable-x``), grouped by action."""
+    registered: dict[int, list[str]] = {}
+    for name, action in parser._option_string_actions.items():
+        registered.setdefault(id(action), []).append(name)
     flags = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
-        names = list(action.option_strings)
+        names = list(dict.fromkeys([*action.option_strings, *registered.get(id(action), [])]))
         negative: list[str] = []
-        if action.nargs == 0 and type(action).__name__ in ("BooleanOptionalAction", "EnableDisableAction"):
-            negative = [n for n in names if n.startswith("--no-") or n.startswith("--disable-")]
-            negative = [n for n in negative if n not in (names[0],)]
+        if action.nargs == 0 and isinstance(action, argparse.BooleanOptionalAction):
+            marked = getattr(action, "negative_option_strings", None)
+            negative = [n for n in names if (n in marked if marked is not None else n.startswith("--no-"))]
             names = [n for n in names if n not in negative]
         nargs = action.nargs
         if nargs is None:
@@ -86,13 +91,17 @@ def _from_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
 def vllm() -> str:
     import vllm as pkg
     from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     header = {"id": "vllm", "version": pkg.__version__, "syntax": "argparse", "allow_abbrev": parser.allow_abbrev,
               "underscores": True,
               "source": f"vllm {pkg.__version__} wheel: vllm/entrypoints/common/cli_args.py make_arg_parser + "
-                        "vllm/engine/arg_utils.py EngineArgs.add_cli_args (FlexibleArgumentParser: --a_b is --a-b)"}
+                        "vllm/engine/arg_utils.py EngineArgs.add_cli_args (FlexibleArgumentParser: --a_b is --a-b)",
+              # --quantization is not checked by argparse but by ModelConfig._verify_quantization
+              # (vllm/config/model.py: 'Unknown quantization method: ... Must be one of ...')
+              "quantization_methods": list(QUANTIZATION_METHODS)}
     return _emit(header, _from_parser(parser))
 
 
