@@ -94,7 +94,10 @@ def _detect(words: list[str]) -> tuple[_Program, list[str]]:
            ("lms", "load"): _Program("lms-load", "lms load"), ("mlx_lm", "server"): _Program("mlx", "mlx_lm server"),
            ("trtllm-serve", "serve"): _Program("trtllm-serve", "trtllm-serve serve")}
     if (head, sub) in two:
-        return two[(head, sub)], rest[1:]
+        args = rest[1:]
+        if (head, sub) == ("sglang", "serve") and args and not args[0].startswith("-"):
+            args = ["--model-path", *args]  # sglang/cli/serve.py _normalize_positional_model_path
+        return two[(head, sub)], args
     one = {"llama-server": _Program("llama.cpp", "llama-server", "server"),
            "llama-cli": _Program("llama.cpp", "llama-cli", "cli"),
            "trtllm-serve": _Program("trtllm-serve", "trtllm-serve"), "mlx_lm.server": _Program("mlx", "mlx_lm.server")}
@@ -225,6 +228,9 @@ def _model_target(values: dict[str, object], program: _Program) -> tuple[str | N
         return f"{repo}:{quant or 'Q4_K_M'}", notes
     if not isinstance(model, str) or not model:
         return None, notes
+    if program.table == "ollama-create" and (model.endswith(".gguf") or os.path.isabs(model)
+                                             or model.startswith(".") or os.path.isdir(model)):
+        return model, notes  # FROM a local file or directory (parser.go: a path is read from disk)
     if program.table.startswith("ollama"):
         m = re.match(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/([^/:]+/[^/:]+)(?::(.+))?$", model)
         if m:

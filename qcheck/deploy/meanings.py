@@ -95,7 +95,7 @@ _TRUTHY = ("on", "enabled", "true", "1")
 _FALSEY = ("off", "disabled", "false", "0")
 
 
-def _llama_onoff(auto: bool) -> Callable[[str | None, str], object]:
+def _llama_onoff(name: str, auto: bool) -> Callable[[str | None, str], object]:
     """llama.cpp ``-fa on|off|auto`` (arg.cpp:1754-1768), ``--fit on|off`` (:2868-2880)."""
 
     def convert(value: str | None, flag: str) -> object:
@@ -106,8 +106,7 @@ def _llama_onoff(auto: bool) -> Callable[[str | None, str], object]:
             return False
         if auto and text in ("auto", "-1"):
             return None
-        raise Refused(f"error: unknown value for {flag if flag.startswith('--') else '--' + flag.lstrip('-')}: "
-                      f"{text!r}")
+        raise Refused(f"error: unknown value for {name}: {text!r}")
 
     return convert
 
@@ -234,8 +233,8 @@ MEANINGS: dict[str, dict[str, Meaning]] = {
         "model": ("model", _text), "hf_repo": ("hf_repo", _text), "hf_file": ("hf_file", _text),
         "ctx_size": ("context", _llama_ctx),
         "cache_type_k": ("kv.k", _llama_kv), "cache_type_v": ("kv.v", _llama_kv),
-        "flash_attn": ("knobs.flash_attn", _llama_onoff(auto=True)),
-        "fit": ("knobs.fit", _llama_onoff(auto=False)),
+        "flash_attn": ("knobs.flash_attn", _llama_onoff("--flash-attn", auto=True)),
+        "fit": ("knobs.fit", _llama_onoff("--fit", auto=False)),
         "n_gpu_layers": ("knobs.n_gpu_layers", _llama_ngl),
         "parallel": ("knobs.n_parallel", _stoi), "ubatch_size": ("knobs.n_ubatch", _stoi),
         "batch_size": ("knobs.n_batch", _stoi), "n_cpu_moe": ("knobs.n_cpu_moe", _stoi),

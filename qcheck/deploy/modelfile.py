@@ -115,7 +115,7 @@ def apply_lines(builder: _Builder, lines: list[ModelfileLine], name: str) -> Non
         where = f"{name}:{item.line}"
         if item.command == "from":
             model = item.args
-            local = os.path.join(base, model) if not os.path.isabs(model) else model
+            local = os.path.normpath(os.path.join(base, model)) if not os.path.isabs(model) else model
             if model.startswith((".", "/")) or model.endswith(".gguf"):
                 model = local
             builder.values["model"] = model

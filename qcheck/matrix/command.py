@@ -37,9 +37,10 @@ def _other_release(d: Deployment, finding: CommandFinding) -> bool:
 
     try:
         read_at = parse_version(finding.version, d.request.engine.scheme)
+        judged = parse_version(d.version, d.request.engine.scheme)
     except ValueError:
         return False
-    return d.at > read_at or (finding.unknown_flag and d.at != read_at)
+    return judged > read_at or (finding.unknown_flag and judged != read_at)
 
 
 def judge_command(d: Deployment) -> Judgement | None:
