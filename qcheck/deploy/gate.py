@@ -1,0 +1,96 @@
+"""``qcheck gate`` over deployment manifests: each inference container found (``qcheck.deploy.manifests``) becomes
+the ``CheckRequest`` it deploys (the image's engine and version, the GPU from its node labels, its command line),
+answered by the one pipeline; a container qcheck cannot judge is an ``unknown`` verdict with the reason and the
+manifest's file and line."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from qcheck.errors import QcheckError
+from qcheck.model import Verdict
+
+if TYPE_CHECKING:
+    from qcheck.gate import ModelOutcome
+    from qcheck.limits import Limits
+    from qcheck.matrix import Matrix
+    from qcheck.policy import DeploymentSpec, Policy
+
+__all__ = ["judge_deployments"]
+
+
+def _gap_outcome(policy: Policy, name: str, engine: str, reason: str) -> ModelOutcome:
+    from qcheck.gate import ModelOutcome
+
+    verdict = Verdict(engine=engine or "unknown", engine_version=None, gpu=None, arch=None, compute_capability=None,
+                      status="unknown", reasons=[reason])
+    data = verdict.to_json()
+    fails = not policy_allows_unknown(policy)
+    data.update({"policy": {"require_native": False, "allow_unknown": not fails, "target": "deployments"},
+                 "memory_fails": False, "fails": fails})
+    return ModelOutcome(name, name, "judged", verdicts=[data])
+
+
+def policy_allows_unknown(policy: Policy) -> bool:
+    return any(t.allow_unknown for t in policy.targets) if policy.targets else False
+
+
+def _one(policy: Policy, spec: DeploymentSpec, item: Any, limits: Limits, matrix: Matrix) -> ModelOutcome:
+    from dataclasses import replace
+
+    from qcheck.deploy.cmdline import parse_command
+    from qcheck.gate import ModelOutcome
+    from qcheck.pipeline import run
+    from qcheck.request import CheckRequest, Deploy
+
+    name = f"{item.file}:{item.line} {item.name}"
+    cmd = parse_command(item.words)
+    model = spec.models.get(cmd.model or "", cmd.target() or "")
+    if not model:
+        return _gap_outcome(policy, name, item.engine, f"{name}: the command names no model qcheck can read "
+                                                       f"({cmd.model or 'none'}); map it under {spec.key}.models")
+    engine = f"{item.engine}=={item.version}" if item.version else item.engine
+    mem = policy.memory
+    deploy = Deploy(context=cmd.deploy.context or (mem.context if mem else None), batch=mem.batch if mem else 1,
+                    kv_cache=cmd.deploy.kv_cache, parallel=cmd.deploy.parallel, knobs=cmd.deploy.knobs,
+                    findings=cmd.deploy.findings)
+    origin = replace(cmd.origin, kind="manifest", file=item.file, line=item.line, image=item.image)
+    notes = [*item.notes, *cmd.notes] + ([] if item.version else [f"image {item.image}: the tag names no release; "
+                                                                  "judged at the newest the matrix knows"])
+    request = CheckRequest(model, (engine,), (item.gpu,), deploy, memory=mem is not None, notes=tuple(notes),
+                           limits=limits, origin=origin, allow_unknown=policy_allows_unknown(policy))
+    result = run(request, matrix)
+    outcome = ModelOutcome(name, model, "judged", inspection=result.inspection.to_json())  # type: ignore[union-attr]
+    for verdict in result.verdicts:  # type: ignore[union-attr]
+        data = verdict.to_json()
+        memory_fails = bool(mem and mem.enforce and verdict.memory is not None and verdict.memory.fits is False)
+        data.update({"policy": {"require_native": False, "allow_unknown": request.allow_unknown,
+                                "target": spec.key},
+                     "memory_fails": memory_fails, "fails": result.fails(verdict) or memory_fails,  # type: ignore[union-attr]
+                     "deployment": origin.to_json()})
+        outcome.verdicts.append(data)
+    return outcome
+
+
+def judge_deployments(policy: Policy, limits: Limits, matrix: Matrix) -> list[ModelOutcome]:
+    from qcheck.deploy.manifests import Gap, read_manifest
+    from qcheck.gate import ModelOutcome
+
+    out: list[ModelOutcome] = []
+    for spec in policy.deployments:
+        try:
+            items = read_manifest(spec.file, spec.shown, gpu_override=spec.gpu)
+        except QcheckError as exc:
+            out.append(ModelOutcome(spec.shown, spec.shown, "error", error=str(exc), error_kind="input"))
+            continue
+        for item in items:
+            if isinstance(item, Gap):
+                out.append(_gap_outcome(policy, f"{item.file}:{item.line} {item.name}", "", f"{item.file}:{item.line}: "
+                                        f"{item.reason}"))
+                continue
+            try:
+                out.append(_one(policy, spec, item, limits, matrix))
+            except QcheckError as exc:
+                out.append(ModelOutcome(f"{item.file}:{item.line} {item.name}", item.image, "error",
+                                        error=str(exc), error_kind="input"))
+    return out
