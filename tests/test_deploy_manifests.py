@@ -105,7 +105,7 @@ def test_compose_and_kubernetes_deployments(tmp_path: Path) -> None:
 def test_alias_bomb_is_refused(tmp_path: Path) -> None:
     root = repo(tmp_path)
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
     (root / "deploy" / "vllm.yaml").write_text(bomb, encoding="utf-8")
     res = gate(root, "--json")
     assert res.returncode == 2, res.stderr
