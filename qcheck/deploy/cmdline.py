@@ -292,7 +292,7 @@ def parse_command(words: Sequence[str]) -> EngineCommand:
     parsed = read_argv(table, rest, program.llama_program)
     positionals = [spec for spec in table.flags if spec.kind == "positional"]
     for spec, value in zip(positionals, parsed.positionals, strict=False):
-        builder.apply(Occurrence(value, spec, value))
+        builder.apply(Occurrence(f"<{spec.dest}>", spec, value))
     for occ in parsed.occurrences:
         builder.apply(occ)
     for problem in parsed.problems:

@@ -288,7 +288,7 @@ def probe_models(client: _Client, result: ProbeResult, wanted: str | None) -> st
 def _max_context(client: _Client, entries: list[dict[str, Any]], model: str | None, result: ProbeResult) -> None:
     for e in entries:
         if e.get("id") == model and isinstance(e.get("max_model_len"), int):
-            result.capabilities.append(Capability("max_context", "supported", "max_model_len in /v1/models",
+            result.capabilities.append(Capability("max_context", "supported", f"{e['max_model_len']} tokens (max_model_len in /v1/models)",
                                                   value=int(e["max_model_len"])))
             return
     try:
@@ -299,7 +299,7 @@ def _max_context(client: _Client, entries: list[dict[str, Any]], model: str | No
     settings = data.get("default_generation_settings") if isinstance(data, dict) else None
     n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     if isinstance(n_ctx, int):
-        result.capabilities.append(Capability("max_context", "supported", "n_ctx in /props", value=n_ctx))
+        result.capabilities.append(Capability("max_context", "supported", f"{n_ctx} tokens (n_ctx in /props)", value=n_ctx))
         return
     result.capabilities.append(Capability("max_context", "unknown", "the server reports no context length "
                                                                    "(/v1/models max_model_len, /props n_ctx)"))
