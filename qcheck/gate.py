@@ -136,7 +136,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
     if policy.deployments:
         from qcheck.deploy.gate import judge_deployments
 
-        outcomes.extend(judge_deployments(policy, limits, matrix))
+        outcomes.extend(ModelOutcome(**vars(j)) for j in judge_deployments(policy, limits, matrix))
     quality = _run_quality(policy, inspections, limits) if policy.quality else None
     return GateResult(policy=policy, models=outcomes, quality=quality)
 

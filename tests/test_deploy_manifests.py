@@ -54,6 +54,24 @@ spec:
     - name: vllm
       image: vllm/vllm-openai:v0.33.0
       args: ["/models/fp8"]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: vllm-tp2}
+spec:
+  template:
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: node.kubernetes.io/instance-type, operator: In, values: [p5.48xlarge]}
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.33.0
+          command: ["vllm", "serve", "/models/fp8", "-tp", "2"]
+          resources: {limits: {nvidia.com/gpu: "1"}}
 """
 
 
@@ -97,6 +115,9 @@ def test_compose_and_kubernetes_deployments(tmp_path: Path) -> None:
     assert ui["status"] == "unknown" and "not an inference engine image qcheck knows" in ui["reasons"][0]
     pod = by_name["deploy/vllm.yaml:22 Pod/no-gpu/vllm"]["verdicts"][0]
     assert pod["status"] == "unknown" and "no GPU" in pod["reasons"][0]
+    tp2 = by_name["deploy/vllm.yaml:39 StatefulSet/vllm-tp2/vllm"]["verdicts"][0]
+    assert tp2["gpu"] == "h100" and tp2["status"] == "unsupported"
+    assert "World size (2) is larger than the number of available GPUs (1)" in " ".join(tp2["reasons"])
     assert "sk-k8s-secret" not in res.stdout
     text = gate(tmp_path).stdout
     assert "deploy/vllm.yaml:22" in text

@@ -148,9 +148,20 @@ def image_engine(image: str) -> tuple[str | None, str | None, list[str], list[st
     return None, None, [], [], f"image {image}: not an inference engine image qcheck knows (matrices/deploy/images.toml)"
 
 
+_OVERRIDE = "policy gpu"
+
+
 def gpu_from_labels(labels: dict[str, str]) -> tuple[str | None, int | None, str | None]:
-    """(gpu id, count per node, the label that said it) from node labels."""
+    """(gpu id, count per node, the label that said it) from node labels (or the policy's ``gpu``: a qcheck GPU name,
+    else a product name as GPU feature discovery writes it)."""
     tables = _table("instances")
+    if labels.get(_OVERRIDE):
+        from qcheck.matrix import load_matrix
+
+        try:
+            return load_matrix().gpus.lookup(labels[_OVERRIDE]).label, None, f"the policy's gpu = {labels[_OVERRIDE]}"
+        except UsageError:
+            labels = {"nvidia.com/gpu.product": labels[_OVERRIDE]}
     itype = labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
     if itype:
         for row in tables["instances"]:
@@ -272,7 +283,7 @@ def _compose(doc: dict[str, Any], file: str, out: list[Container | Gap], gpu_ove
                 ids = d.get("device_ids")
                 count = (count or 0) + (len(ids) if isinstance(ids, list) else (_int(n) or (1 << 16 if n == "all"
                                                                                              else 1)))
-        labels = {"nvidia.com/gpu.product": gpu_override} if gpu_override else {}
+        labels = {_OVERRIDE: gpu_override} if gpu_override else {}
         _container(out, file, getattr(svc, "line", 0), f"service/{name}", str(svc.get("image") or ""),
                    svc.get("entrypoint"), svc.get("command"), {str(k): str(v) for k, v in env.items()}, count, labels)
 
