@@ -158,7 +158,8 @@ class Policy:
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
                 "memory": dataclasses.asdict(self.memory) if self.memory else None, "quality": quality,
-                "lfs_pointers": self.lfs_pointers}
+                "lfs_pointers": self.lfs_pointers,
+                **({"deployments": [dataclasses.asdict(d) for d in self.deployments]} if self.deployments else {})}
 
 
 # ------------------------------------------------------------------------------------------ finding it

@@ -32,6 +32,7 @@ from qcheck.deploy.front import request_from_command
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS
 from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
+from support.contract import validate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -190,6 +191,7 @@ def test_same_verdicts_and_memory_as_the_flags(command: list[str], flags: list[s
     assert by_command.returncode == by_flags.returncode, by_command.stderr
     assert verdict_view(by_command.stdout) == verdict_view(by_flags.stdout)
     assert verdict_view(by_command.stdout)[0]["memory"] is not None
+    validate(json.loads(by_command.stdout), "check")
     deployment = json.loads(by_command.stdout)["deployment"]
     assert deployment["kind"] == "command" and deployment["not_judged"] == []
     assert "deployment" not in json.loads(by_flags.stdout)

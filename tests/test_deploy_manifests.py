@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.contract import validate
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 COMPOSE = """services:
@@ -102,6 +104,7 @@ def test_compose_and_kubernetes_deployments(tmp_path: Path) -> None:
     res = gate(repo(tmp_path), "--json")
     data = json.loads(res.stdout)
     assert res.returncode == 1, res.stderr  # the unknown image and the GPU-less pod fail the gate
+    validate(data, "gate")
     by_name = {m["name"]: m for m in data["models"]}
     llama = by_name["deploy/compose.yaml:3 service/llama"]["verdicts"][0]
     assert (llama["engine"], llama["engine_version"], llama["gpu"], llama["status"]) == \

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from support.contract import validate
 from support.hubserver import LoopbackServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -143,6 +144,7 @@ def test_a_server_that_does_everything(fake: str) -> None:
         "tools_with_schema": "supported", "stop": "supported"}
     assert got["max_context"]["value"] == 4096 and got["top_logprobs"]["value"] == 5
     assert json.loads(res.stdout)["adapters"] == ["sql-lora"]
+    validate(json.loads(res.stdout), "probe")
     assert SECRET not in res.stdout + res.stderr
 
 
@@ -182,6 +184,7 @@ def test_a_dripping_server_hits_the_deadline(fake: str) -> None:
     assert res.returncode == 0, res.stderr  # nothing required
     got = caps(res.stdout)
     assert got["logprobs"]["status"] == "unknown" and "did not finish" in got["logprobs"]["detail"]
+    validate(json.loads(res.stdout), "probe")
 
 
 def test_unusable_input_exits_2() -> None:
@@ -203,6 +206,7 @@ def test_real_llama_cpp_python_server() -> None:
         res = probe(base + "/v1", "--json", "--timeout", "300")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
+    validate(data, "probe")
     got = {c["id"]: c["status"] for c in data["capabilities"]}
     assert data["models"] == ["tiny"]
     # llama-cpp-python serves these for any model: echo with prompt log-probs, streaming, stop sequences
