@@ -135,3 +135,46 @@ def test_alias_bomb_is_refused(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     errors = [m["error"] for m in json.loads(res.stdout)["models"] if m["status"] == "error"]
     assert any("aliases counted" in e for e in errors)
+
+
+def test_modelfile_deployment(tmp_path: Path) -> None:
+    root = repo(tmp_path)
+    (root / "deploy" / "Modelfile").write_text("FROM ../models/tiny.gguf\nPARAMETER num_ctx 2048\nPARAMETER top_k 20\n",
+                                              encoding="utf-8")
+    (root / "qcheck.toml").write_text('deployments = [{ file = "deploy/Modelfile", gpu = "rtx-4090" }]\n',
+                                      encoding="utf-8")
+    res = gate(root, "--json")
+    data = json.loads(res.stdout)
+    validate(data, "gate")
+    verdict = data["models"][0]["verdicts"][0]
+    assert (verdict["engine"], verdict["gpu"]) == ("ollama", "rtx-4090"), res.stderr
+    assert ("PARAMETER num_ctx", "context") in [(s["flag"], s["judged_as"]) for s in verdict["deployment"]["judged"]]
+    assert [s["flag"] for s in verdict["deployment"]["not_judged"]] == ["PARAMETER top_k"]
+
+
+def test_hostile_and_wrong_manifests(tmp_path: Path) -> None:
+    root = repo(tmp_path)
+    cases = {
+        "deep.yaml": "a: " + "[" * 200 + "]" * 200 + "\n",
+        "bad.yaml": "services: {llama: [unclosed\n",
+        "latin1.yaml": "services:\n  x:\n    image: caf\xe9\n",
+        "python.yaml": "kind: Pod\nspec: !!python/object/apply:os.system [\"touch pwned\"]\n",
+        "empty.yaml": "just: text\n",
+    }
+    for name, text in cases.items():
+        (root / "deploy" / name).write_bytes(text.encode("latin-1"))
+        (root / "qcheck.toml").write_text(f'deployments = ["deploy/{name}"]\n', encoding="utf-8")
+        res = gate(root, "--json")
+        assert res.returncode == 2, (name, res.stderr)
+        assert "Traceback" not in res.stderr
+        error = json.loads(res.stdout)["models"][0]["error"]
+        assert error.startswith(f"deploy/{name}"), error
+    assert not (root / "pwned").exists()
+    (root / "qcheck.toml").write_text('deployments = ["../outside.yaml"]\n', encoding="utf-8")
+    (tmp_path.parent / "outside.yaml").write_text("kind: Pod\n", encoding="utf-8")
+    res = gate(root)
+    assert res.returncode == 2 and "outside the policy's repository" in res.stderr
+    (root / "qcheck.toml").write_text('deployments = [{ file = "deploy/compose.yaml", gpus = "h100" }]\n',
+                                      encoding="utf-8")
+    res = gate(root)
+    assert res.returncode == 2 and "deployments[0].gpus: unknown key" in res.stderr

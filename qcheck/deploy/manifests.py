@@ -313,6 +313,27 @@ def _document(doc: Any, file: str, out: list[Container | Gap], gpu_override: str
             _pod(pod, file, name, out)
 
 
+def _is_modelfile(path: str, text: str) -> bool:
+    name = os.path.basename(path)
+    if name == "Modelfile" or name.endswith(".Modelfile") or name.endswith(".modelfile"):
+        return True
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
+    return first.upper().startswith("FROM ")
+
+
+def _modelfile(path: str, shown: str, gpu_override: str | None, out: list[Container | Gap]) -> None:
+    """An Ollama Modelfile: judged as ``ollama create NAME -f Modelfile`` on the policy's ``gpu`` (a Modelfile
+    names none)."""
+    labels = {_OVERRIDE: gpu_override} if gpu_override else {}
+    gpu, _, said = gpu_from_labels(labels)
+    if gpu is None:
+        out.append(Gap(shown, 1, "Modelfile", "ollama", "a Modelfile names no GPU: give the deployment a gpu in the "
+                                                         "policy"))
+        return
+    out.append(Container(shown, 1, "Modelfile", "ollama/ollama", "ollama", None,
+                         ["ollama", "create", "model", "-f", path], 1, gpu, [f"GPU from {said}"]))
+
+
 def read_manifest(path: str, shown: str, *, gpu_override: str | None = None) -> list[Container | Gap]:
     """Every inference container of the manifest at ``path`` (``shown`` is how reports name it)."""
     try:
@@ -326,6 +347,9 @@ def read_manifest(path: str, shown: str, *, gpu_override: str | None = None) -> 
     except UnicodeDecodeError:
         raise ManifestError(f"{shown}: not UTF-8 text") from None
     out: list[Container | Gap] = []
+    if _is_modelfile(path, text):
+        _modelfile(path, shown, gpu_override, out)
+        return out
     for doc in _load(text, shown):
         _document(doc, shown, out, gpu_override)
     if not out:
