@@ -35,8 +35,8 @@ class Judged:
 
 def _gap_outcome(policy: Policy, name: str, engine: str, reason: str) -> Judged:
 
-    verdict = Verdict(engine=engine or "unknown", engine_version=None, gpu=None, arch=None, compute_capability=None,
-                      status="unknown", reasons=[reason])
+    verdict = Verdict(engine=engine or "unknown", engine_version=None, gpu="unknown", arch=None,
+                      compute_capability=None, status="unknown", reasons=[reason])
     data = verdict.to_json()
     fails = not policy_allows_unknown(policy)
     data.update({"policy": {"require_native": False, "allow_unknown": not fails, "target": "deployments"},
@@ -116,8 +116,8 @@ def judge_deployments(policy: Policy, limits: Limits, matrix: Matrix) -> list[Ju
             continue
         for item in items:
             if isinstance(item, Gap):
-                out.append(_gap_outcome(policy, f"{item.file}:{item.line} {item.name}", "", f"{item.file}:{item.line}: "
-                                        f"{item.reason}"))
+                out.append(_gap_outcome(policy, f"{item.file}:{item.line} {item.name}", item.engine,
+                                        f"{item.file}:{item.line}: {item.reason}"))
                 continue
             try:
                 out.append(_one(policy, spec, item, limits, matrix))

@@ -73,6 +73,7 @@ class Gap:
     name: str
     image: str
     reason: str
+    engine: str = ""  # when the image names one
 
 
 # ------------------------------------------------------------------------------------------ YAML, bounded
@@ -258,12 +259,12 @@ def _container(out: list[Container | Gap], file: str, line: int, name: str, imag
                      "asks for none")
     if not count:
         out.append(Gap(file, line, name, image, "the manifest gives the container no GPU (no nvidia.com/gpu or "
-                                                "amd.com/gpu limit, no device reservation)"))
+                                                "amd.com/gpu limit, no device reservation)", engine))
         return
     if gpu is None:
         out.append(Gap(file, line, name, image, f"{count} GPU(s), but no node selector or affinity names the GPU "
                                                 "(nvidia.com/gpu.product, cloud.google.com/gke-accelerator, "
-                                                "node.kubernetes.io/instance-type)"))
+                                                "node.kubernetes.io/instance-type)", engine))
         return
     out.append(Container(file, line, name, image, engine, version, words, count, gpu, notes))
 
@@ -328,7 +329,7 @@ def _modelfile(path: str, shown: str, gpu_override: str | None, out: list[Contai
     gpu, _, said = gpu_from_labels(labels)
     if gpu is None:
         out.append(Gap(shown, 1, "Modelfile", "ollama", "a Modelfile names no GPU: give the deployment a gpu in the "
-                                                         "policy"))
+                                                         "policy", "ollama"))
         return
     out.append(Container(shown, 1, "Modelfile", "ollama/ollama", "ollama", None,
                          ["ollama", "create", "model", "-f", path], 1, gpu, [f"GPU from {said}"]))
