@@ -207,11 +207,15 @@ def test_real_llama_cpp_python_server() -> None:
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     validate(data, "probe")
-    got = {c["id"]: c["status"] for c in data["capabilities"]}
+    got = {c["id"]: c for c in data["capabilities"]}
     assert data["models"] == ["tiny"]
-    # llama-cpp-python serves these for any model: echo with prompt log-probs, streaming, stop sequences
-    assert got["prompt_logprobs"] == "supported"
-    assert got["stream"] == "supported"
-    assert got["models"] == "supported"
-    assert set(got.values()) <= {"supported", "refused", "broken", "unknown"}
+    # what llama-cpp-python's server does whatever the model: echo with prompt log-probs, streaming, stop sequences,
+    # logit_bias (tokens from /extras/tokenize), json_object through its grammar
+    for cid in ("models", "logprobs", "prompt_logprobs", "stream", "stop", "logit_bias", "json_object"):
+        assert got[cid]["status"] == "supported", got[cid]
+    # ... and does not: n is accepted and ignored, response_format json_schema is refused by its request model
+    assert got["n"]["status"] == "broken" and got["n"]["value"] == 1
+    assert got["json_schema"]["status"] == "refused"
+    assert "Input should be 'text' or 'json_object'" in got["json_schema"]["server_message"]
+    assert got["lora_adapters"]["status"] == "unknown" and got["max_context"]["status"] == "unknown"
     assert SECRET not in res.stdout + res.stderr

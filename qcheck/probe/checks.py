@@ -108,40 +108,42 @@ def probe_n(client: _Client, model: str) -> Capability:
     return Capability("n", "broken", f"n=2 accepted, {count} choice(s) came back", value=count)
 
 
-def _token_id(client: _Client, model: str, text: str) -> int | None:
-    """A token id for ``text`` from the server's tokenizer (vLLM /tokenize, llama.cpp /tokenize,
-    llama-cpp-python /extras/tokenize)."""
-    for path, root in (("/tokenize", True), ("/extras/tokenize", True)):
+def _token_ids(client: _Client, model: str, text: str) -> list[int] | None:
+    """The token ids of ``text`` from the server's tokenizer (vLLM and llama.cpp ``/tokenize``, llama-cpp-python
+    ``/extras/tokenize``), or None when it has none."""
+    for path in ("/tokenize", "/extras/tokenize"):
         try:
-            reply = call("POST", client.base.removesuffix("/v1") + path if root else client.url(path),
+            reply = call("POST", client.base.removesuffix("/v1") + path,
                          {"model": model, "prompt": text, "input": text, "content": text},
                          api_key=client.api_key, deadline=client.deadline, timeout=client.timeout)
         except ProbeHTTPError:
             continue
         data = reply.json()
         tokens = data.get("tokens") if isinstance(data, dict) else None
-        if reply.status == 200 and isinstance(tokens, list) and tokens and isinstance(tokens[-1], int):
-            return int(tokens[-1])
+        if reply.status == 200 and isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
+            return [int(t) for t in tokens[:64]]
     return None
 
 
 def probe_logit_bias(client: _Client, model: str) -> Capability:
-    base = _chat(client, model, max_tokens=1)
-    first = _content(base)
-    token = _token_id(client, model, first) if first else None
-    if token is None:
+    """A -100 bias on every token of the greedy answer must change the answer (biasing all of them, not just the
+    first, keeps a re-tokenisation that differs from the generated tokens from looking like an ignored bias)."""
+    first = _content(_chat(client, model, max_tokens=8))
+    tokens = _token_ids(client, model, first) if first else None
+    if not tokens:
         reply = _chat(client, model, max_tokens=1, logit_bias={"0": -100})
         refused = _refused("logit_bias", client, reply)
-        return refused or Capability("logit_bias", "unknown", "accepted; no tokenize endpoint to pick a token and "
-                                                              "see the bias act")
-    reply = _chat(client, model, max_tokens=1, logit_bias={str(token): -100})
+        return refused or Capability("logit_bias", "unknown", "accepted; no tokenize endpoint (or an empty greedy "
+                                                              "answer) to see the bias act")
+    reply = _chat(client, model, max_tokens=8, logit_bias={str(t): -100 for t in dict.fromkeys(tokens)})
     refused = _refused("logit_bias", client, reply)
     if refused:
         return refused
     if _content(reply) == first:
-        return Capability("logit_bias", "broken", f"a -100 bias on token {token} ({first!r}) did not change the "
-                                                  "greedy token")
-    return Capability("logit_bias", "supported", f"a -100 bias on token {token} changed the greedy token")
+        return Capability("logit_bias", "broken", f"a -100 bias on the {len(set(tokens))} tokens of the greedy answer "
+                                                  f"{first[:30]!r} did not change it")
+    return Capability("logit_bias", "supported", f"a -100 bias on the greedy answer's {len(set(tokens))} tokens "
+                                                 "changed the answer")
 
 
 def probe_stream(client: _Client, model: str) -> Capability:
@@ -247,17 +249,19 @@ def probe_tools_with_schema(client: _Client, model: str) -> Capability:
 
 
 def probe_stop(client: _Client, model: str) -> Capability:
+    """Stop at a letter or digit the greedy answer has after its first character: the answer must end before it."""
     base = _content(_chat(client, model, max_tokens=16))
-    word = next((w for w in base.split()[1:] if len(w) >= 2), None)
-    if word is None:
-        return Capability("stop", "unknown", f"the greedy answer {base[:40]!r} has no second word to stop at")
+    at = next((i for i, ch in enumerate(base) if i >= 1 and ch.isascii() and ch.isalnum()), None)
+    if at is None:
+        return Capability("stop", "unknown", f"the greedy answer {base[:40]!r} has no letter or digit to stop at")
+    word = base[at]
     reply = _chat(client, model, max_tokens=16, stop=[word])
     refused = _refused("stop", client, reply)
     if refused:
         return refused
     text = _content(reply)
     if word in text:
-        return Capability("stop", "broken", f"stop={[word]!r} accepted, and the answer still contains it")
+        return Capability("stop", "broken", f"stop={[word]!r} accepted, and the answer {text[:40]!r} still contains it")
     return Capability("stop", "supported", f"generation stopped before {word!r}")
 
 
