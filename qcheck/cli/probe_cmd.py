@@ -1,4 +1,4 @@
-"""``qcheck probe URL``: which OpenAI-compatible features a live endpoint really serves (docs/probe.md)."""
+"""``qcheck probe URL``: which OpenAI-compatible features a live endpoint really serves (docs/deploy.md)."""
 
 from __future__ import annotations
 
