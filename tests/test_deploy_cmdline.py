@@ -28,9 +28,8 @@ from pathlib import Path
 import pytest
 
 from qcheck.deploy.cmdline import parse_command
-from qcheck.deploy.front import request_from_command
+from qcheck.deploy.front import QcheckFlags, request_from_command
 from qcheck.errors import UsageError
-from qcheck.limits import DEFAULT_LIMITS
 from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 from support.contract import validate
 
@@ -38,8 +37,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def request(cmd: str, target: str | None = None):
-    return request_from_command([cmd], target=target, engines=(), gpus=("h100",), flags=Deploy(),
-                                require_native=False, allow_unknown=False, limits=DEFAULT_LIMITS)
+    return request_from_command([cmd], QcheckFlags(target, gpus=("h100",)))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -152,11 +150,9 @@ def test_library_name_needs_a_path() -> None:
 
 def test_qcheck_flags_beside_a_command_are_refused() -> None:
     with pytest.raises(UsageError, match="in the engine command"):
-        request_from_command(["vllm serve org/m"], target=None, engines=(), gpus=("h100",), flags=Deploy(context=5),
-                             require_native=False, allow_unknown=False, limits=DEFAULT_LIMITS)
+        request_from_command(["vllm serve org/m"], QcheckFlags(gpus=("h100",), deploy=Deploy(context=5)))
     with pytest.raises(UsageError, match="runs vllm"):
-        request_from_command(["vllm serve org/m"], target=None, engines=("sglang",), gpus=("h100",), flags=Deploy(),
-                             require_native=False, allow_unknown=False, limits=DEFAULT_LIMITS)
+        request_from_command(["vllm serve org/m"], QcheckFlags(engines=("sglang",), gpus=("h100",)))
 
 
 # ------------------------------------------------------------------------------------------ whole CLI

@@ -100,11 +100,10 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
         detected = tuple(free.items())
     if engine_command is not None:
-        from qcheck.deploy.front import request_from_command
+        from qcheck.deploy.front import QcheckFlags, request_from_command
 
-        request = request_from_command(engine_command, target=target, engines=engines, gpus=gpus, flags=deploy,
-                                       require_native=require_native, allow_unknown=allow_unknown, limits=limits,
-                                       gpu_memory_gib=detected, notes=notes)
+        request = request_from_command(engine_command, QcheckFlags(
+            target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes)))
         return finish(answer(request), output_spec)
     assert target is not None
     request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,

@@ -107,7 +107,7 @@ def _detect(words: list[str]) -> tuple[_Program, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ building
-class _Builder:
+class SettingsBuilder:
     """Collects what the options set (the last occurrence wins, as in every one of these parsers)."""
 
     def __init__(self, table: FlagTable, table_name: str):
@@ -175,7 +175,7 @@ def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words[i:]
 
 
-def _apply_env(builder: _Builder, env: dict[str, str], program: _Program) -> None:
+def _apply_env(builder: SettingsBuilder, env: dict[str, str], program: _Program) -> None:
     """Environment variables the engine reads as options (llama.cpp ``LLAMA_ARG_*``, Ollama's server settings);
     any other is listed as not judged. The command line overrides the environment (llama.cpp warns so)."""
     for name, value in env.items():
@@ -198,15 +198,15 @@ def _env_occurrence(name: str, value: str, spec: FlagSpec) -> Occurrence:
     return Occurrence(name, spec, value, where="env")
 
 
-def _ollama_env(builder: _Builder, name: str, value: str) -> None:
-    from qcheck.deploy.meanings import _ollama_bool, _ollama_uint
+def _ollama_env(builder: SettingsBuilder, name: str, value: str) -> None:
+    from qcheck.deploy.meanings import ollama_bool, ollama_uint
 
     target = _OLLAMA_ENV[name]
     converted: object = value.strip().lower() or None
     if target in ("context", "knobs.n_parallel"):
-        converted = _ollama_uint(value, name)
+        converted = ollama_uint(value, name)
     elif target == "knobs.flash_attn":
-        converted = _ollama_bool(value, name)
+        converted = ollama_bool(value, name)
     if converted is None:
         builder.note(name, value, "env", None)  # Ollama keeps its default for a value it cannot parse
         return
@@ -265,7 +265,7 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _quantization_finding(builder: _Builder) -> None:
+def _quantization_finding(builder: SettingsBuilder) -> None:
     """vLLM checks ``--quantization`` after parsing (ModelConfig._verify_quantization, vllm/config/model.py
     :1403-1490 at 0.34.0): an unknown method is refused; any method replaces what vLLM detects from the
     checkpoint (and picks another kernel: ``gptq`` skips the Marlin override), which qcheck does not judge."""
@@ -287,7 +287,7 @@ def parse_command(words: Sequence[str]) -> EngineCommand:
     env, words = _split_env(words)
     program, rest = _detect(words)
     table = flag_table(program.table)
-    builder = _Builder(table, program.table)
+    builder = SettingsBuilder(table, program.table)
     _apply_env(builder, env, program)
     parsed = read_argv(table, rest, program.llama_program)
     positionals = [spec for spec in table.flags if spec.kind == "positional"]

@@ -5,12 +5,29 @@ by the same pipeline as qcheck's own flags."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from qcheck.errors import UsageError
-from qcheck.limits import Limits
+from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.request import CheckRequest, Deploy
 
-__all__ = ["request_from_command"]
+__all__ = ["QcheckFlags", "request_from_command"]
+
+
+@dataclass(frozen=True)
+class QcheckFlags:
+    """qcheck's own flags given beside an engine command (PATH replaces the command's model; ``deploy`` may only
+    carry ``--batch``)."""
+
+    target: str | None = None
+    engines: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    deploy: Deploy = field(default_factory=Deploy)
+    require_native: bool = False
+    allow_unknown: bool = False
+    limits: Limits = DEFAULT_LIMITS
+    gpu_memory_gib: tuple[tuple[str, float], ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def _engine_spec(cmd_engine: str, engines: Sequence[str]) -> tuple[str, ...]:
@@ -27,26 +44,25 @@ def _engine_spec(cmd_engine: str, engines: Sequence[str]) -> tuple[str, ...]:
     return tuple(engines)
 
 
-def request_from_command(words: Sequence[str], *, target: str | None, engines: Sequence[str], gpus: Sequence[str],
-                         flags: Deploy, require_native: bool, allow_unknown: bool, limits: Limits,
-                         gpu_memory_gib: tuple[tuple[str, float], ...] = (), notes: Sequence[str] = ()) -> CheckRequest:
-    """The request an engine command line deploys. ``target`` (qcheck's PATH) replaces the command's model (a
-    container path, an Ollama library name); ``flags`` are qcheck's own deploy flags, of which only ``--batch``
-    may be given beside a command (the command's own settings are the deployment)."""
+def request_from_command(words: Sequence[str], flags: QcheckFlags) -> CheckRequest:
+    """The request an engine command line deploys. ``flags.target`` (qcheck's PATH) replaces the command's model
+    (a container path, an Ollama library name); of qcheck's deploy flags only ``--batch`` may be given beside a
+    command (the command's own settings are the deployment)."""
     from qcheck.deploy.cmdline import parse_command
 
-    if flags.replace_batch() != Deploy():
+    if flags.deploy.replace_batch() != Deploy():
         raise UsageError("give the deployment's settings in the engine command, not also as qcheck flags "
                          "(--context, --kv-cache-dtype, -ctk/-ctv, --tp/--pp/--ep); --batch may be added")
     cmd = parse_command(words)
-    model = target or cmd.target()
+    model = flags.target or cmd.target()
     if not model:
         raise UsageError(f"the {cmd.program} command names no model qcheck can read ({cmd.model or 'none'}): give "
                          "the model file, directory or Hub id as PATH: qcheck check PATH --gpu G -- COMMAND")
-    deploy = Deploy(context=cmd.deploy.context, batch=flags.batch, kv_cache=cmd.deploy.kv_cache,
+    deploy = Deploy(context=cmd.deploy.context, batch=flags.deploy.batch, kv_cache=cmd.deploy.kv_cache,
                     parallel=cmd.deploy.parallel, knobs=cmd.deploy.knobs, findings=cmd.deploy.findings)
     memory = (deploy.context is not None or deploy.kv_cache.given or deploy.batch > 1 or bool(deploy.knobs.given())
-              or bool(gpu_memory_gib))
-    return CheckRequest(model, _engine_spec(cmd.engine, engines), tuple(gpus), deploy, require_native=require_native,
-                        allow_unknown=allow_unknown, memory=memory, gpu_memory_gib=gpu_memory_gib,
-                        notes=(*notes, *cmd.notes), limits=limits, origin=cmd.origin)
+              or bool(flags.gpu_memory_gib))
+    return CheckRequest(model, _engine_spec(cmd.engine, flags.engines), flags.gpus, deploy,
+                        require_native=flags.require_native, allow_unknown=flags.allow_unknown, memory=memory,
+                        gpu_memory_gib=flags.gpu_memory_gib, notes=(*flags.notes, *cmd.notes), limits=flags.limits,
+                        origin=cmd.origin)

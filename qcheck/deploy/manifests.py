@@ -241,13 +241,29 @@ def _pod(pod: dict[str, Any], file: str, kind: str, out: list[Container | Gap]) 
             continue
         limits = _get(c, "resources", "limits") or {}
         count = _int(limits.get("nvidia.com/gpu")) or _int(limits.get("amd.com/gpu")) if isinstance(limits, dict) else None
-        _container(out, file, getattr(c, "line", 0), f"{kind}/{c.get('name')}", str(c.get("image") or ""),
-                   c.get("command"), c.get("args"), _k8s_env(c), count, labels)
+        _container(out, _Found(file, getattr(c, "line", 0), f"{kind}/{c.get('name')}", str(c.get("image") or ""),
+                               c.get("command"), c.get("args"), _k8s_env(c), count, labels))
 
 
-def _container(out: list[Container | Gap], file: str, line: int, name: str, image: str, command: Any, args: Any,
-               env: dict[str, str], count: int | None, labels: dict[str, str]) -> None:
-    words, version, why = _words(image, command, args, env)
+@dataclass
+class _Found:
+    """A container as the manifest writes it, before it is judged."""
+
+    file: str
+    line: int
+    name: str
+    image: str
+    command: Any
+    args: Any
+    env: dict[str, str]
+    count: int | None
+    labels: dict[str, str]
+
+
+def _container(out: list[Container | Gap], found: _Found) -> None:
+    file, line, name, image = found.file, found.line, found.name, found.image
+    count, labels = found.count, found.labels
+    words, version, why = _words(image, found.command, found.args, found.env)
     if why:
         out.append(Gap(file, line, name, image, why))
         return
@@ -285,8 +301,9 @@ def _compose(doc: dict[str, Any], file: str, out: list[Container | Gap], gpu_ove
                 count = (count or 0) + (len(ids) if isinstance(ids, list) else (_int(n) or (1 << 16 if n == "all"
                                                                                              else 1)))
         labels = {_OVERRIDE: gpu_override} if gpu_override else {}
-        _container(out, file, getattr(svc, "line", 0), f"service/{name}", str(svc.get("image") or ""),
-                   svc.get("entrypoint"), svc.get("command"), {str(k): str(v) for k, v in env.items()}, count, labels)
+        _container(out, _Found(file, getattr(svc, "line", 0), f"service/{name}", str(svc.get("image") or ""),
+                               svc.get("entrypoint"), svc.get("command"), {str(k): str(v) for k, v in env.items()},
+                               count, labels))
 
 
 def _document(doc: Any, file: str, out: list[Container | Gap], gpu_override: str | None) -> None:

@@ -153,7 +153,7 @@ def _mlx_kv_bits(value: str | None, flag: str) -> object:
     return f"q{n}"
 
 
-def _ollama_uint(value: str | None, flag: str) -> object:
+def ollama_uint(value: str | None, flag: str) -> object:
     """Ollama ``envconfig.Uint``: a value that does not parse is logged and the default kept
     (envconfig/config.go:259-271)."""
     try:
@@ -163,7 +163,7 @@ def _ollama_uint(value: str | None, flag: str) -> object:
     return n if n > 0 else None
 
 
-def _ollama_bool(value: str | None, flag: str) -> object:
+def ollama_bool(value: str | None, flag: str) -> object:
     """Ollama ``envconfig.BoolWithDefault`` (strconv.ParseBool; an invalid value keeps the default)."""
     text = str(value).strip().lower()
     if text in ("1", "t", "true"):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from qcheck.errors import UsageError
 
 if TYPE_CHECKING:
-    from qcheck.deploy.cmdline import _Builder
+    from qcheck.deploy.cmdline import SettingsBuilder
 
 __all__ = ["MAX_MODELFILE_BYTES", "ModelfileLine", "apply_modelfile", "read_modelfile"]
 
@@ -92,7 +92,7 @@ def _convert(name: str, value: str) -> object:
     return value
 
 
-def apply_modelfile(builder: _Builder, path: str) -> list[str]:
+def apply_modelfile(builder: SettingsBuilder, path: str) -> list[str]:
     """Read the Modelfile at ``path`` into ``builder`` (FROM and PARAMETERs); returns notes."""
     try:
         size = os.path.getsize(path)
@@ -108,7 +108,7 @@ def apply_modelfile(builder: _Builder, path: str) -> list[str]:
     return []
 
 
-def apply_lines(builder: _Builder, lines: list[ModelfileLine], name: str) -> None:
+def apply_lines(builder: SettingsBuilder, lines: list[ModelfileLine], name: str) -> None:
     """FROM and PARAMETER lines into ``builder``; other instructions are listed as not judged."""
     base = os.path.dirname(name)
     for item in lines:
