@@ -2,19 +2,18 @@
 the same request as qcheck's own flags, with the engine's spellings, aliases, negations, environment variables and
 refusals (worded as the engine words them).
 
-Documentation sources of the command lines (quoted verbatim, then varied):
-- vLLM docs/serving/distributed_serving.md "vllm serve facebook/opt-13b --tensor-parallel-size 4";
-  docs/features/quantization/quantized_kvcache.md "--kv-cache-dtype fp8"; docs/getting_started/quickstart.md
-  "vllm serve Qwen/Qwen2.5-1.5B-Instruct"
-- SGLang docs/basic_usage/send_request.ipynb "python3 -m sglang.launch_server --model-path
-  qwen/qwen2.5-0.5b-instruct --host 0.0.0.0"; docs/advanced_features/server_arguments.md "--tp 2"
-- llama.cpp tools/server/README.md "llama-server -m models/7B/ggml-model.gguf -c 2048" and
-  "llama-server -hf ggml-org/gemma-3-1b-it-GGUF"; env "LLAMA_ARG_CTX_SIZE=4096" (README's Docker example)
-- Ollama docs/modelfile.md "FROM llama3.2 / PARAMETER temperature 1 / PARAMETER num_ctx 4096"; docs/faq.md
-  "OLLAMA_CONTEXT_LENGTH=8192 ollama serve"
-- TensorRT-LLM docs/source/commands/trtllm-serve "trtllm-serve TinyLlama/TinyLlama-1.1B-Chat-v1.0"
-- mlx-lm SERVER.md "mlx_lm.server --model mlx-community/Mistral-7B-Instruct-v0.3-4bit"
-- LM Studio lms docs "lms load <model> --context-length 8192 --gpu max"
+Sources of the command lines (each found verbatim in the engine's documentation or public use, then varied):
+- vLLM docs, distributed serving: "vllm serve facebook/opt-13b --tensor-parallel-size 4"; vLLM docs, XPU
+  installation: "vllm serve facebook/opt-13b --dtype=bfloat16 --max_model_len=1024
+  --distributed-executor-backend=mp --pipeline-parallel-size=2 -tp=8"
+- SGLang docs/basic_usage/send_request.ipynb: "python3 -m sglang.launch_server --model-path
+  qwen/qwen2.5-0.5b-instruct --host 0.0.0.0"
+- llama.cpp tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048"
+- Ollama docs/faq.md: "OLLAMA_CONTEXT_LENGTH=8192 ollama serve"; docs/modelfile.md "PARAMETER num_ctx 4096"
+- TensorRT-LLM docs, quick start: trtllm-serve "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+- mlx-lm, public use: "mlx_lm.server --host 0.0.0.0 --port 8080 --use-default-chat-template --model
+  mlx-community/Mistral-7B-Instruct-v0.3-4bit"
+- LM Studio lms, public use: "lms load <model_id> --context-length 8192 --gpu max -y"
 """
 
 from __future__ import annotations
@@ -44,6 +43,9 @@ def request(cmd: str, target: str | None = None):
 @pytest.mark.parametrize(("cmd", "target", "deploy"), [
     ("vllm serve facebook/opt-13b --tensor-parallel-size 4", "facebook/opt-13b",
      Deploy(parallel=Parallel(tp=4))),
+    ("vllm serve facebook/opt-13b --dtype=bfloat16 --max_model_len=1024 --distributed-executor-backend=mp "
+     "--pipeline-parallel-size=2 -tp=8", "facebook/opt-13b",
+     Deploy(context=1024, parallel=Parallel(tp=8, pp=2), knobs=EngineKnobs(dtype="bfloat16"))),
     # the same with vLLM's spellings: -tp alias, --flag=value, underscores, --model moved to the front,
     # an abbreviation argparse accepts, human-readable numbers
     ("vllm serve --model facebook/opt-13b -tp=4 --max_model_len 32k --kv-cache-dtype fp8 --gpu-memory-util 0.85",
@@ -74,9 +76,12 @@ def request(cmd: str, target: str | None = None):
      "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", Deploy(context=8192, kv_cache=KVCacheTypes("q8_0", "q8_0"))),
     ("trtllm-serve TinyLlama/TinyLlama-1.1B-Chat-v1.0 --tp_size 2 --max_seq_len 4096", "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
      Deploy(context=4096, parallel=Parallel(tp=2))),
-    ("mlx_lm.server --model mlx-community/Mistral-7B-Instruct-v0.3-4bit --kv-bits 8",
+    ("mlx_lm.server --host 0.0.0.0 --port 8080 --use-default-chat-template --model "
+     "mlx-community/Mistral-7B-Instruct-v0.3-4bit", "mlx-community/Mistral-7B-Instruct-v0.3-4bit", Deploy()),
+    ("python -m mlx_lm.server --model mlx-community/Mistral-7B-Instruct-v0.3-4bit --kv-bits 8",
      "mlx-community/Mistral-7B-Instruct-v0.3-4bit", Deploy(kv_cache=KVCacheTypes("q8", "q8"))),
-    ("lms load qwen/qwen3-4b --context-length 8192 --gpu max", "qwen/qwen3-4b", Deploy(context=8192)),
+    ("lms load qwen/qwen3-4b --context-length 8192 --gpu max -y", "qwen/qwen3-4b", Deploy(context=8192)),
+    ("lms load qwen/qwen3-4b -c8192", "qwen/qwen3-4b", Deploy(context=8192)),
 ])
 def test_command_reads_as_the_flags(cmd: str, target: str, deploy: Deploy) -> None:
     req = request(cmd)
@@ -140,6 +145,17 @@ def test_modelfile_parameters(tmp_path: Path) -> None:
 def test_unknown_programs_are_usage_errors(cmd: str) -> None:
     with pytest.raises(UsageError):
         request(cmd or "")
+
+
+def test_ollama_serve_environment_with_a_path() -> None:
+    req = request("OLLAMA_CONTEXT_LENGTH=8192 OLLAMA_NUM_PARALLEL=4 OLLAMA_FLASH_ATTENTION=1 ollama serve",
+                  target="models/tiny.gguf")
+    assert req.target == "models/tiny.gguf"
+    assert req.deploy == Deploy(context=8192, knobs=EngineKnobs(n_parallel=4, flash_attn=True))
+    # Ollama keeps its default for a value it cannot parse (envconfig.Uint): listed, not judged, not refused
+    req = request("OLLAMA_CONTEXT_LENGTH=lots ollama serve", target="x.gguf")
+    assert req.deploy.context is None and req.deploy.findings == ()
+    assert [(s.flag, s.judged_as) for s in req.origin.settings] == [("OLLAMA_CONTEXT_LENGTH", None)]
 
 
 def test_library_name_needs_a_path() -> None:
