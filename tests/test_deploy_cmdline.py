@@ -241,3 +241,15 @@ def test_usage_errors_exit_2() -> None:
     assert res.returncode == 2 and "give the model file" in res.stderr
     res = qcheck("check", "--gpu", "h100", "--context", "10", "--", "vllm", "serve", "org/m")
     assert res.returncode == 2 and "in the engine command" in res.stderr
+
+
+@pytest.mark.parametrize("cmd", [
+    # TensorRT-LLM docs (trtllm-serve, "extra_llm_api_options"): the KV cache dtype and more live in that YAML
+    'trtllm-serve "TinyLlama/TinyLlama-1.1B-Chat-v1.0" --extra_llm_api_options extra_llm_config.yaml',
+    "vllm serve org/m --config serve.yaml",
+    "python -m sglang.launch_server --model-path org/m --config sglang.yaml",
+])
+def test_a_settings_file_is_unknown_not_assumed_default(cmd: str) -> None:
+    findings = request(cmd).deploy.findings
+    assert [f.status for f in findings] == ["unknown"]
+    assert "qcheck does not read the settings in" in findings[0].message

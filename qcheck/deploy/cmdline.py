@@ -35,6 +35,10 @@ PROGRAMS = ("vllm serve MODEL", "python -m vllm.entrypoints.openai.api_server --
             "llama-cli -m FILE", "ollama run MODEL", "ollama create NAME -f Modelfile", "trtllm-serve MODEL",
             "mlx_lm.server --model MODEL", "lms load MODEL")
 
+#: options naming a file of further settings (vLLM and SGLang ``--config`` YAML, trtllm-serve's
+#: ``--extra_llm_api_options``): qcheck does not read it, so what it sets is unknown, not assumed default
+_SETTINGS_FILES = {"vllm": "config", "sglang": "config", "trtllm-serve": "extra_llm_api_options"}
+
 #: Ollama's server environment (envconfig/config.go:215-336 at v0.33.0-rc2) -> what it sets
 _OLLAMA_ENV = {"OLLAMA_CONTEXT_LENGTH": "context", "OLLAMA_NUM_PARALLEL": "knobs.n_parallel",
                "OLLAMA_FLASH_ATTENTION": "knobs.flash_attn", "OLLAMA_KV_CACHE_TYPE": "kv"}
@@ -116,8 +120,9 @@ class SettingsBuilder:
         self.settings: list[SettingRead] = []
         self.findings: list[CommandFinding] = []
 
-    def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False) -> None:
-        self.findings.append(CommandFinding(self.table.engine, "unsupported", flag, _mask(flag, value), message,
+    def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False,
+               status: str = "unsupported") -> None:
+        self.findings.append(CommandFinding(self.table.engine, status, flag, _mask(flag, value), message,
                                             self.table.source, self.table.version, unknown_flag=unknown_flag))
 
     def note(self, flag: str, value: str | None, where: str, judged_as: str | None) -> None:
@@ -134,6 +139,9 @@ class SettingsBuilder:
             return
         if meaning is None:
             self.note(occ.written, value, occ.where, None)
+            if _SETTINGS_FILES.get(self.table_name) == spec.dest:
+                self.refuse(occ.written, value, f"qcheck does not read the settings in {value}; any of them (context, "
+                            "KV cache, parallel layout, quantisation) may change the verdict", status="unknown")
             return
         try:
             converted = meaning.convert(value, occ.written.split("=")[0])
