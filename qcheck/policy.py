@@ -42,7 +42,7 @@ WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
 TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality", "deployments")
-DEPLOYMENT_KEYS = ("file", "models", "gpu")
+DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
 MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")
@@ -125,6 +125,8 @@ class DeploymentSpec:
     models: dict[str, str]
     gpu: str | None = None
     key: str = ""
+    #: the model when the command names none qcheck can read (``ollama serve``, a library name)
+    model: str | None = None
 
 
 @dataclass
@@ -291,7 +293,13 @@ def _deployments(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) ->
                 models[str(inner)] = str(target)
             else:
                 models[str(inner)] = model
-        out.append(DeploymentSpec(str(local), text, models, c.string(entry, "gpu", key), key))
+        model = c.string(entry, "model", key)
+        if model is not None:
+            target = _local_path(c, f"{key}.model", model, base_dir, confine)
+            if target.exists():
+                confine.check(c, f"{key}.model", model, target)
+                model = str(target)
+        out.append(DeploymentSpec(str(local), text, models, c.string(entry, "gpu", key), key, model))
     return out
 
 

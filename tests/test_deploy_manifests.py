@@ -178,3 +178,37 @@ def test_hostile_and_wrong_manifests(tmp_path: Path) -> None:
                                       encoding="utf-8")
     res = gate(root)
     assert res.returncode == 2 and "deployments[0].gpus: unknown key" in res.stderr
+
+
+def test_ollama_server_shell_scripts_and_odd_commands(tmp_path: Path) -> None:
+    root = repo(tmp_path)
+    (root / "deploy" / "more.yaml").write_text("""services:
+  ollama:
+    image: ollama/ollama:0.33.0
+    environment:
+      OLLAMA_CONTEXT_LENGTH: "2048"
+      OLLAMA_DEBUG:
+    deploy: {resources: {reservations: {devices: [{driver: nvidia, count: all, capabilities: [gpu]}]}}}
+  scripted:
+    image: vllm/vllm-openai:v0.33.0
+    entrypoint: ["/bin/sh", "-c", "pip install extra && vllm serve /models/fp8"]
+    deploy: {resources: {reservations: {devices: [{capabilities: [gpu], count: 1}]}}}
+  quotes:
+    image: vllm/vllm-openai:v0.33.0
+    command: "/models/fp8 --served-model-name 'unbalanced"
+    deploy: {resources: {reservations: {devices: [{capabilities: [gpu], count: 1}]}}}
+""", encoding="utf-8")
+    (root / "qcheck.toml").write_text(
+        '[[deployments]]\nfile = "deploy/more.yaml"\nmodel = "models/tiny.gguf"\ngpu = "l4"\n', encoding="utf-8")
+    res = gate(root, "--json")
+    data = json.loads(res.stdout)
+    validate(data, "gate")
+    by_name = {m["name"].split(" ", 1)[1]: m["verdicts"][0] for m in data["models"]}
+    ollama = by_name["service/ollama"]
+    assert (ollama["engine"], ollama["engine_version"], ollama["gpu"]) == ("ollama", "0.33.0", "l4"), res.stderr
+    assert ("OLLAMA_CONTEXT_LENGTH", "context") in [(s["flag"], s["judged_as"]) for s in ollama["deployment"]["judged"]]
+    assert by_name["service/scripted"]["status"] == "unknown"
+    assert "not an engine command qcheck reads" in by_name["service/scripted"]["reasons"][0]
+    assert by_name["service/quotes"]["status"] == "unknown"
+    assert "cannot be split" in by_name["service/quotes"]["reasons"][0]
+    assert res.returncode == 1

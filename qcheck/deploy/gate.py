@@ -52,15 +52,20 @@ def _one(policy: Policy, spec: DeploymentSpec, item: Any, limits: Limits, matrix
     from dataclasses import replace
 
     from qcheck.deploy.cmdline import parse_command
+    from qcheck.errors import UsageError
     from qcheck.pipeline import run
     from qcheck.request import CheckRequest, Deploy
 
     name = f"{item.file}:{item.line} {item.name}"
-    cmd = parse_command(item.words)
-    model = spec.models.get(cmd.model or "", cmd.target() or "")
+    try:
+        cmd = parse_command(item.words)
+    except UsageError as exc:  # e.g. a shell script around the engine: not a command line qcheck reads
+        return _gap_outcome(policy, name, item.engine, f"{name}: {exc}")
+    model = spec.models.get(cmd.model or "") or cmd.target() or spec.model or ""
     if not model:
         return _gap_outcome(policy, name, item.engine, f"{name}: the command names no model qcheck can read "
-                                                       f"({cmd.model or 'none'}); map it under {spec.key}.models")
+                                                       f"({cmd.model or 'none'}); map it under {spec.key}.models, or "
+                                                       f"give {spec.key}.model")
     engine = f"{item.engine}=={item.version}" if item.version else item.engine
     mem = policy.memory
     deploy = Deploy(context=cmd.deploy.context or (mem.context if mem else None), batch=mem.batch if mem else 1,

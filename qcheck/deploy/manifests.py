@@ -183,12 +183,15 @@ def _words(image: str, command: Any, args: Any, env: dict[str, str]) -> tuple[li
     engine, version, entrypoint, default_args, why = image_engine(image)
     if engine is None:
         return [], None, why
-    cmd = _strings(command)
-    rest = _strings(args)
-    if len(cmd) >= 3 and cmd[:2] in (["/bin/sh", "-c"], ["sh", "-c"], ["bash", "-c"]):
-        import shlex
+    import shlex
 
-        cmd, rest = shlex.split(" ".join(cmd[2:])), []
+    try:
+        cmd = _strings(command)
+        rest = _strings(args)
+        if len(cmd) >= 3 and cmd[:2] in (["/bin/sh", "-c"], ["sh", "-c"], ["bash", "-c"]):
+            cmd, rest = shlex.split(" ".join(cmd[2:])), []
+    except ValueError as exc:  # unbalanced quotes
+        return [], None, f"image {image}: the command cannot be split into words ({exc})"
     words = (cmd or entrypoint) + (rest if (cmd or rest) else default_args)
     envs = [f"{k}={v}" for k, v in env.items()]
     return envs + words, version, None if words else f"image {image}: the container names no command to run"
@@ -302,8 +305,8 @@ def _compose(doc: dict[str, Any], file: str, out: list[Container | Gap], gpu_ove
                                                                                              else 1)))
         labels = {_OVERRIDE: gpu_override} if gpu_override else {}
         _container(out, _Found(file, getattr(svc, "line", 0), f"service/{name}", str(svc.get("image") or ""),
-                               svc.get("entrypoint"), svc.get("command"), {str(k): str(v) for k, v in env.items()},
-                               count, labels))
+                               svc.get("entrypoint"), svc.get("command"),
+                               {str(k): str(v) for k, v in env.items() if v is not None}, count, labels))
 
 
 def _document(doc: Any, file: str, out: list[Container | Gap], gpu_override: str | None) -> None:
