@@ -134,6 +134,10 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
                 data["fails"] = result.fails(verdict) or memory_fails
                 outcome.verdicts.append(data)
         outcomes.append(outcome)
+    if policy.deployments:
+        from qcheck.deploy.gate import judge_deployments
+
+        outcomes.extend(ModelOutcome(**vars(j)) for j in judge_deployments(policy, limits, matrix))
     quality = _run_quality(policy, inspections, limits) if policy.quality else None
     return GateResult(policy=policy, models=outcomes, quality=quality)
 

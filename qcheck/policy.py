@@ -42,7 +42,9 @@ REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
 WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
-TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality")
+TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality",
+            "deployments")
+DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
 MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
@@ -117,6 +119,21 @@ class QualitySpec:
 
 
 @dataclass
+class DeploymentSpec:
+    """A manifest the gate judges (compose file, Kubernetes/Helm YAML, Modelfile): ``models`` maps a model path
+    inside the container (a mounted volume) to a model path in the repository or a Hub id; ``gpu`` names the GPU
+    when no node label does (compose has none)."""
+
+    file: str  # absolute
+    shown: str  # as the policy writes it
+    models: dict[str, str]
+    gpu: str | None = None
+    key: str = ""
+    #: the model when the command names none qcheck can read (``ollama serve``, a library name)
+    model: str | None = None
+
+
+@dataclass
 class Policy:
     file: str
     models: list[ModelSpec]
@@ -125,6 +142,7 @@ class Policy:
     quality: QualitySpec | None = None
     lfs_pointers: str = "error"
     base_dir: str = "."
+    deployments: list[DeploymentSpec] = dataclasses.field(default_factory=list)
 
     def request_for(self, model: ModelSpec, target: TargetSpec, limits: Limits = DEFAULT_LIMITS) -> CheckRequest:
         """The question the gate asks for one model on one target: the same ``CheckRequest`` ``qcheck check``
@@ -148,7 +166,8 @@ class Policy:
                 "targets": [dataclasses.asdict(t) for t in self.targets],
                 "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
                            else None), "quality": quality,
-                "lfs_pointers": self.lfs_pointers}
+                "lfs_pointers": self.lfs_pointers,
+                **({"deployments": [dataclasses.asdict(d) for d in self.deployments]} if self.deployments else {})}
 
 
 # ------------------------------------------------------------------------------------------ finding it
@@ -225,6 +244,11 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     defaults = {"require_native": c.boolean(data, "require-native", None, False),
                 "allow_unknown": c.boolean(data, "allow-unknown", None, False)}
     lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
+    deployments = _deployments(c, data.get("deployments", []), base_dir, confine)
+    if deployments and "models" not in data and "targets" not in data:
+        return Policy(file=file, models=[], targets=[], lfs_pointers=lfs, base_dir=str(base_dir),
+                      deployments=deployments,
+                      memory=_memory(c, data["memory"]) if "memory" in data else None)
     if "models" not in data:
         raise PolicyError(file, "models", "missing: list the models to gate (paths, globs or Hub ids)",
                           'models = ["models/*.gguf", "org/name"]')
@@ -244,7 +268,45 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     memory = _memory(c, data["memory"]) if "memory" in data else None
     quality = _quality(c, data["quality"], base_dir, models, confine) if "quality" in data else None
     return Policy(file=file, models=models, targets=targets, memory=memory, quality=quality, lfs_pointers=lfs,
-                  base_dir=str(base_dir))
+                  base_dir=str(base_dir), deployments=deployments)
+
+
+def _deployments(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) -> list[DeploymentSpec]:
+    """``deployments = ["deploy/compose.yaml", {file = "k8s/vllm.yaml", models = {"/models/m" = "models/m"},
+    gpu = "h100"}]``: every file inside the repository; model paths resolved like ``models``."""
+    if not isinstance(raw, list):
+        raise c.fail("deployments", f"must be a list of files or {{file, models, gpu}} tables, not {_type(raw)}")
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"deployments[{i}]"
+        if isinstance(entry, str):
+            entry = {"file": entry}
+        c.keys(entry, DEPLOYMENT_KEYS, key)
+        text = c.string(entry, "file", key, required=True)
+        assert text is not None
+        local = _local_path(c, f"{key}.file", text, base_dir, confine)
+        if not local.is_file():
+            raise c.fail(f"{key}.file", f"{text!r}: no such file (relative to {base_dir})")
+        confine.check(c, f"{key}.file", text, local, walk=False)
+        mapping = entry.get("models", {})
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) and v for v in mapping.values()):
+            raise c.fail(f"{key}.models", "must be a table of container path = model path or Hub id")
+        models = {}
+        for inner, model in mapping.items():
+            target = _local_path(c, f"{key}.models", model, base_dir, confine)
+            if target.exists():
+                confine.check(c, f"{key}.models", model, target)
+                models[str(inner)] = str(target)
+            else:
+                models[str(inner)] = model
+        model = c.string(entry, "model", key)
+        if model is not None:
+            target = _local_path(c, f"{key}.model", model, base_dir, confine)
+            if target.exists():
+                confine.check(c, f"{key}.model", model, target)
+                model = str(target)
+        out.append(DeploymentSpec(str(local), text, models, c.string(entry, "gpu", key), key, model))
+    return out
 
 
 class _Checker:

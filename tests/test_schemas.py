@@ -22,7 +22,7 @@ from support.contract import SCHEMAS, schema, validate
 from support.memory_helpers import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate"]
+NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate", "probe"]
 
 
 def test_every_output_has_a_schema_file() -> None:
