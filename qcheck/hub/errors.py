@@ -6,6 +6,7 @@ never reach the terminal, even when a server echoes the Authorization header bac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qcheck.errors import RemoteError
@@ -43,10 +44,23 @@ def offline_error(endpoint: str) -> RemoteError:
                        "(only headers are read, by range requests)")
 
 
-def http_error(status: int, *, repo_id: str, what: str, endpoint: str, error_code: str | None = None,
-               server_message: str | None = None, token: str | None = None, had_token: bool = False,
-               revision: str | None = None, attempts: int = 1, retry_after: float | None = None) -> RemoteError:
+@dataclass(frozen=True)
+class StatusReply:
+    """What the Hub answered with a final error status: the status, its ``X-Error-Code`` and
+    ``X-Error-Message`` headers, a ``Retry-After`` in seconds, and how many attempts were made."""
+
+    status: int
+    error_code: str | None = None
+    server_message: str | None = None
+    retry_after: float | None = None
+    attempts: int = 1
+
+
+def http_error(reply: StatusReply, *, repo_id: str, what: str, endpoint: str, token: str | None = None,
+               had_token: bool = False, revision: str | None = None) -> RemoteError:
     """The RemoteError for a final (non-retried) HTTP error status on ``what`` (a file name or 'repo info')."""
+    status, error_code, server_message = reply.status, reply.error_code, reply.server_message
+    attempts, retry_after = reply.attempts, reply.retry_after
     page = f"{endpoint.rstrip('/')}/{repo_id}"
     detail = ""
     if server_message:

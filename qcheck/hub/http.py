@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from qcheck.budget import Budget, env_float, run_budget
 from qcheck.errors import RemoteError
-from qcheck.hub.errors import http_error, network_error, offline_error, redact
+from qcheck.hub.errors import StatusReply, http_error, network_error, offline_error, redact
 from qcheck.net import Call, Client, NetError, Response, Settings, Watch, retry_after
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -170,10 +170,11 @@ class HubClient:
     def status_error(self, status: int, hdrs: dict[str, str], repo_id: str, what: str,
                      revision: str | None, attempts: int) -> RemoteError:
         """The one-line RemoteError for a final HTTP error status (headers lower-cased)."""
-        return http_error(status, repo_id=repo_id, what=what, endpoint=self.endpoint,
-                          error_code=hdrs.get("x-error-code"), server_message=hdrs.get("x-error-message"),
-                          token=self.token, had_token=self.has_token, revision=revision, attempts=attempts,
-                          retry_after=retry_after(hdrs))
+        reply = StatusReply(status, error_code=hdrs.get("x-error-code"),
+                            server_message=hdrs.get("x-error-message"), retry_after=retry_after(hdrs),
+                            attempts=attempts)
+        return http_error(reply, repo_id=repo_id, what=what, endpoint=self.endpoint, token=self.token,
+                          had_token=self.has_token, revision=revision)
 
     def redact(self, text: str) -> str:
         return redact(text, self.token)
