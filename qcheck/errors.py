@@ -40,6 +40,11 @@ class UsageError(QcheckError):
     """A command-line or policy value that qcheck cannot use."""
 
 
+class AmbiguousTargetError(UsageError):
+    """The repo holds several checkpoints and the target did not say which; the message lists them. (Here, not in
+    ``qcheck.hub``, so a local check can catch it without importing the Hub client.)"""
+
+
 class DependencyError(QcheckError):
     """An optional dependency (an extra such as ``eval``) is missing."""
 

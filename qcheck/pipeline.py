@@ -109,7 +109,7 @@ def answer(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult |
     """``qcheck check``'s whole answer: ``run``, or when the target holds several models and a GPU is named, the
     which-quant-fits table (every branch of a Hub repo with ``@*``, the safetensors variants in a directory's
     sub-folders, or the GGUF quants of a repo or directory), each row judged by the same ``judge``."""
-    from qcheck.hub.select import AmbiguousTargetError
+    from qcheck.errors import AmbiguousTargetError
     from qcheck.matrix import load_matrix
     from qcheck.quant_table import QuantTable, branch_targets, variant_dirs
     from qcheck.readers.directory import SeveralModelsError
@@ -134,9 +134,8 @@ def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branc
                    matrix: Matrix) -> ResultSet | QuantTable:
     """One row per safetensors variant (local sub-directory, or Hub branch); a branch without a model is skipped
     and said, a wrong command is raised."""
-    from qcheck.errors import QcheckError
+    from qcheck.errors import AmbiguousTargetError, QcheckError
     from qcheck.hub.errors import RateLimitedError
-    from qcheck.hub.select import AmbiguousTargetError
     from qcheck.quant_table import QuantTable
 
     results: list[CheckResult] = []

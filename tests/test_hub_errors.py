@@ -227,7 +227,8 @@ def test_cli_check_of_a_hub_repo_with_memory_fit(hub):
     mem = data["verdicts"][0]["memory"]
     # config.json: 6 layers x 1 KV head x head_dim 64/4 = 16, K+V, bfloat16, 4096 tokens
     assert mem["kv_cache_bytes"] == 6 * 1 * 16 * 2 * 2 * 4096
-    assert mem["fits"] is True and mem["gpu_memory_bytes"] == 80 * 1024**3
+    # the H100's memory as its driver reports it to vLLM (matrices/gpus.toml: 79.19 GiB), not the marketed 80
+    assert mem["fits"] is True and mem["gpu_memory_bytes"] == int(79.19 * 1024**3)
     assert len(hub.requests(r"^/api/models/nvidia/tiny")) == 1  # the checkpoint is read once
 
 

@@ -7,11 +7,28 @@ the same readers as a local directory (one parser, two sources). Nothing here im
 
 from __future__ import annotations
 
-from qcheck.hub.errors import GatedRepoError, NetworkError, NotFoundError, RateLimitedError, redact
-from qcheck.hub.select import AmbiguousTargetError, GgufChoice, gguf_choices
+from typing import TYPE_CHECKING, Any
+
+from qcheck.errors import AmbiguousTargetError
 from qcheck.hub.target import HubTarget, hub_target, looks_like_repo_id, origin_of, parse_target
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.source import FileSet
+
+if TYPE_CHECKING:
+    from qcheck.hub.errors import GatedRepoError, NetworkError, NotFoundError, RateLimitedError, redact
+    from qcheck.hub.select import GgufChoice, gguf_choices
+
+#: names imported when first used: a local check that only parses a target name does not load the HTTP stack
+_LAZY = {"GatedRepoError": "errors", "NetworkError": "errors", "NotFoundError": "errors",
+         "RateLimitedError": "errors", "redact": "errors", "GgufChoice": "select", "gguf_choices": "select"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"qcheck.hub.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'qcheck.hub' has no attribute {name!r}")
 
 __all__ = [
     "AmbiguousTargetError", "GatedRepoError", "GgufChoice", "HubTarget", "NetworkError", "NotFoundError",

@@ -11,16 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from qcheck.errors import InputError, UsageError
+from qcheck.errors import AmbiguousTargetError, InputError
 
 SHARD_RE = re.compile(r"^(?P<prefix>.*?)-(?P<shard>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 # llama.cpp quant labels (tools/quantize/quantize.cpp) plus the common vendor prefixes (unsloth "UD-").
 _QUANT_RE = re.compile(
     r"(?i)(?:^|[-._/])((?:UD-)?(?:I?Q[1-8](?:_[0-9A-Z]+)*|BF16|F16|F32|FP16|FP32|MXFP4(?:_MOE)?|TQ[12]_0))(?=$|[-./])")
-
-
-class AmbiguousTargetError(UsageError):
-    """The repo holds several checkpoints and the target did not say which; the message lists them."""
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,30 @@ class EngineFamily:
     def offload(self, scale: float, kv: int, over: list[Part], usable: int) -> OffloadPlan | None:
         """How the engine would split the model between GPU and RAM when it does not fit (None: it does not)."""
         return None
+
+
+def activation_part(shape: ModelShape, mem: EngineMemory, tokens: int, rows: int, what: str) -> Part:
+    """The activations' peak of one forward pass: per token, bytes per hidden unit (and per feed-forward unit
+    when the engine's data has that term: gate, up and their product are alive at once) plus the logits rows."""
+    per = float(mem.get("activation_bytes_per_token_hidden", 24))
+    per_ff = mem.get("activation_bytes_per_token_ff")
+    ff = 0
+    if per_ff is not None:
+        ff = shape.n_ff or 4 * shape.hidden
+        if shape.n_expert and shape.n_ff_exp and shape.n_expert_used:
+            ff = max(shape.n_ff if shape.n_ff != shape.n_ff_exp else 0, shape.n_expert_used * shape.n_ff_exp)
+    size = int(tokens * (shape.hidden * per + ff * float(per_ff or 0)) + rows * shape.vocab * 4)
+    ff_text = f" + ff {ff} x {float(per_ff):g} B" if per_ff is not None else ""
+    # with the feed-forward term the formula was fitted to measured runs (transformers: docs/memory.md)
+    basis = "formula" if per_ff is not None else "estimate"
+    return Part("activations", size, basis,
+                f"{what}: {tokens} tokens x (hidden {shape.hidden} x {per:g} B{ff_text}) + {rows} logits rows x "
+                f"vocab {shape.vocab} x 4 B")
+
+
+def fixed_parts(mem: EngineMemory) -> list[Part]:
+    out = []
+    if mem.get("runtime_mib") is not None:
+        out.append(Part("runtime", int(mem.get("runtime_mib") * MIB), "estimate",
+                        "CUDA context, cuBLAS/NCCL workspaces (non-torch memory; qcheck's estimate)"))
+    return out

@@ -11,10 +11,10 @@ docs/memory.md derives each formula and gives its measured or published error.
 from __future__ import annotations
 
 from qcheck.matrix.memory_params import EngineMemory
-from qcheck.memory.base import EngineFamily, search_max
+from qcheck.memory.base import EngineFamily, activation_part, fixed_parts, search_max
 from qcheck.memory.device import DeviceMemory
 from qcheck.memory.llamacpp import LlamaCppFamily, llamacpp_compute_bytes
-from qcheck.memory.records import MIB, Part
+from qcheck.memory.records import Part
 from qcheck.memory.servers import SGLangFamily, TensorRTFamily, VLLMFamily
 from qcheck.model import ModelShape
 from qcheck.request import EngineKnobs
@@ -54,30 +54,3 @@ def family_for(mem: EngineMemory, shape: ModelShape, device: DeviceMemory, knobs
     """The memory model of an engine's ``[memory]`` table at a version (the loader accepts only formulas listed
     here)."""
     return FAMILIES[mem.formula](mem, shape, device, knobs or EngineKnobs(), tp)
-
-
-def activation_part(shape: ModelShape, mem: EngineMemory, tokens: int, rows: int, what: str) -> Part:
-    """The activations' peak of one forward pass: per token, bytes per hidden unit (and per feed-forward unit
-    when the engine's data has that term: gate, up and their product are alive at once) plus the logits rows."""
-    per = float(mem.get("activation_bytes_per_token_hidden", 24))
-    per_ff = mem.get("activation_bytes_per_token_ff")
-    ff = 0
-    if per_ff is not None:
-        ff = shape.n_ff or 4 * shape.hidden
-        if shape.n_expert and shape.n_ff_exp and shape.n_expert_used:
-            ff = max(shape.n_ff if shape.n_ff != shape.n_ff_exp else 0, shape.n_expert_used * shape.n_ff_exp)
-    size = int(tokens * (shape.hidden * per + ff * float(per_ff or 0)) + rows * shape.vocab * 4)
-    ff_text = f" + ff {ff} x {float(per_ff):g} B" if per_ff is not None else ""
-    # with the feed-forward term the formula was fitted to measured runs (transformers: docs/memory.md)
-    basis = "formula" if per_ff is not None else "estimate"
-    return Part("activations", size, basis,
-                f"{what}: {tokens} tokens x (hidden {shape.hidden} x {per:g} B{ff_text}) + {rows} logits rows x "
-                f"vocab {shape.vocab} x 4 B")
-
-
-def fixed_parts(mem: EngineMemory) -> list[Part]:
-    out = []
-    if mem.get("runtime_mib") is not None:
-        out.append(Part("runtime", int(mem.get("runtime_mib") * MIB), "estimate",
-                        "CUDA context, cuBLAS/NCCL workspaces (non-torch memory; qcheck's estimate)"))
-    return out

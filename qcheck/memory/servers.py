@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from qcheck.memory.base import EngineFamily, gib
+from qcheck.memory.base import EngineFamily, activation_part, fixed_parts, gib
 from qcheck.memory.records import GIB, MIB, Part, Reserve
 
 
@@ -235,8 +235,6 @@ class TensorRTFamily(VLLMFamily):
     what: ClassVar[str] = "max_num_tokens forward pass"
 
     def overhead(self, ctx: int, batch: int, tp: int = 1) -> list[Part]:
-        from qcheck.memory.families import activation_part, fixed_parts
-
         tokens = int(self.mem.get("max_num_batched_tokens", 8192))
         seqs = int(self.mem.get("max_num_seqs", 2048))
         return [activation_part(self.shape, self.mem, tokens, min(seqs, tokens), self.what), *fixed_parts(self.mem)]
