@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.model_headers import write_sparse_tensors  # noqa: E402
 
 N_LAYERS, D_MODEL, D_FF, N_KV_HEADS, HEAD_DIM, VOCAB, N_MERGES = 32, 4096, 14336, 8, 128, 128_256, 280_147
 
@@ -68,7 +71,6 @@ def _vocab(rng: random.Random) -> tuple[list[str], list[str]]:
 def build_gguf(path: Path) -> tuple[int, int]:
     """Write the header with gguf-py's GGUFWriter, then extend the file sparsely to its full size."""
     import gguf
-    import numpy as np
 
     rng = random.Random(0)
     tokens, merges = _vocab(rng)
@@ -95,21 +97,7 @@ def build_gguf(path: Path) -> tuple[int, int]:
     writer.add_chat_template("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
                              "{{ m.content }}<|eot_id|>{% endfor %}" * 20)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    total = 0
-    for name, shape, qtype_name in llama3_q4_k_m_tensors():
-        qtype = gguf.GGMLQuantizationType[qtype_name]
-        block, size = gguf.GGML_QUANT_SIZES[qtype]
-        nbytes = int(np.prod(shape)) // block * size
-        writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
-        total += gguf.GGUFWriter.ggml_pad(nbytes, writer.data_alignment)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    header = path.stat().st_size
-    data_offset = gguf.GGUFWriter.ggml_pad(header, writer.data_alignment)
-    os.truncate(path, data_offset + total)
-    return header, path.stat().st_size
+    return write_sparse_tensors(writer, llama3_q4_k_m_tensors(), path)
 
 
 def build_safetensors(directory: Path, shards: int = 4) -> int:

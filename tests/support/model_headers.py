@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import gguf
 
 Tensor = tuple[str, tuple[int, ...], str]  # name, row-major shape, ggml type name
 
@@ -143,7 +147,6 @@ def write_header(path: Path, model: ModelHeader, vocab_from: Path | None = None,
     """Write ``model`` to ``path`` with gguf-py's GGUFWriter, then extend the file sparsely to the size its tensor
     data needs. Returns (header bytes, apparent file size)."""
     import gguf
-    import numpy as np
 
     tokens, merges = (_real_vocab(vocab_from, model.n_tokens, model.n_merges) if vocab_from is not None
                       else _synthetic_vocab(model.n_tokens, model.n_merges, seed))
@@ -165,8 +168,18 @@ def write_header(path: Path, model: ModelHeader, vocab_from: Path | None = None,
         writer.add_token_merges(merges)
     for what, token_id in model.token_ids.items():
         writer.add_uint32(f"tokenizer.ggml.{what}_token_id", token_id)
+    return write_sparse_tensors(writer, model.tensors, path)
+
+
+def write_sparse_tensors(writer: gguf.GGUFWriter, tensors: Iterable[tuple[str, tuple[int, ...], str]],
+                         path: Path) -> tuple[int, int]:
+    """Add the tensors' infos (name, shape, ggml type name), write the header, and extend the file to its full
+    size as a sparse hole (no tensor data on disk). Returns (header bytes, apparent file size)."""
+    import gguf
+    import numpy as np
+
     total = 0
-    for name, shape, type_name in model.tensors:
+    for name, shape, type_name in tensors:
         qtype = gguf.GGMLQuantizationType[type_name]
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         nbytes = int(np.prod(shape)) // block * size
