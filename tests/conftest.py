@@ -121,3 +121,24 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeHub]:
     finally:
         server.stop()
     assert not server.httpd.errors, "the fake Hub failed while answering:\n" + "\n".join(server.httpd.errors)
+
+
+@pytest.fixture
+def slow_resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``getaddrinfo`` that never answers for ``*.slow.test`` (released at teardown): a resolver stuck for good,
+    without depending on any real DNS."""
+    import socket
+    import threading
+
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if str(host).endswith(".slow.test"):
+            release.wait()
+            raise socket.gaierror(socket.EAI_NONAME, "released")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield
+    release.set()

@@ -348,28 +348,12 @@ def test_the_eval_client_bounds_a_gzip_bomb():
             http.MAX_RESPONSE_BYTES = old
 
 
-def test_the_eval_request_timeout_bounds_name_resolution(monkeypatch):
-    """A resolver stuck for good (``getaddrinfo`` never returns for ``*.slow.test``): each attempt ends at
-    ``--request-timeout``, and the run with one line after its retries."""
-    import socket
-    import threading
-
-    release = threading.Event()
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host, *args, **kwargs):
-        if str(host).endswith(".slow.test"):
-            release.wait()
-            raise socket.gaierror(socket.EAI_NONAME, "released")
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    try:
-        client = HttpClient("http://vllm.slow.test:8000", timeout=1, retries=1, backoff=0)
-        with pytest.raises(EndpointError, match=r"^GET http://vllm\.slow\.test:8000/v1/models: timed out talking to "
-                                                r"http://vllm\.slow\.test:8000: no complete answer within the 1 s limit "
-                                                r"of one attempt \(2 attempts\)$"):
-            client.get("/v1/models")
-        assert client.requests == 2 and client.retried == 1
-    finally:
-        release.set()
+def test_the_eval_request_timeout_bounds_name_resolution(slow_resolver):
+    """A resolver stuck for good (``getaddrinfo`` never returns for ``*.slow.test``, the ``slow_resolver``
+    fixture): each attempt ends at ``--request-timeout``, and the run with one line after its retries."""
+    client = HttpClient("http://vllm.slow.test:8000", timeout=1, retries=1, backoff=0)
+    with pytest.raises(EndpointError, match=r"^GET http://vllm\.slow\.test:8000/v1/models: timed out talking to "
+                                            r"http://vllm\.slow\.test:8000: no complete answer within the 1 s limit "
+                                            r"of one attempt \(2 attempts\)$"):
+        client.get("/v1/models")
+    assert client.requests == 2 and client.retried == 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import socket
-import threading
 import zlib
 
 import pytest
@@ -330,24 +328,6 @@ def test_a_dripping_server_ends_at_the_deadline(what):
         lambda request, send: (send(head + b"\r\n"), drip(b" " * 1_000_000, 0.05)(request, send)))
     with RawServer(handler) as server, pytest.raises(NetError, match="the test's deadline passed"):
         _get(server, max_bytes=2_000_000, watch=_Deadline(1.0), timeout=5.0)  # each read comes in time
-
-
-@pytest.fixture
-def slow_resolver(monkeypatch):
-    """``getaddrinfo`` that never answers for ``*.slow.test`` (released at teardown): a resolver stuck for good,
-    without depending on any real DNS."""
-    release = threading.Event()
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host, *args, **kwargs):
-        if str(host).endswith(".slow.test"):
-            release.wait()
-            raise socket.gaierror(socket.EAI_NONAME, "released")
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    yield
-    release.set()
 
 
 def test_name_resolution_is_bounded_by_the_deadline(slow_resolver):
