@@ -89,8 +89,9 @@ def _layers_from_config(lay: AttentionLayout, cfg: Mapping[str, Any], layers: in
     window = _pos(cfg.get("sliding_window"))
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
-        full = sum(1 for t in types if t in _FULL_TYPES)
-        swa = sum(1 for t in types if t in _WINDOW_TYPES)
+        words = [t if isinstance(t, str) else "" for t in types]  # a hostile entry (list, dict, NaN) is "other"
+        full = sum(1 for t in words if t in _FULL_TYPES)
+        swa = sum(1 for t in words if t in _WINDOW_TYPES)
         other = layers - full - swa
         if other:
             lay.state_layers = other

@@ -108,6 +108,19 @@ def test_gguf_head_count_string_array(tmp_path: Path) -> None:
     assert result.verdicts[0].memory is not None
 
 
+@pytest.mark.parametrize("types", [[float("nan"), []], [{"a": 1}, "full_attention"], [["sliding_attention"], None]])
+def test_layer_types_with_entries_that_are_not_words(types, tmp_path: Path) -> None:
+    """Found by the config fuzzer on CI: an unhashable layer_types entry crashed the layout (set membership)."""
+    path = b.bf16_llama().write(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+    config["layer_types"] = types + ["full_attention"] * (config["num_hidden_layers"] - len(types))
+    (path / "config.json").write_text(json.dumps(config))
+    result = run(CheckRequest(str(path), ("fastserve",), ("a100",), Deploy(context=4096), memory=True))
+    layout = result.inspection.shape.attention
+    assert layout.full_layers + layout.state_layers == config["num_hidden_layers"]
+    assert layout.full_layers == config["layer_types"].count("full_attention")
+
+
 # -------------------------------------------------------------------------------------- the fuzzers
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
