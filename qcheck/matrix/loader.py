@@ -25,6 +25,8 @@ from qcheck.matrix.schema import (
     ENGINE_KEYS,
     KINDS,
     KV_CACHE_KEYS,
+    KV_PAIR_KEYS,
+    KV_PLACEHOLDERS,
     KV_RULE_KEYS,
     MODIFIER_KEYS,
     PARALLEL_KEYS,
@@ -40,6 +42,8 @@ from qcheck.matrix.schema import (
     Build,
     Engine,
     KvCache,
+    KvPair,
+    KvRule,
     MatrixDataError,
     ParallelSpec,
     Rule,
@@ -286,21 +290,12 @@ def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:
                                                                          engine.sources, ctx), dict(flags))
 
 
-def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable
-             ) -> tuple[KvCache | None, list[tuple[frozenset[str], Rule]]]:
-    """``[kv_cache]`` (what the flag accepts) and ``[[kv_rule]]`` (rules with ``dtypes`` instead of methods)."""
+def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> tuple[KvCache | None, list[KvRule]]:
+    """``[kv_cache]`` (what the flag accepts) and ``[[kv_rule]]`` (rules about a (K, V) pair instead of methods)."""
     table = raw.get("kv_cache")
     kv = None
     if table is not None:
-        ctx = Where(engine.file, "[kv_cache]")
-        if not isinstance(table, dict):
-            ctx.fail("bad-type", "[kv_cache] must be a table")
-        check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
-        reads = table.get("reads_checkpoint", True)
-        if not isinstance(reads, bool):
-            ctx.fail("bad-type", "reads_checkpoint must be true or false")
-        kv = KvCache(require_str(table, "flag", ctx), tuple(v.lower() for v in _str_list(table, "accepts", ctx)),
-                     _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx), reads)
+        kv = _load_kv_cache(table, engine)
     entries = raw.get("kv_rule", [])
     if not isinstance(entries, list):
         Where(engine.file).fail("bad-type", "[[kv_rule]] must be an array of tables")
@@ -309,13 +304,91 @@ def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable
         ctx = Where(engine.file, _entry_label("kv_rule", index, entry))
         if not isinstance(entry, dict):
             ctx.fail("bad-type", "each [[kv_rule]] must be a table")
-        check_keys(entry, KV_RULE_KEYS, {"id", "dtypes", "status", "sources"}, ctx)
-        dtypes = frozenset(v.lower() for v in _str_list(entry, "dtypes", ctx))
-        if kv is not None and not dtypes <= set(kv.accepts):
-            ctx.fail("bad-match-value", f"dtypes {sorted(dtypes - set(kv.accepts))} are not in [kv_cache] accepts")
-        rule = _load_rule({k: v for k, v in entry.items() if k != "dtypes"}, index, engine, gpus)
-        rules.append((dtypes, rule))
+        check_keys(entry, KV_RULE_KEYS, {"id", "status", "sources"}, ctx)
+        pair = _kv_pair(entry, kv, ctx)
+        knobs = _kv_knobs(entry.get("knobs"), ctx) if "knobs" in entry else ()
+        rule = _load_rule({k: v for k, v in entry.items() if k not in KV_PAIR_KEYS and k != "knobs"}, index, engine,
+                          gpus, placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = pair.conditions + len(knobs)
+        rules.append(KvRule(rule, pair, knobs))
     return kv, rules
+
+
+def _load_kv_cache(table: Any, engine: Engine) -> KvCache:
+    ctx = Where(engine.file, "[kv_cache]")
+    if not isinstance(table, dict):
+        ctx.fail("bad-type", "[kv_cache] must be a table")
+    check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
+    for key in ("reads_checkpoint", "separate"):
+        if not isinstance(table.get(key, False), bool):
+            ctx.fail("bad-type", f"{key} must be true or false")
+    accepts = tuple(v.lower() for v in _str_list(table, "accepts", ctx))
+    separate = table.get("separate", False)
+    default = table.get("default")
+    if default is not None and (not isinstance(default, str) or default.lower() not in accepts):
+        ctx.fail("bad-match-value", f"default {default!r} is not one of accepts")
+    if separate and default is None:
+        ctx.fail("missing-key", "an engine that sets K and V apart (separate = true) needs the default type of an "
+                                "unset side ('default')")
+    shown = tuple(_pair_text(p, accepts, ctx, "shown_pairs") for p in
+                  (_str_list(table, "shown_pairs", ctx) if "shown_pairs" in table else []))
+    return KvCache(require_str(table, "flag", ctx), accepts,
+                   _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx),
+                   table.get("reads_checkpoint", True), separate, default.lower() if default else None, shown)
+
+
+def _kv_pair(entry: dict[str, Any], kv: KvCache | None, ctx: Where) -> KvPair:
+    """The (K, V) conditions of a [[kv_rule]]: at least one, every type named among [kv_cache] accepts."""
+    if not any(key in entry for key in KV_PAIR_KEYS):
+        ctx.fail("missing-key", f"a [[kv_rule]] needs one of {', '.join(KV_PAIR_KEYS)}")
+    accepts = kv.accepts if kv is not None else None
+
+    def types(key: str) -> frozenset[str] | None:
+        if key not in entry:
+            return None
+        values = frozenset(v.lower() for v in _str_list(entry, key, ctx))
+        if accepts is not None and not values <= set(accepts):
+            ctx.fail("bad-match-value", f"{key} {sorted(values - set(accepts))} are not in [kv_cache] accepts")
+        return values
+
+    pairs = None
+    if "pairs" in entry:
+        pairs = frozenset(_pair_text(p, accepts, ctx, "pairs") for p in _str_list(entry, "pairs", ctx))
+    mixed = entry.get("mixed")
+    if mixed is not None and not isinstance(mixed, bool):
+        ctx.fail("bad-type", "mixed must be true (K and V differ) or false (the same type)")
+    if (kv is None or not kv.separate) and (any(k in entry for k in ("k_dtypes", "v_dtypes", "pairs")) or mixed):
+        ctx.fail("bad-match-value", "k_dtypes, v_dtypes, pairs and mixed = true need [kv_cache] separate = true "
+                                    "(an engine with one setting caches K and V in the same type)")
+    return KvPair(types("dtypes"), types("k_dtypes"), types("v_dtypes"), pairs, mixed)
+
+
+def _pair_text(text: str, accepts: tuple[str, ...] | None, ctx: Where, key: str) -> tuple[str, str]:
+    k, sep, v = text.lower().partition("-")
+    if not sep or not k or not v or (accepts is not None and not {k, v} <= set(accepts)):
+        ctx.fail("bad-match-value", f"{key}: {text!r} is not K-V with both types in [kv_cache] accepts (e.g. q8_0-q4_0)")
+    return k, v
+
+
+def _kv_knobs(raw: Any, ctx: Where) -> tuple[tuple[str, Any], ...]:
+    """``knobs = { flash_attn = true }``: engine settings of the request (qcheck.request.EngineKnobs fields)."""
+    import dataclasses
+
+    from qcheck.request import EngineKnobs
+
+    names = {f.name for f in dataclasses.fields(EngineKnobs)}
+    if not isinstance(raw, dict) or not raw:
+        ctx.fail("bad-type", "knobs must be a non-empty table like { flash_attn = true }")
+    out = []
+    for key, value in raw.items():
+        if key not in names:
+            ctx.fail("unknown-match-key", f"knobs: {key!r} is not an engine knob (known: {', '.join(sorted(names))})")
+        if value == "null":
+            value = None
+        elif not isinstance(value, (bool, int, float)):
+            ctx.fail("bad-match-value", f"knobs.{key} = {value!r}: expected true/false, a number or \"null\"")
+        out.append((key, value))
+    return tuple(out)
 
 
 def _load_builds(raw: Any, engine: Engine) -> list[Build]:
@@ -395,7 +468,8 @@ def _entry_label(kind: str, index: int, entry: Any) -> str:
     return f"{kind} #{index + 1}"
 
 
-def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False) -> Rule:
+def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False,
+               placeholders: tuple[str, ...] = PLACEHOLDERS) -> Rule:
     kind = "modifier" if modifier else "rule"
     ctx = Where(engine.file, _entry_label(kind, index, entry))
     if not isinstance(entry, dict):
@@ -445,7 +519,7 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     if status == "fallback" and not kernel:
         ctx.fail("missing-kernel", "a 'fallback' rule must name the substitute path in 'kernel'")
     for text in (kernel or "", *requires, *reasons, *warnings):
-        _check_placeholders(text, PLACEHOLDERS, ctx)
+        _check_placeholders(text, placeholders, ctx)
     if "sources" not in entry or not entry["sources"]:
         ctx.fail("missing-source", f"every {kind} must name at least one source from [sources]")
     sources = _resolve_sources(_str_list(entry, "sources", ctx), engine.sources, ctx)

@@ -35,7 +35,7 @@ ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_fo
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory"}
-KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "sources", "note"}
+KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "sources", "note"}
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
@@ -47,7 +47,12 @@ RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "statu
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
                  "sources", "note"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | {"dtypes"}
+#: a [[kv_rule]] judges the (K, V) pair: ``dtypes`` (both in it), ``k_dtypes``/``v_dtypes``, ``pairs`` ("K-V"),
+#: ``mixed`` (K differs from V), plus ``knobs`` (engine settings of the request, qcheck.request.EngineKnobs)
+KV_PAIR_KEYS = ("dtypes", "k_dtypes", "v_dtypes", "pairs", "mixed")
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | set(KV_PAIR_KEYS) | {"knobs"}
+#: placeholders a [[kv_rule]] may use besides PLACEHOLDERS: the K and V cache types judged
+KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
 
 
@@ -181,11 +186,13 @@ class Rule:
     #: a [[modifier]]: adds requires/reasons/warnings to a decided verdict whose status is in ``when``
     modifier: bool = False
     when: frozenset[str] = frozenset()
+    #: conditions held outside this record (a [[kv_rule]]'s K/V pair and knob conditions), counted as specificity
+    extra_conditions: int = 0
 
     @property
     def specificity(self) -> int:
         return ((self.versions is not None) + (self.methods is not None) + len(self.match)
-                + len(self.hardware) + (self.backends is not None))
+                + len(self.hardware) + (self.backends is not None) + self.extra_conditions)
 
     @property
     def label(self) -> str:
@@ -217,6 +224,56 @@ class KvCache:
     #: whether the engine stores the KV cache in the dtype a checkpoint declares (kv_cache_scheme,
     #: kv_cache_quant_algo); false: only --kv-cache-dtype is judged
     reads_checkpoint: bool = True
+    #: K and V are set apart (llama.cpp --cache-type-k/-v, ExLlamaV3 k_bits/v_bits); false: one setting for both
+    separate: bool = False
+    #: the type of a side the request leaves unset (llama.cpp: f16), required when ``separate``
+    default: str | None = None
+    #: mixed (K, V) pairs the docs page shows besides every accepted type for both
+    shown_pairs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class KvPair:
+    """The (K, V) conditions of a ``[[kv_rule]]``; each given one must hold (None: not a condition)."""
+
+    #: both K and V are in it (for one-setting engines: the dtype asked is)
+    dtypes: frozenset[str] | None = None
+    k: frozenset[str] | None = None
+    v: frozenset[str] | None = None
+    #: exactly one of these (K, V) pairs
+    pairs: frozenset[tuple[str, str]] | None = None
+    #: K and V differ (True) or are the same (False)
+    mixed: bool | None = None
+
+    def holds(self, k: str, v: str) -> bool:
+        return ((self.dtypes is None or (k in self.dtypes and v in self.dtypes))
+                and (self.k is None or k in self.k) and (self.v is None or v in self.v)
+                and (self.pairs is None or (k, v) in self.pairs)
+                and (self.mixed is None or self.mixed == (k != v)))
+
+    @property
+    def conditions(self) -> int:
+        """Specificity: ``dtypes`` and ``pairs`` constrain both sides (2), ``k``/``v``/``mixed`` one each."""
+        return (2 * ((self.dtypes is not None) + (self.pairs is not None))
+                + sum(c is not None for c in (self.k, self.v, self.mixed)))
+
+    @property
+    def mentioned(self) -> frozenset[str]:
+        """Every type the conditions name (what the docs grid and the data sweeps iterate over)."""
+        out = set(self.dtypes or ()) | set(self.k or ()) | set(self.v or ())
+        for k, v in self.pairs or ():
+            out |= {k, v}
+        return frozenset(out)
+
+
+@dataclass(frozen=True)
+class KvRule:
+    """A ``[[kv_rule]]``: a rule (versions, hardware, backend, outcome) about a (K, V) pair and engine knobs."""
+
+    rule: Rule
+    pair: KvPair
+    #: (EngineKnobs field, value) that must all hold; None as a value: the knob is left unset
+    knobs: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,9 +327,9 @@ class Engine:
     floor: Version | None = None
     #: ``[[build]]`` entries: the CUDA architectures of the released package per version range
     builds: list[Build] = field(default_factory=list)
-    #: ``[kv_cache]`` and ``[[kv_rule]]`` (each rule with the KV dtypes it is about)
+    #: ``[kv_cache]`` and ``[[kv_rule]]`` (each rule with the (K, V) pair conditions it is about)
     kv_cache: KvCache | None = None
-    kv_rules: list[tuple[frozenset[str], Rule]] = field(default_factory=list)
+    kv_rules: list[KvRule] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
     #: the [memory] table (qcheck.matrix.memory_params.EngineMemory), None when the data has none
