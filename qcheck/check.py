@@ -42,13 +42,16 @@ class CheckResult:
     allow_unknown: bool = False
     warnings: list[str] = field(default_factory=list)
     kind: str = "check"
+    #: a run-time risk of kind "kv-scales" (default KV-cache scales of 1.0) fails the verdict (issue #24)
+    require_kv_scales: bool = False
     #: ``--gpu`` without ``--engine``: every engine was tried to explore, not to gate. Verdicts are sorted
     #: (native, fallback, unknown, unsupported) and the run exits 0 when any engine runs the checkpoint.
     explore: bool = False
 
     def fails(self, verdict: Verdict) -> bool:
         """Whether this verdict makes the run fail (exit 1) under the chosen policy."""
-        return verdict_fails(verdict, require_native=self.require_native, allow_unknown=self.allow_unknown)
+        return verdict_fails(verdict, require_native=self.require_native, allow_unknown=self.allow_unknown,
+                             require_kv_scales=self.require_kv_scales)
 
     @property
     def exit_code(self) -> int:
@@ -61,7 +64,8 @@ class CheckResult:
             "schema": CHECK_SCHEMA,
             "inspection": self.inspection.to_json(),
             "verdicts": [v.to_json() for v in self.verdicts],
-            "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown},
+            "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown,
+                       "require_kv_scales": self.require_kv_scales},
             "warnings": list(self.warnings),
             "explore": self.explore,
             "exit_code": self.exit_code,
@@ -93,13 +97,17 @@ class ResultSet:
                 "exit_code": self.exit_code}
 
 
-def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False) -> bool:
+def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False,
+                  require_kv_scales: bool = False) -> bool:
     """DESIGN exit-code rule for one verdict: unsupported fails; unknown fails unless allowed; fallback
-    fails only when native is required."""
+    fails only when native is required; a verdict that runs with default KV-cache scales (a "kv-scales" risk)
+    fails only when calibrated scales are required."""
     if verdict.status == "unsupported":
         return True
     if verdict.status == "unknown":
         return not allow_unknown
+    if require_kv_scales and any(r.kind == "kv-scales" for r in verdict.risks):
+        return True
     if verdict.status == "fallback":
         return require_native
     return False
@@ -216,7 +224,8 @@ def _judge(matrix: Matrix, inspection: Inspection, requests: list[EngineRequest]
     if implied_engines and targets:
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
     return CheckResult(inspection, verdicts, require_native=require_native, allow_unknown=allow_unknown,
-                       explore=implied_engines and bool(targets))
+                       explore=implied_engines and bool(targets),
+                       require_kv_scales=bool(opts.get("require_kv_scales")))
 
 
 def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:

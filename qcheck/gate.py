@@ -117,12 +117,13 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = N
             annotate = _memory_annotator(policy, matrix) if policy.memory else None
             result = run_check(inspection, target.engines, target.gpus, require_native=target.require_native,
                                allow_unknown=target.allow_unknown, matrix=matrix, annotate=annotate)
+            result.require_kv_scales = target.require_kv_scales
             for verdict in result.verdicts:
                 data = verdict.to_json()
                 memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory is not None
                                     and verdict.memory.fits is False)
                 data["policy"] = {"require_native": target.require_native, "allow_unknown": target.allow_unknown,
-                                  "target": target.key}
+                                  "require_kv_scales": target.require_kv_scales, "target": target.key}
                 data["memory_fails"] = memory_fails
                 data["fails"] = result.fails(verdict) or memory_fails
                 outcome.verdicts.append(data)

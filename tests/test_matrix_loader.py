@@ -249,6 +249,15 @@ reasons = ["converting {k} and {v}"]
 sources = ["s"]
 """
 
+SCALE_RULE = """
+[[kv_scale_rule]]
+id = "scales"
+dtypes = ["q8_0"]
+missing = "kv"
+message = "{covered} of {layers} layers ({example}): scale 1.0 for {k}"
+sources = ["s"]
+"""
+
 
 def test_a_kv_rule_about_a_pair_loads_with_its_conditions(mdir: Path) -> None:
     write_engine(mdir, HEAD + GOOD_RULE + KV + KV_RULE + KV_RULE.replace('"pair"', '"knob"').replace(
@@ -282,9 +291,15 @@ def test_a_kv_rule_about_a_pair_loads_with_its_conditions(mdir: Path) -> None:
         (KV.replace('default = "f16"', 'default = "q5_1"'), "bad-match-value", "default 'q5_1'"),
         (KV.replace('separate = true\n', "").replace('default = "f16"\n', "") + KV_RULE, "bad-match-value",
          "need [kv_cache] separate = true"),
+        (KV + SCALE_RULE.replace('missing = "kv"', 'missing = "k"'), "bad-match-value", "missing 'k'"),
+        (KV + SCALE_RULE.replace('["q8_0"]', '["fp8"]'), "bad-match-value", "['fp8']"),
+        (KV + SCALE_RULE.replace('message = "{covered} of {layers} layers ({example}): scale 1.0 for {k}"\n', ""),
+         "missing-key", "message"),
+        (KV + SCALE_RULE.replace("{example}", "{examples}"), "bad-placeholder", "{examples}"),
+        (SCALE_RULE, "missing-key", "needs the engine's [kv_cache]"),
     ],
 )
-def test_kv_pair_violations_name_the_check(mdir: Path, body: str, check: str, fragment: str) -> None:
+def test_kv_violations_name_the_check(mdir: Path, body: str, check: str, fragment: str) -> None:
     write_engine(mdir, HEAD + GOOD_RULE + body)
     err = error_of(mdir)
     assert err.check == check, str(err)
@@ -294,3 +309,11 @@ def test_kv_pair_violations_name_the_check(mdir: Path, body: str, check: str, fr
 def test_a_kv_placeholder_is_refused_in_a_weight_rule(mdir: Path) -> None:
     write_engine(mdir, HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nkernel = "{k}"'))
     assert error_of(mdir).check == "bad-placeholder"
+
+
+def test_a_kv_scale_rule_loads(mdir: Path) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE + KV + SCALE_RULE)
+    (rule,) = load_matrix(mdir).engines["eng"].kv_scale_rules
+    assert (rule.dtypes, rule.missing, rule.rule.reasons[0][:20]) == (frozenset({"q8_0"}), "kv", "{covered} of {layers")
+
+

@@ -20,6 +20,9 @@ from qcheck.limits import Limits
                    "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
 @click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
 @click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
+@click.option("--require-kv-scales", is_flag=True,
+              help="Fail a verdict whose quantised KV cache runs with default scales of 1.0 (the checkpoint ships "
+                   "no k_scale/v_scale, or q/prob scales where FP8 attention needs them).")
 @click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
               help="Estimate memory (weights + KV cache + overhead) for N tokens of context, per verdict "
                    "(docs/memory.md); default with --batch/--kv-cache-dtype: the model's maximum.")
@@ -43,7 +46,7 @@ from qcheck.limits import Limits
 @output_options
 @limit_options
 def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
+            allow_unknown: bool, require_kv_scales: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
             tp: int | None, pp: int | None, ep: int | None,
             all_models: bool, output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
@@ -83,7 +86,9 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         click.echo("qcheck: no --engine or --gpu given, so this is the inspection; to judge it add --gpu G "
                    "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
         return code
-    layout = {name: n for name, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n is not None}
+    layout: dict[str, object] = {name: n for name, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n is not None}
+    if require_kv_scales:
+        layout["require_kv_scales"] = True
     detected: dict[str, float] | None = None
     notes: list[str] = []
     if any(g.strip().lower() == "auto" for g in gpus):

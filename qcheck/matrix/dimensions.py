@@ -125,6 +125,9 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
         verdict.suggestions = _dedupe([*verdict.suggestions, *(s for j in deciding for s in j.suggestions)])
     verdict.requires = _dedupe([*verdict.requires, *(r for j in judgements for r in j.requires)])
     verdict.warnings = _dedupe([*verdict.warnings, *(f"{j.dimension}: {w}" for j in judgements for w in j.warnings)])
+    for risk in (r for j in judgements for r in j.risks):
+        if all(r.id != risk.id for r in verdict.risks):
+            verdict.risks.append(risk)
     seen = {(s.ref, s.version) for s in verdict.sources}
     for j in judgements:
         for s in j.sources:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qcheck.model import Judgement, Source
+from qcheck.model import Judgement, Risk, Source
 
 if TYPE_CHECKING:
     from qcheck.matrix.dimensions import Deployment
@@ -133,9 +133,39 @@ def _judge_pair(deployment: Deployment, engine: Engine, kv: KvCache, asked: Aske
                           backend.name if backend else None, [])
     values.update(k=asked.k, v=asked.v)
     texts = rule.reasons or ((rule.kernel,) if rule.kernel else ())
-    return Judgement(DIMENSION, rule.status, [f"{what}: {fill(r, values)}" for r in texts],  # type: ignore[arg-type]
-                     _sources([s for r, _ in winners for s in r.sources]), [],
-                     [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings])
+    judgement = Judgement(DIMENSION, rule.status, [f"{what}: {fill(r, values)}" for r in texts],  # type: ignore[arg-type]
+                          _sources([s for r, _ in winners for s in r.sources]), [],
+                          [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings])
+    if judgement.status in ("native", "fallback"):
+        _add_scale_risks(judgement, deployment, asked, values)
+    return judgement
+
+
+def _add_scale_risks(judgement: Judgement, deployment: Deployment, asked: AskedKv, values: dict[str, str]) -> None:
+    """What the engine does with a quantised cache the checkpoint ships no (or too few) scales for: every
+    ``[[kv_scale_rule]]`` that holds adds its message (the engine's log line) as a warning and a run-time risk."""
+    from qcheck.matrix.rules import fill, matching_rules, pick_backend
+
+    scales = deployment.inspection.quantization.kv_scales
+    engine = deployment.request.engine
+    if scales is None or not engine.kv_scale_rules:
+        return  # GGUF and pickles carry no scale tensors to judge
+    lacking = {"kv": not scales.kv_complete, "qp": not scales.qp_complete}
+    pool = [r for r in engine.kv_scale_rules if asked.k in r.dtypes and lacking[r.missing]]
+    backend, _ = pick_backend(engine, deployment.request.backend, deployment.target)
+    held = {id(r) for r, _ in matching_rules(engine, deployment.inspection, deployment.at, deployment.target, backend,
+                                             [r.rule for r in pool])}
+    for scale_rule in (r for r in pool if id(r.rule) in held):
+        kv_layers = min(scales.k_scales, scales.v_scales)
+        qp_layers = min(scales.q_scales, scales.prob_scales)
+        filled = {**values, "layers": str(scales.attention_layers or "?"),
+                  "covered": str(kv_layers if scale_rule.missing == "kv" else qp_layers),
+                  "example": f"{scales.missing[0]} has none" if scales.missing else "none has one"}
+        for text in scale_rule.rule.reasons:
+            message = fill(text, filled)
+            judgement.warnings.append(message)
+            judgement.risks.append(Risk(scale_rule.rule.id, "kv-scales", message))
+        judgement.sources += [s for s in _sources(scale_rule.rule.sources) if s not in judgement.sources]
 
 
 def _knobs_hold(rule: KvRule, knobs: EngineKnobs) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ from qcheck.matrix.schema import (
     KV_PAIR_KEYS,
     KV_PLACEHOLDERS,
     KV_RULE_KEYS,
+    KV_SCALE_MISSING,
+    KV_SCALE_PLACEHOLDERS,
+    KV_SCALE_RULE_KEYS,
     MODIFIER_KEYS,
     PARALLEL_KEYS,
     PLACEHOLDERS,
@@ -44,6 +48,7 @@ from qcheck.matrix.schema import (
     KvCache,
     KvPair,
     KvRule,
+    KvScaleRule,
     MatrixDataError,
     ParallelSpec,
     Rule,
@@ -166,7 +171,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
         if key not in ENGINE_FILE_KEYS:
             ctx.fail("unknown-key", f"unknown top-level key {key!r} "
                      "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]], [[build]], [kv_cache], "
-                     "[[kv_rule]], [parallel], [memory])")
+                     "[[kv_rule]], [[kv_scale_rule]], [parallel], [memory])")
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
@@ -257,6 +262,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
+    engine.kv_scale_rules = _load_kv_scale_rules(raw.get("kv_scale_rule", []), engine, gpus)
     engine.parallel = _load_parallel(raw.get("parallel"), engine)
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
@@ -296,15 +302,9 @@ def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> tuple[KvCac
     kv = None
     if table is not None:
         kv = _load_kv_cache(table, engine)
-    entries = raw.get("kv_rule", [])
-    if not isinstance(entries, list):
-        Where(engine.file).fail("bad-type", "[[kv_rule]] must be an array of tables")
     rules = []
-    for index, entry in enumerate(entries):
-        ctx = Where(engine.file, _entry_label("kv_rule", index, entry))
-        if not isinstance(entry, dict):
-            ctx.fail("bad-type", "each [[kv_rule]] must be a table")
-        check_keys(entry, KV_RULE_KEYS, {"id", "status", "sources"}, ctx)
+    for index, entry, ctx in entries_of(raw.get("kv_rule", []), "kv_rule", engine.file, KV_RULE_KEYS,
+                                        {"id", "status", "sources"}):
         pair = _kv_pair(entry, kv, ctx)
         knobs = _kv_knobs(entry.get("knobs"), ctx) if "knobs" in entry else ()
         rule = _load_rule({k: v for k, v in entry.items() if k not in KV_PAIR_KEYS and k != "knobs"}, index, engine,
@@ -312,6 +312,29 @@ def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> tuple[KvCac
         rule.extra_conditions = pair.conditions + len(knobs)
         rules.append(KvRule(rule, pair, knobs))
     return kv, rules
+
+
+def _load_kv_scale_rules(entries: Any, engine: Engine, gpus: GpuTable) -> list[KvScaleRule]:
+    """``[[kv_scale_rule]]``: a message (the engine's log line) for a quantised cache without calibrated scales."""
+    out = []
+    for index, entry, ctx in entries_of(entries, "kv_scale_rule", engine.file, KV_SCALE_RULE_KEYS,
+                                        {"id", "dtypes", "missing", "message", "sources"}):
+        if engine.kv_cache is None:
+            ctx.fail("missing-key", "a [[kv_scale_rule]] needs the engine's [kv_cache]")
+        dtypes = frozenset(v.lower() for v in _str_list(entry, "dtypes", ctx))
+        if not dtypes <= set(engine.kv_cache.accepts):
+            ctx.fail("bad-match-value", f"dtypes {sorted(dtypes - set(engine.kv_cache.accepts))} are not in "
+                                        "[kv_cache] accepts")
+        missing = entry.get("missing")
+        if missing not in KV_SCALE_MISSING:
+            ctx.fail("bad-match-value", f"missing {missing!r} is not one of {', '.join(KV_SCALE_MISSING)}")
+        message = require_str(entry, "message", ctx)
+        body = {k: v for k, v in entry.items() if k not in ("dtypes", "missing", "message")}
+        rule = _load_rule({**body, "status": "native", "reasons": [message]}, index, engine, gpus,
+                          placeholders=KV_SCALE_PLACEHOLDERS)
+        rule.extra_conditions = 1
+        out.append(KvScaleRule(rule, dtypes, missing))
+    return out
 
 
 def _load_kv_cache(table: Any, engine: Engine) -> KvCache:
@@ -459,6 +482,19 @@ def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: Wher
                      f" (defined: {', '.join(sorted(sources)) or 'none'})")
         out.append(sources[name])
     return tuple(out)
+
+
+def entries_of(raw: Any, kind: str, file: str, keys: set[str],
+               required: set[str]) -> Iterator[tuple[int, dict[str, Any], Where]]:
+    """The tables of a ``[[kind]]`` array, each checked for its keys, with where its problems are reported."""
+    if not isinstance(raw, list):
+        Where(file).fail("bad-type", f"[[{kind}]] must be an array of tables")
+    for index, entry in enumerate(raw):
+        ctx = Where(file, _entry_label(kind, index, entry))
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", f"each [[{kind}]] must be a table")
+        check_keys(entry, keys, required, ctx)
+        yield index, entry, ctx
 
 
 def _entry_label(kind: str, index: int, entry: Any) -> str:

@@ -34,7 +34,7 @@ ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_fo
              "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
-                    "memory"}
+                    "memory", "kv_scale_rule"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "sources", "note"}
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
@@ -53,6 +53,12 @@ KV_PAIR_KEYS = ("dtypes", "k_dtypes", "v_dtypes", "pairs", "mixed")
 KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | set(KV_PAIR_KEYS) | {"knobs"}
 #: placeholders a [[kv_rule]] may use besides PLACEHOLDERS: the K and V cache types judged
 KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
+#: a [[kv_scale_rule]]: what the engine does with a quantised cache whose scale tensors the checkpoint lacks
+KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backend", "message", "sources", "note"}
+#: which scales a [[kv_scale_rule]] is about: K/V (the cache) or Q/softmax-probability (FP8 attention)
+KV_SCALE_MISSING = ("kv", "qp")
+#: placeholders of a [[kv_scale_rule]] message: the KV placeholders, the layers covered and an example layer
+KV_SCALE_PLACEHOLDERS = (*KV_PLACEHOLDERS, "covered", "layers", "example")
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
 
 
@@ -277,6 +283,17 @@ class KvRule:
 
 
 @dataclass(frozen=True)
+class KvScaleRule:
+    """A ``[[kv_scale_rule]]``: with a cache in one of ``dtypes`` and ``missing`` scales absent from the checkpoint
+    (on any attention layer), the engine runs with a default scale; ``rule.reasons`` holds the message (the engine's
+    own log line), ``rule`` the versions, hardware, backend and sources."""
+
+    rule: Rule
+    dtypes: frozenset[str]
+    missing: str
+
+
+@dataclass(frozen=True)
 class ParallelSpec:
     """``[parallel]``: the layouts an engine has (tp, pp, ep) and the load-time checks it enforces."""
 
@@ -330,6 +347,8 @@ class Engine:
     #: ``[kv_cache]`` and ``[[kv_rule]]`` (each rule with the (K, V) pair conditions it is about)
     kv_cache: KvCache | None = None
     kv_rules: list[KvRule] = field(default_factory=list)
+    #: ``[[kv_scale_rule]]``: what the engine does where the checkpoint's KV (or Q/prob) scales are missing
+    kv_scale_rules: list[KvScaleRule] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
     #: the [memory] table (qcheck.matrix.memory_params.EngineMemory), None when the data has none
