@@ -3,20 +3,26 @@
 llama.cpp compiles its CUDA flash-attention vector kernels for the pairs in GGML_CUDA_FA_QUANTS only; any other
 pair is converted to f16 on every attention call (b11312) or takes flash attention off the GPU (b6673-b10361).
 Metal and SYCL need K and V of one type, Vulkan takes any mix, the CPU every pair. Each case goes through
-``qcheck check`` (a real GGUF file through the readers and classifier) with the exit code the user gets, on both
+the pipeline every front end calls (``qcheck.pipeline.run`` with a ``CheckRequest``: a real GGUF file through the
+readers and classifier) with the exit code the user gets, on both
 sides of each rule's build boundary; the engine-knob cases (``-fa on/off``) go through ``resolve_one`` with the
 request's ``Deploy``, the object every front end builds.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-from qcheck.check import check_path
 from qcheck.matrix.loader import load_matrix
 from qcheck.matrix.resolve import parse_engine_spec, resolve_one
 from qcheck.model import Inspection, Judgement, Quantization, Verdict
-from qcheck.request import Deploy, EngineKnobs, KVCacheTypes
+from qcheck.pipeline import run
+from qcheck.request import CheckRequest, Deploy, EngineKnobs, KVCacheTypes
 from support.gguf_helpers import Q, write_gguf
 
 H = 256
@@ -30,7 +36,8 @@ def gguf(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def check(path: str, engine: str, gpu: str, kv: str, *, require_native: bool = False) -> tuple[Verdict, int]:
-    result = check_path(path, [engine], [gpu], options={"kv_cache_dtype": kv}, require_native=require_native)
+    result = run(CheckRequest(path, (engine,), (gpu,), Deploy(kv_cache=KVCacheTypes.parse(kv)),
+                              require_native=require_native))
     assert len(result.verdicts) == 1
     return result.verdicts[0], result.exit_code
 
@@ -219,3 +226,24 @@ def test_the_docs_grid_shows_mixed_pairs() -> None:
     assert grid[("llama.cpp", "K q8_0, V q4_0")]["apple"].status == "unsupported"
     assert grid[("llama.cpp", "q8_0")]["ada"].status == "native"
     assert grid[("exllamav3", "K q4, V q6")]["ada"].status == "native"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "QCHECK_"))}
+    return subprocess.run([sys.executable, "-m", "qcheck", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_cli_spells_k_and_v_as_llama_cpp_does(gguf) -> None:
+    """-ctk/-ctv (llama.cpp's own flags) and --kv-cache-dtype K,V ask the same question."""
+    answers = []
+    for flags in (["-ctk", "q8_0", "-ctv", "q4_0"], ["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"],
+                  ["--kv-cache-dtype", "q8_0,q4_0"]):
+        proc = cli("check", gguf, "--engine", "llama.cpp", "--gpu", "rtx-4090", *flags, "--json")
+        assert proc.returncode == 0, proc.stderr
+        verdict = json.loads(proc.stdout)["verdicts"][0]
+        answers.append([d for d in verdict["dimensions"] if d["dimension"] == "kv-cache"])
+    assert answers[0] == answers[1] == answers[2] and answers[0][0]["status"] == "fallback"
+    k_only = cli("check", gguf, "--engine", "llama.cpp", "--gpu", "rtx-4090", "-ctk", "q8_0", "--require-native")
+    assert k_only.returncode == 1 and "K q8_0, V f16" in k_only.stdout
+    metal = cli("check", gguf, "--engine", "llama.cpp", "--gpu", "m3-max", "-ctk", "q8_0", "-ctv", "q4_0")
+    assert metal.returncode == 1 and "quantized V cache was requested, but this requires Flash Attention" in metal.stdout

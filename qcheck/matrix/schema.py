@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.memory_params import EngineMemory
 
 STATUSES = ("native", "fallback", "unsupported", "unknown")
 VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
@@ -43,14 +44,16 @@ ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "h
 BACKEND_KEYS = {"vendors", "default", "note"}
 SOURCE_KEYS = {"ref", "version", "note"}
 RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
-             "reasons", "warnings", "sources", "priority", "note"}
+             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as"}
+#: the dtypes a rule may say an engine holds weights in after converting them at load (``weights_loaded_as``)
+LOADED_DTYPES = ("bfloat16", "float16", "float32")
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
                  "sources", "note"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
 #: a [[kv_rule]] judges the (K, V) pair: ``dtypes`` (both in it), ``k_dtypes``/``v_dtypes``, ``pairs`` ("K-V"),
 #: ``mixed`` (K differs from V), plus ``knobs`` (engine settings of the request, qcheck.request.EngineKnobs)
 KV_PAIR_KEYS = ("dtypes", "k_dtypes", "v_dtypes", "pairs", "mixed")
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | set(KV_PAIR_KEYS) | {"knobs"}
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | set(KV_PAIR_KEYS) | {"knobs"}
 #: placeholders a [[kv_rule]] may use besides PLACEHOLDERS: the K and V cache types judged
 KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
 #: a [[kv_scale_rule]]: what the engine does with a quantised cache whose scale tensors the checkpoint lacks
@@ -194,6 +197,8 @@ class Rule:
     when: frozenset[str] = frozenset()
     #: conditions held outside this record (a [[kv_rule]]'s K/V pair and knob conditions), counted as specificity
     extra_conditions: int = 0
+    #: the dtype the engine holds the weights in after converting them at load (None: kept as stored)
+    weights_loaded_as: str | None = None
 
     @property
     def specificity(self) -> int:
@@ -351,8 +356,8 @@ class Engine:
     kv_scale_rules: list[KvScaleRule] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
-    #: the [memory] table (qcheck.matrix.memory_params.EngineMemory), None when the data has none
-    memory: Any = None
+    #: the [memory] table, None when the data has none
+    memory: EngineMemory | None = None
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
