@@ -316,6 +316,9 @@ class AttentionLayout:
     #: layers with a constant-size state instead of a growing cache (linear attention, state-space, recurrent)
     state_layers: int = 0
     notes: list[str] = field(default_factory=list)
+    #: learned attention sinks (GPT-OSS ``self_attn.sinks``, GGUF ``attn_sinks``): a kernel must support them,
+    #: which decides the attention backend an engine picks (qcheck.matrix.attention)
+    sinks: bool = False
 
     def elements_per_token_layer(self) -> float | None:
         """Cached elements per token per full layer (K+V over all KV heads, or the MLA latent)."""

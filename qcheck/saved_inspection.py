@@ -102,7 +102,11 @@ def _shape(raw: Any, at: validate.At) -> ModelShape | None:
     if attention_raw is not None:
         if not isinstance(attention_raw, dict):
             at.key("attention").fail(f"must be an object, not {_json_type(attention_raw)}")
-        lay = _counts(AttentionLayout, attention_raw, at.key("attention"), skip={"notes"})
+        lay = _counts(AttentionLayout, attention_raw, at.key("attention"), skip={"notes", "sinks"})
+        sinks = attention_raw.get("sinks", False)
+        if not isinstance(sinks, bool):
+            at.key("attention").key("sinks").fail(f"must be true or false, not {_json_type(sinks)}")
+        lay["sinks"] = sinks
         notes = attention_raw.get("notes") or []
         if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
             at.key("attention").key("notes").fail("must be an array of at most 64 strings")

@@ -20,6 +20,9 @@ from qcheck.matrix.files import display as _display
 from qcheck.matrix.files import read_toml as _read_toml
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
+    ATTENTION_KEYS,
+    ATTENTION_KINDS,
+    ATTENTION_RULE_KEYS,
     BACKEND_KEYS,
     BUILD_KEYS,
     ENGINE_FILE_KEYS,
@@ -43,6 +46,8 @@ from qcheck.matrix.schema import (
     SUGGESTION_PLACEHOLDERS,
     SUGGESTIONS_FILE_KEYS,
     VENDORS,
+    AttentionRule,
+    AttentionSpec,
     Backend,
     Build,
     Engine,
@@ -172,7 +177,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
         if key not in ENGINE_FILE_KEYS:
             ctx.fail("unknown-key", f"unknown top-level key {key!r} "
                      "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]], [[build]], [kv_cache], "
-                     "[[kv_rule]], [[kv_scale_rule]], [parallel], [memory])")
+                     "[[kv_rule]], [[kv_scale_rule]], [attention], [[attention_rule]], [parallel], [memory])")
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
@@ -264,6 +269,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
     engine.kv_scale_rules = _load_kv_scale_rules(raw.get("kv_scale_rule", []), engine, gpus)
+    engine.attention, engine.attention_rules = _load_attention(raw, engine, gpus)
     engine.parallel = _load_parallel(raw.get("parallel"), engine)
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
@@ -336,6 +342,45 @@ def _load_kv_scale_rules(entries: Any, engine: Engine, gpus: GpuTable) -> list[K
         rule.extra_conditions = 1
         out.append(KvScaleRule(rule, dtypes, missing))
     return out
+
+
+def _load_attention(raw: dict[str, Any], engine: Engine,
+                    gpus: GpuTable) -> tuple[AttentionSpec | None, list[AttentionRule]]:
+    """``[attention]`` and ``[[attention_rule]]``: which attention backend the engine picks, per model attention type."""
+    table = raw.get("attention")
+    spec = None
+    if table is not None:
+        ctx = Where(engine.file, "[attention]")
+        if not isinstance(table, dict):
+            ctx.fail("bad-type", "[attention] must be a table")
+        check_keys(table, ATTENTION_KEYS, {"flag", "sources"}, ctx)
+        spec = AttentionSpec(require_str(table, "flag", ctx),
+                             _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx))
+    rules = []
+    for index, entry, ctx in entries_of(raw.get("attention_rule", []), "attention_rule", engine.file,
+                                        ATTENTION_RULE_KEYS, {"id", "attention", "status", "sources"}):
+        if spec is None:
+            ctx.fail("missing-key", "an [[attention_rule]] needs the engine's [attention]")
+        kind = entry.get("attention")
+        if kind not in ATTENTION_KINDS:
+            ctx.fail("bad-match-value", f"attention {kind!r} is not one of {', '.join(ATTENTION_KINDS)}")
+        flags: dict[str, bool | None] = {}
+        for key in ("sinks", "sliding"):
+            if key in entry and not isinstance(entry[key], bool):
+                ctx.fail("bad-type", f"{key} must be true or false")
+            flags[key] = entry.get(key)
+        kv_dtypes = None
+        if "kv_dtypes" in entry:
+            kv_dtypes = frozenset(v.lower() for v in _str_list(entry, "kv_dtypes", ctx))
+            known = {"auto", *(engine.kv_cache.accepts if engine.kv_cache else ())}
+            if not kv_dtypes <= known:
+                ctx.fail("bad-match-value", f"kv_dtypes {sorted(kv_dtypes - known)} are neither 'auto' nor in "
+                                            "[kv_cache] accepts")
+        body = {k: v for k, v in entry.items() if k not in ("attention", "sinks", "sliding", "kv_dtypes")}
+        rule = _load_rule(body, index, engine, gpus, placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = 1 + sum(v is not None for v in flags.values()) + (kv_dtypes is not None)
+        rules.append(AttentionRule(rule, kind, flags["sinks"], flags["sliding"], kv_dtypes))
+    return spec, rules
 
 
 def _load_kv_cache(table: Any, engine: Engine) -> KvCache:

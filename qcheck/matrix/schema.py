@@ -35,7 +35,7 @@ ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_fo
              "note"}
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
-                    "memory", "kv_scale_rule"}
+                    "memory", "kv_scale_rule", "attention", "attention_rule"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "sources", "note"}
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
@@ -56,6 +56,11 @@ KV_PAIR_KEYS = ("dtypes", "k_dtypes", "v_dtypes", "pairs", "mixed")
 KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | set(KV_PAIR_KEYS) | {"knobs"}
 #: placeholders a [[kv_rule]] may use besides PLACEHOLDERS: the K and V cache types judged
 KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
+#: ``[attention]`` and ``[[attention_rule]]``: the attention backend an engine picks for the model's attention type
+ATTENTION_KEYS = {"flag", "sources", "note"}
+ATTENTION_KINDS = ("standard", "mla")
+ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"attention", "sinks", "sliding",
+                                                                                  "kv_dtypes"}
 #: a [[kv_scale_rule]]: what the engine does with a quantised cache whose scale tensors the checkpoint lacks
 KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backend", "message", "sources", "note"}
 #: which scales a [[kv_scale_rule]] is about: K/V (the cache) or Q/softmax-probability (FP8 attention)
@@ -299,6 +304,27 @@ class KvScaleRule:
 
 
 @dataclass(frozen=True)
+class AttentionSpec:
+    """``[attention]``: how the user picks an attention backend (shown in reasons) and where the order was read."""
+
+    flag: str
+    sources: tuple[SourceSpec, ...]
+
+
+@dataclass(frozen=True)
+class AttentionRule:
+    """An ``[[attention_rule]]``: the backend the engine picks (``rule.kernel``) for a model attention ``kind``
+    ("standard": MHA/GQA/MQA, "mla"), with or without learned sinks / sliding-window layers, and a KV-cache dtype
+    (``auto``: unquantised), per version, GPU and backend; ``None`` conditions hold for any value."""
+
+    rule: Rule
+    kind: str
+    sinks: bool | None = None
+    sliding: bool | None = None
+    kv_dtypes: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
 class ParallelSpec:
     """``[parallel]``: the layouts an engine has (tp, pp, ep) and the load-time checks it enforces."""
 
@@ -354,6 +380,9 @@ class Engine:
     kv_rules: list[KvRule] = field(default_factory=list)
     #: ``[[kv_scale_rule]]``: what the engine does where the checkpoint's KV (or Q/prob) scales are missing
     kv_scale_rules: list[KvScaleRule] = field(default_factory=list)
+    #: ``[attention]`` and ``[[attention_rule]]`` (qcheck.matrix.attention)
+    attention: AttentionSpec | None = None
+    attention_rules: list[AttentionRule] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
     #: the [memory] table, None when the data has none

@@ -49,6 +49,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
 
     if v.kernel and not _does_not_load(v):
         field("kernel", [v.kernel])
+    field("attention", [d.reasons[0] for d in v.dimensions if d.dimension == "attention" and d.status == "native"
+                        and d.reasons][:1])
     field("requires", v.requires)
     field("why", v.reasons)
     field("warning", v.warnings)
