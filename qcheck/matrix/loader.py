@@ -28,6 +28,10 @@ from qcheck.matrix.schema import (
     ENGINE_FILE_KEYS,
     ENGINE_KEYS,
     KINDS,
+    KNOWN_ISSUE_EFFECTS,
+    KNOWN_ISSUE_KEYS,
+    KNOWN_ISSUE_STATES,
+    KNOWN_ISSUE_VERIFIED,
     KV_CACHE_KEYS,
     KV_PAIR_KEYS,
     KV_PLACEHOLDERS,
@@ -51,6 +55,7 @@ from qcheck.matrix.schema import (
     Backend,
     Build,
     Engine,
+    KnownIssue,
     KvCache,
     KvPair,
     KvRule,
@@ -166,7 +171,83 @@ def _load(root: Path) -> Matrix:
                                       f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
         shared_sources = _load_sources(raw.get("sources", {}), display)
         suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
+    kfile = root / "known_issues.toml"
+    if kfile.is_file():
+        _load_known_issues(_read_toml(root, kfile), _display(root, kfile), engines, gpus)
     return Matrix(root, gpus, engines, suggestions, shared_sources)
+
+
+def _load_known_issues(raw: dict[str, Any], display: str, engines: dict[str, Engine], gpus: GpuTable) -> None:
+    """``known_issues.toml``: every ``[[issue]]`` checked like a rule (versions, methods, match, hardware, backend,
+    KV pair, knobs against its engine's data) and attached to its engine (``Engine.known_issues``)."""
+    for key in raw:
+        if key != "issue":
+            raise MatrixDataError(display, "unknown-key", f"unknown top-level key {key!r} (allowed: [[issue]])")
+    seen: set[str] = set()
+    required = {"id", "engine", "effect", "title", "message", "links", "verified", "evidence", "verified_at",
+                "tracker_state"}
+    for index, entry, ctx in entries_of(raw.get("issue", []), "issue", display, KNOWN_ISSUE_KEYS, required):
+        ident = require_str(entry, "id", ctx)
+        if not _RULE_ID.match(ident) or ident in seen:
+            ctx.fail("duplicate-rule-id" if ident in seen else "bad-id", f"issue id {ident!r} is reused or malformed")
+        seen.add(ident)
+        name = require_str(entry, "engine", ctx)
+        if name not in engines:
+            ctx.fail("undefined-source", f"engine {name!r} is not an engine file (known: {', '.join(sorted(engines))})")
+        engine = engines[name]
+        choices = {"effect": KNOWN_ISSUE_EFFECTS, "verified": KNOWN_ISSUE_VERIFIED,
+                   "tracker_state": KNOWN_ISSUE_STATES}
+        for key, allowed in choices.items():
+            if entry.get(key) not in allowed:
+                ctx.fail("bad-match-value", f"{key} {entry.get(key)!r} is not one of {', '.join(allowed)}")
+        links = _str_list(entry, "links", ctx)
+        if not all(link.startswith("https://") for link in links):
+            ctx.fail("missing-source", "links must be https:// URLs of the tracker reports and fixes")
+        verified_at = require_str(entry, "verified_at", ctx)
+        try:
+            parse_version(verified_at, engine.scheme)
+        except ValueError as exc:
+            ctx.fail("bad-version", f"verified_at: {exc}")
+        evidence = require_str(entry, "evidence", ctx)
+        pair = _kv_pair(entry, engine.kv_cache, ctx) if any(k in entry for k in KV_PAIR_KEYS) else None
+        knobs = _kv_knobs(entry.get("knobs"), ctx) if "knobs" in entry else ()
+        effect = entry["effect"]
+        message = require_str(entry, "message", ctx)
+        sources = {"evidence": {"ref": evidence, "version": verified_at},
+                   **{f"link{i}": {"ref": link, "version": verified_at} for i, link in enumerate(links)}}
+        body: dict[str, Any] = {k: entry[k] for k in ("id", "versions", "methods", "match", "hardware", "backend")
+                                if k in entry}
+        body.update(status="native" if effect == "warning" else effect, reasons=[message], sources=list(sources),
+                    kernel="as the engine picks it, with the issue" if effect == "fallback" else None)
+        holder = Engine(id=engine.id, name=engine.name, file=display, aliases=(), kind=engine.kind,
+                        scheme=engine.scheme, versions=engine.versions, parsed_versions=engine.parsed_versions,
+                        hardware=engine.hardware, hardware_sources=(), backends=engine.backends,
+                        sources=_load_sources(sources, display))
+        rule = _load_rule({k: v for k, v in body.items() if v is not None}, index, holder, gpus,
+                          placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = (pair.conditions if pair else 0) + len(knobs)
+        _check_claims(entry.get("claims", []), ctx)
+        workaround = entry.get("workaround")
+        if workaround is not None and (not isinstance(workaround, str) or not workaround.strip()):
+            ctx.fail("bad-type", "workaround must be a non-empty string")
+        engine.known_issues.append(KnownIssue(
+            rule, effect, require_str(entry, "title", ctx), message, tuple(links), entry["verified"], evidence,
+            verified_at, entry["tracker_state"], workaround, pair, knobs))
+
+
+def _check_claims(claims: Any, ctx: Where) -> None:
+    """An issue's code evidence as matrices/tools/claims.toml claims (re-checked by verify_known_issues.py)."""
+    if not isinstance(claims, list):
+        ctx.fail("bad-type", "claims must be an array of tables")
+    for claim in claims:
+        if not isinstance(claim, dict) or not {"package", "version", "dist", "path", "pattern"} <= set(claim) \
+                or sum(k in claim for k in ("expect", "expect_items", "present")) != 1:
+            ctx.fail("missing-key", "each claim needs package, version, dist, path, pattern and one of expect, "
+                                    "expect_items, present")
+        try:
+            re.compile(str(claim["pattern"]))
+        except re.error as exc:
+            ctx.fail("bad-match-value", f"claim pattern {claim['pattern']!r}: {exc}")
 
 
 def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:

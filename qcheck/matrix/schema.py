@@ -61,6 +61,13 @@ ATTENTION_KEYS = {"flag", "sources", "note"}
 ATTENTION_KINDS = ("standard", "mla")
 ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"attention", "sinks", "sliding",
                                                                                   "kv_dtypes"}
+#: ``known_issues.toml`` ``[[issue]]``: a tracker report that changes what a user gets (qcheck.matrix.known_issues)
+KNOWN_ISSUE_KEYS = ({"id", "engine", "versions", "methods", "match", "hardware", "backend", "knobs", "effect", "title",
+                     "message", "workaround", "links", "verified", "evidence", "verified_at", "tracker_state",
+                     "claims", "note"} | set(KV_PAIR_KEYS))
+KNOWN_ISSUE_EFFECTS = ("warning", "fallback", "unsupported")
+KNOWN_ISSUE_VERIFIED = ("code", "maintainer")
+KNOWN_ISSUE_STATES = ("open", "closed", "fixed")
 #: a [[kv_scale_rule]]: what the engine does with a quantised cache whose scale tensors the checkpoint lacks
 KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backend", "message", "sources", "note"}
 #: which scales a [[kv_scale_rule]] is about: K/V (the cache) or Q/softmax-probability (FP8 attention)
@@ -325,6 +332,26 @@ class AttentionRule:
 
 
 @dataclass(frozen=True)
+class KnownIssue:
+    """A ``known_issues.toml`` entry: a report from the engine's tracker, verified against the released code or a
+    maintainer's statement, that changes what a user gets (``effect``: a warning, or the status it forces) for the
+    versions, checkpoints, GPUs, KV-cache pairs and knobs its conditions name (held in ``rule``)."""
+
+    rule: Rule
+    effect: str
+    title: str
+    message: str
+    links: tuple[str, ...]
+    verified: str
+    evidence: str
+    verified_at: str
+    tracker_state: str
+    workaround: str | None = None
+    pair: KvPair | None = None
+    knobs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class ParallelSpec:
     """``[parallel]``: the layouts an engine has (tp, pp, ep) and the load-time checks it enforces."""
 
@@ -383,6 +410,8 @@ class Engine:
     #: ``[attention]`` and ``[[attention_rule]]`` (qcheck.matrix.attention)
     attention: AttentionSpec | None = None
     attention_rules: list[AttentionRule] = field(default_factory=list)
+    #: the entries of ``known_issues.toml`` about this engine (qcheck.matrix.known_issues)
+    known_issues: list[KnownIssue] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
     #: the [memory] table, None when the data has none
