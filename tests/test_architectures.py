@@ -455,7 +455,7 @@ def test_installed_engine_through_the_shipped_matrix(tmp_path, capsys, shipped, 
     assert arch_dim["reasons"][0].startswith(f"installed vllm 0.23.0 ({site / 'vllm'}) registers BrandNewForCausalLM")
     assert arch_dim["warnings"][0].startswith("the shipped data disagrees: vLLM 0.23.0 does not load architecture "
                                               "BrandNewForCausalLM")
-    assert "vllm 0.23.0 vs the shipped data (read up to 0.33.0): 1 names only installed (BrandNewForCausalLM), " \
+    assert "vllm 0.23.0 vs the shipped data (read up to 0.34.0): 1 names only installed (BrandNewForCausalLM), " \
         in arch_dim["warnings"][1]
     assert "architecture: the shipped data disagrees" in v["warnings"][-2]  # shown whatever the status
     qwen = st_model(tmp_path, "Qwen3ForCausalLM", "qwen3", fixture=fp8_block_deepseek)

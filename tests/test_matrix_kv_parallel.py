@@ -331,7 +331,7 @@ def test_a_quantised_kv_no_rule_speaks_about_is_unknown(files) -> None:
     """An accepted quantised dtype without a rule for the GPU is unknown, not silently accepted."""
     v, code = kv(files["awq"], "vllm", "arc-b580", "fp8_e5m2")  # not in the XPU backend's list, refusal not read
     assert kv_dim(v).status == "unknown" and code == 1
-    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8_e5m2: no sourced rule for vLLM 0.33.0 with this KV-cache " \
+    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8_e5m2: no sourced rule for vLLM 0.34.0 with this KV-cache " \
                                    "dtype on battlemage"
     assert kv_status(files["awq"], "vllm", "arc-b580", "fp8") == "fallback"  # XPU Flash Attention, no FP8 units
     assert kv_dim(kv(files["awq"], "vllm", "arc-b580", "bfloat16")[0]) is None  # unquantised: nothing to judge
@@ -416,5 +416,5 @@ def test_the_docs_page_shows_every_ruled_kv_dtype_per_architecture() -> None:
 def test_a_checkpoint_kv_dtype_no_rule_covers_is_unknown_where_the_engine_reads_it(files) -> None:
     v, _ = kv(files["fp8-kv"], "vllm", "gaudi2")  # vLLM reads kv_cache_scheme; Gaudi's FP8 KV was not read
     assert kv_dim(v).status == "unknown"
-    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: no sourced rule for vLLM 0.33.0")
+    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: no sourced rule for vLLM 0.34.0")
     assert kv_dim(kv(files["fp8-kv"], "transformers", "gaudi2")[0]) is None  # transformers does not read it

@@ -58,6 +58,10 @@ class AskedKv:
     def quantised(self) -> bool:
         return self.k not in UNQUANTISED or self.v not in UNQUANTISED
 
+    @property
+    def quantised_v(self) -> bool:
+        return self.v not in UNQUANTISED
+
 
 def requested_kv(deployment: Deployment) -> AskedKv | None:
     """The (K, V) types for the deployment, or None when nothing but the default is asked for.
@@ -137,6 +141,8 @@ def _judge_pair(deployment: Deployment, engine: Engine, kv: KvCache, asked: Aske
                           _sources([s for r, _ in winners for s in r.sources]), [],
                           [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings])
     if judgement.status in ("native", "fallback"):
+        if kv.quantised_v_requires and asked.quantised_v and kv.quantised_v_requires not in judgement.requires:
+            judgement.requires.append(kv.quantised_v_requires)
         _add_scale_risks(judgement, deployment, asked, values)
     return judgement
 

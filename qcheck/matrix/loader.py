@@ -482,9 +482,13 @@ def _load_kv_cache(table: Any, engine: Engine) -> KvCache:
                                 "unset side ('default')")
     shown = tuple(_pair_text(p, accepts, ctx, "shown_pairs") for p in
                   (_str_list(table, "shown_pairs", ctx) if "shown_pairs" in table else []))
+    quantised_v = table.get("quantised_v_requires")
+    if quantised_v is not None and (not isinstance(quantised_v, str) or not quantised_v.strip()):
+        ctx.fail("bad-type", "quantised_v_requires must be a non-empty string")
     return KvCache(require_str(table, "flag", ctx), accepts,
                    _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx),
-                   table.get("reads_checkpoint", True), separate, default.lower() if default else None, shown)
+                   table.get("reads_checkpoint", True), separate, default.lower() if default else None, shown,
+                   quantised_v)
 
 
 def _kv_pair(entry: dict[str, Any], kv: KvCache | None, ctx: Where) -> KvPair:

@@ -36,7 +36,8 @@ ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_fo
 GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory", "kv_scale_rule", "attention", "attention_rule"}
-KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "sources", "note"}
+KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "quantised_v_requires",
+                 "sources", "note"}
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
@@ -253,6 +254,8 @@ class KvCache:
     default: str | None = None
     #: mixed (K, V) pairs the docs page shows besides every accepted type for both
     shown_pairs: tuple[tuple[str, str], ...] = ()
+    #: a condition every runnable pair with a quantised V cache adds (llama.cpp: flash attention on)
+    quantised_v_requires: str | None = None
 
 
 @dataclass(frozen=True)
