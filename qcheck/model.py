@@ -485,6 +485,9 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
     #: run-time risks this dimension found (also said in ``warnings``)
     risks: list[Risk] = field(default_factory=list)
+    #: the id of the matrix rule that decided this dimension, where one rule does (a ``kv_rule``, an
+    #: ``attention_rule``); None for a refusal from the engine's own value list or a judgement of several entries
+    rule_id: str | None = None
 
 
 @dataclass

@@ -82,7 +82,7 @@ def limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """How the model is deployed, as every judging command asks it: ``--context``, ``--batch``, the KV-cache types
-    (``--kv-cache-dtype T|K,V``, ``-ctk``, ``-ctv``) and ``--tp/--pp/--ep``. The command gets ``deploy`` (a
+    (``--kv-cache-dtype T|K,V``, ``-ctk``, ``-ctv``), llama.cpp's ``-fa`` and ``--tp/--pp/--ep``. The command gets ``deploy`` (a
     ``qcheck.request.Deploy``) and ``memory_asked`` (whether any memory question was asked)."""
 
     @click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
@@ -99,6 +99,9 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="KV cache type for K alone (llama.cpp's -ctk); overrides --kv-cache-dtype for K.")
     @click.option("--cache-type-v", "-ctv", "cache_type_v", default=None, metavar="T",
                   help="KV cache type for V alone (llama.cpp's -ctv); overrides --kv-cache-dtype for V.")
+    @click.option("--flash-attn", "-fa", "flash_attn", type=click.Choice(["on", "off", "auto"]), default=None,
+                  help="llama.cpp's -fa on|off|auto (default auto), judged with the KV-cache types: a quantised V cache "
+                       "needs flash attention, and a pair the GPU has no kernel for runs it on the CPU with -fa on.")
     @click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must divide "
                        "over N ranks where the engine checks them (vLLM, SGLang, TensorRT-LLM, MLX, ExLlamaV2; "
@@ -109,12 +112,13 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="Expert-parallel size to judge (needs a MoE model).")
     @functools.wraps(func)
     def wrapper(*args: Any, context: int | None, batch: int | None, kv_cache_dtype: str | None,
-                cache_type_k: str | None, cache_type_v: str | None, tp: int | None, pp: int | None,
-                ep: int | None, **kwargs: Any) -> Any:
-        from qcheck.request import Deploy, KVCacheTypes, Parallel
+                cache_type_k: str | None, cache_type_v: str | None, flash_attn: str | None, tp: int | None,
+                pp: int | None, ep: int | None, **kwargs: Any) -> Any:
+        from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 
         kv = KVCacheTypes.parse(kv_cache_dtype, cache_type_k, cache_type_v)
-        kwargs["deploy"] = Deploy(context, batch or 1, kv, Parallel(tp, pp, ep))
+        knobs = EngineKnobs(flash_attn={"on": True, "off": False}.get(flash_attn or "auto"))
+        kwargs["deploy"] = Deploy(context, batch or 1, kv, Parallel(tp, pp, ep), knobs)
         kwargs["memory_asked"] = any(x is not None for x in (context, batch, kv_cache_dtype, cache_type_k,
                                                               cache_type_v))
         return func(*args, **kwargs)

@@ -89,4 +89,5 @@ def judge_attention(deployment: Deployment) -> Judgement | None:
         if src not in sources:
             sources.append(src)
     return Judgement(DIMENSION, rule.status, reasons, sources, [],  # type: ignore[arg-type]
-                     [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings])
+                     [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings],
+                     rule_id=rule.id)
