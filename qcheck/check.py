@@ -65,6 +65,7 @@ class CheckResult:
                        "require_kv_scales": self.require_kv_scales},
             "warnings": list(self.warnings),
             "explore": self.explore,
+            **({"deployment": self.request.origin.to_json()} if self.request and self.request.origin else {}),
             "exit_code": self.exit_code,
         }
 

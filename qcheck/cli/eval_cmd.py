@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
-from qcheck.eval.runners.endpoint_cli import endpoint_candidates, endpoint_options
+from qcheck.eval.runners.endpoint_cli import EndpointFlags, endpoint_candidates, endpoint_options
 from qcheck.limits import Limits
 
 
@@ -28,9 +28,6 @@ class Fraction(click.ParamType):
 
 
 FRACTION = Fraction()
-#: the --endpoint flag family (qcheck.eval.runners.endpoint_cli), popped from **kwargs before thresholds
-ENDPOINT_FLAGS = ("endpoints", "endpoint_model", "api_key_env", "endpoint_mode", "endpoint_top_k", "concurrency",
-                  "request_timeout", "retries", "no_resume")
 #: CLI flag -> Thresholds field
 THRESHOLD_FLAGS = {
     "max_kld": ("--max-kld", float, "Fail when mean KL divergence (nats/token) exceeds this."),
@@ -153,8 +150,8 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
     from qcheck.eval.run import EvalConfig, default_noise_floor_dtype, run_eval
     from qcheck.eval.stats import DEFAULT_SEED
 
-    endpoint_flags = {k: threshold_values.pop(k) for k in ENDPOINT_FLAGS}
-    candidates = (*candidates, *endpoint_candidates(**endpoint_flags))
+    # the --endpoint flag family (qcheck.eval.runners.endpoint_cli), taken out of **kwargs before thresholds
+    candidates = (*candidates, *endpoint_candidates(EndpointFlags.pop_from(threshold_values)))
     thresholds = Thresholds.for_tier(tier) if tier else Thresholds()
     explicit = {k: v for k, v in threshold_values.items() if v is not None}
     if explicit:

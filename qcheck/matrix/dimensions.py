@@ -71,11 +71,12 @@ DIMENSIONS: list[Dimension] = [_architecture]
 def _builtin() -> None:
     from qcheck.matrix.attention import judge_attention
     from qcheck.matrix.builds import judge_build
+    from qcheck.matrix.command import judge_command
     from qcheck.matrix.known_issues import judge_known_issues
     from qcheck.matrix.kvcache import judge_kv_cache
     from qcheck.matrix.parallel import judge_parallel
 
-    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_attention, judge_parallel, judge_known_issues])
+    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_attention, judge_parallel, judge_command, judge_known_issues])
 
 
 _builtin()

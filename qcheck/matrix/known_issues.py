@@ -24,7 +24,6 @@ DIMENSION = "known-issues"
 
 def judge_known_issues(deployment: Deployment) -> Judgement | None:
     """Every known issue that holds for the deployment, as one judgement (the worst effect decides), or None."""
-    from qcheck.matrix.dimensions import worst
     from qcheck.matrix.kvcache import requested_kv
     from qcheck.matrix.rules import fill, matching_rules, pick_backend, placeholders
 
@@ -44,7 +43,8 @@ def judge_known_issues(deployment: Deployment) -> Judgement | None:
     values = placeholders(deployment.inspection, engine, deployment.version, deployment.target,
                           backend.name if backend else None, [])
     values.update(k=asked.k if asked else "", v=asked.v if asked else "")
-    status = worst([i.rule.status for i in found])  # type: ignore[misc]
+    # the worst effect decides (unsupported > fallback > native: the order of dimensions.SEVERITY, which imports this)
+    status = min((i.rule.status for i in found), key=("unsupported", "unknown", "fallback", "native").index)
     judgement = Judgement(DIMENSION, status)
     for issue in found:
         text = _text(issue, fill(issue.message, values))

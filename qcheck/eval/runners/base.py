@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -182,3 +182,13 @@ def check_same_vocab(reference: VocabInfo, candidate: VocabInfo, candidate_name:
             f"BOS handling differs (reference add_bos={reference.add_bos} bos={reference.bos_token_id}, "
             f"candidate add_bos={candidate.add_bos} bos={candidate.bos_token_id}); mismatched BOS gives "
             "spurious KL divergence", where=f"candidate {candidate_name}")
+
+
+def score_blocks(runner: Any, requests: Sequence[ScoreRequest]) -> Iterator[tuple[int, int, TokenScores]]:
+    """(request index, first row, TokenScores) blocks: the runner's own ``score_blocks`` when it has one (rows
+    of a long request in bounded blocks), else each request's whole rows from ``score``."""
+    if hasattr(runner, "score_blocks"):
+        yield from runner.score_blocks(requests)
+        return
+    for index, scores in enumerate(runner.score(requests)):
+        yield index, 0, scores

@@ -6,6 +6,7 @@ Kept apart from ``qcheck.eval.runners.endpoint`` so the command module stays a t
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -44,12 +45,30 @@ def endpoint_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def endpoint_candidates(endpoints: tuple[str, ...], endpoint_model: str | None, api_key_env: str | None,
-                        endpoint_mode: str, endpoint_top_k: int, concurrency: int, request_timeout: float,
-                        retries: int, no_resume: bool) -> list[str]:
+@dataclass(frozen=True)
+class EndpointFlags:
+    """The values of the ``--endpoint`` flag family, as click passes them."""
+
+    endpoints: tuple[str, ...] = ()
+    endpoint_model: str | None = None
+    api_key_env: str | None = None
+    endpoint_mode: str = "auto"
+    endpoint_top_k: int = 20
+    concurrency: int = 4
+    request_timeout: float = 120.0
+    retries: int = 5
+    no_resume: bool = False
+
+    @classmethod
+    def pop_from(cls, values: dict[str, Any]) -> EndpointFlags:
+        """Take this family's parameters out of a click command's keyword arguments."""
+        return cls(**{f.name: values.pop(f.name) for f in fields(cls) if f.name in values})
+
+
+def endpoint_candidates(flags: EndpointFlags) -> list[str]:
     """``--endpoint`` values as candidate strings for ``EvalConfig.candidates``."""
     out = []
-    for text in endpoints:
+    for text in flags.endpoints:
         name, sep, url = text.partition("=")
         if not sep or name.startswith(("http://", "https://")):
             name, url = "", text
@@ -58,13 +77,14 @@ def endpoint_candidates(endpoints: tuple[str, ...], endpoint_model: str | None, 
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise UsageError(f"--endpoint {text!r}: use [NAME=]http(s)://host[:port]")
         name = name.strip() or parts.netloc
-        opts: dict[str, Any] = {"mode": endpoint_mode, "top_k": endpoint_top_k, "concurrency": concurrency,
-                                "timeout": request_timeout, "retries": retries}
-        if endpoint_model:
-            opts["model"] = endpoint_model
-        if api_key_env:
-            opts["api_key_env"] = api_key_env
-        if no_resume:
-            opts["resume"] = "0"
+        opts: list[tuple[str, Any]] = [("mode", flags.endpoint_mode), ("top_k", flags.endpoint_top_k),
+                                       ("concurrency", flags.concurrency), ("timeout", flags.request_timeout),
+                                       ("retries", flags.retries)]
+        if flags.endpoint_model:
+            opts.append(("model", flags.endpoint_model))
+        if flags.api_key_env:
+            opts.append(("api_key_env", flags.api_key_env))
+        if flags.no_resume:
+            opts.append(("resume", "0"))
         out.append(f"{name}=endpoint:{url.split('#', 1)[0]}#{urlencode(opts)}")
     return out

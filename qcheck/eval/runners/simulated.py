@@ -10,6 +10,7 @@ is ``qcheck.eval.simulate`` (the dequantiser engineer's module).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,22 @@ def candidate_vocab(path: str, model: Any, reference: VocabInfo, limits: Limits 
     return VocabInfo(vocab_size=rows, bos_token_id=bos, add_bos=add_bos, eos_token_ids=reference.eos_token_ids)
 
 
+@dataclass(frozen=True)
+class SimulationOptions:
+    """How a simulated candidate is computed beyond its dequantised weights."""
+
+    #: fake-quantise activations as the format does at run time (``--activation-quant``)
+    activation_quant: bool = False
+    limits: Limits = DEFAULT_LIMITS
+
+
 def load_simulated(name: str, path: str, reference_config: Any, reference_vocab: VocabInfo, *, dtype: str,
-                   device: str, inspection: Any = None, activation_quant: bool = False,
-                   limits: Limits = DEFAULT_LIMITS) -> tuple[TransformersRunner, list[str], str]:
+                   device: str, inspection: Any = None,
+                   options: SimulationOptions = SimulationOptions()) -> tuple[TransformersRunner, list[str], str]:
     """Dequantise ``path`` (via ``qcheck.eval.simulate``) into the reference architecture.
 
     Returns (runner, notes, what was done about activations: the report's ``activations`` field)."""
+    activation_quant, limits = options.activation_quant, options.limits
     try:
         from qcheck.eval import simulate
     except ImportError as exc:  # pragma: no cover - until the dequantiser module is installed
@@ -176,5 +187,6 @@ def build(name: str, target: str, context: RunnerContext) -> BuiltRunner:
                         "activation_dtype": q.activation_dtype}
     runner, sim_notes, activations = load_simulated(
         name, target, context.reference_config, context.reference_vocab, dtype=context.dtype, device=context.device,
-        inspection=inspection, activation_quant=context.activation_quant, limits=context.limits)
+        inspection=inspection, options=SimulationOptions(activation_quant=context.activation_quant,
+                                                         limits=context.limits))
     return BuiltRunner(runner=runner, notes=notes + sim_notes, quantization=quantization, activations=activations)

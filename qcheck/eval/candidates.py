@@ -1,0 +1,242 @@
+"""The candidate side of ``qcheck eval``: build each candidate's runner, stream its rows against the cached
+reference, and judge the result (plausibility, gate); the noise floor is scored the same way, never gated.
+
+Why one candidate at a time: memory is bounded by one model and one request's rows; the reference is only read
+back from the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from qcheck.errors import InputError
+from qcheck.eval.config import CandidateSpec, EvalConfig, default_noise_floor_dtype
+from qcheck.eval.gate import Thresholds, evaluate, resolution_warnings
+from qcheck.eval.metrics import CandidateMetrics
+from qcheck.eval.perf import Phase
+from qcheck.eval.reference_source import ReferenceSide
+from qcheck.eval.report import CandidateResult, histogram
+from qcheck.eval.runners import DEFAULT_BACKEND, BuiltRunner, RunnerContext, build_runner
+from qcheck.eval.runners.base import CandidateRunner, check_same_vocab, score_blocks
+from qcheck.eval.workload import Workload
+
+
+@dataclass
+class _Tally:
+    """What scoring one candidate accumulates besides the metrics: skipped items, the reference's confidence."""
+
+    acc: CandidateMetrics
+    skipped: dict[str, int] = field(default_factory=lambda: {"text": 0, "choice": 0, "generate": 0})
+    confidence: list[np.ndarray] = field(default_factory=list)
+
+
+def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide) -> CandidateResult:
+    """Build (or take) the candidate's runner, score it against the cached reference and judge it."""
+    phase = Phase()
+    if spec.backend != DEFAULT_BACKEND or spec.runner is not None:
+        from qcheck.eval.runners.simulated import drop_skeleton
+
+        drop_skeleton()  # a kept simulated model is not needed for this one: free it first
+    built = _build(spec, config, work, ref)
+    if spec.runner is None:
+        phase.loaded()
+    runner = built.runner
+    try:
+        check_same_vocab(ref.vocab, runner.vocab(), spec.name)
+        if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
+            runner.prefetch(work.encoded)
+        tally = _Tally(CandidateMetrics(choice_metric=config.choice_metric, n_boot=config.bootstrap, seed=config.seed))
+        work.progress.start(f"candidate {spec.name}", work.units())
+        try:
+            phase.tokens = score_candidate(spec.name, runner, work, ref, tally)
+        finally:
+            work.progress.stop()
+        notes = built.notes
+        notes.extend(getattr(runner, "notes", None) or [])
+        for kind_name, count in tally.skipped.items():
+            if count:
+                notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
+                             + ("return prompt log-probs" if kind_name != "generate" else "generate"))
+        phase.done()
+        return _judge(spec, config, built, tally, phase)
+    finally:
+        if spec.runner is None:
+            runner.close()
+
+
+def _build(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide) -> BuiltRunner:
+    if spec.runner is not None:
+        return BuiltRunner(runner=spec.runner)
+    work.log(f"loading candidate {spec.name}")
+    device = "cuda" if config.device in ("cuda", "auto") and _cuda() else "cpu"
+    context = RunnerContext(reference_path=config.reference, reference_config=ref.config,
+                            reference_vocab=ref.vocab, tokenizer=work.encoder.tok, dtype=config.reference_dtype,
+                            device=device, activation_quant=config.activation_quant, limits=config.limits,
+                            max_length=config.max_length)
+    return build_runner(spec.backend, spec.name, spec.path or "", context)
+
+
+def _judge(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner, tally: _Tally, phase: Phase) -> CandidateResult:
+    """Metrics, the plausibility check, the gate and the report record of one scored candidate."""
+    from qcheck.eval.plausibility import implausibility, is_unquantised, refuse, tensor_errors, uniform_error
+
+    runner, notes, acc = built.runner, built.notes, tally.acc
+    metrics, intervals = acc.summary()
+    phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
+    positions = np.concatenate(tally.confidence) if tally.confidence else np.zeros(0)
+    reference_confidence = float(positions.mean()) if positions.size else None
+    metrics["reference_top1_probability"] = reference_confidence
+    reasons = implausibility(metrics, reference_confidence, is_unquantised(built.quantization))
+    extreme_warning = None
+    if reasons:
+        model = getattr(runner, "model", None)
+        errors = tensor_errors(config.reference_files or config.reference, model) \
+            if model is not None and spec.backend == "simulated" \
+            else []
+        median = uniform_error(errors) if not is_unquantised(built.quantization) else None
+        if median is None:
+            raise refuse(spec.name, reasons, errors[:3])
+        extreme_warning = (f"extreme loss ({'; '.join(reasons)}), but every tensor is about equally far from the "
+                           f"reference (median relative RMS error {median:.3g}): this is what the format does to "
+                           "these weights, not a loading error")
+    if metrics.get("kld_kind") == "lower-bound":
+        notes.append("KL divergence is the bucketed lower bound over top-k sets (docs/research/evals.md §5.7)")
+    gate = evaluate(config.thresholds, metrics, intervals)
+    warnings = resolution_warnings(config.thresholds, metrics, intervals)
+    if extreme_warning:
+        warnings.append(extreme_warning)
+    flipped = [{"id": o.id, "task": o.task, "direction": "C->I" if o.ref_correct else "I->C",
+                "reference": o.ref_output, "candidate": o.cand_output}
+               for o in acc.items if o.ref_correct != o.cand_correct][:200]
+    distribution = histogram(acc.token_arrays()["kld"]) if metrics.get("tokens_scored") else {}
+    return CandidateResult(name=spec.name, backend=runner.backend, path=spec.path, metrics=metrics,
+                           intervals=intervals, gate=gate, notes=notes, warnings=warnings,
+                           per_task=acc.per_task(), distribution=distribution, flipped=flipped,
+                           quantization=built.quantization, activations=built.activations,
+                           performance=phase.to_json())
+
+
+def score_candidate(name: str, runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally) -> int:
+    """Stream the candidate's rows block by block against the cached reference rows; then the items' own
+    outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched.
+    Returns the tokens that went through the candidate (scored requests' inputs, prompts and generations)."""
+    owners: list[tuple[Any, int]] = []
+    requests: list[Any] = []
+    for enc in work.encoded:
+        if enc.score and not runner.capabilities.has_prompt_logprobs:
+            tally.skipped[enc.item.kind] += 1
+            work.progress.advance(len(enc.score))
+            continue
+        for index, req in enumerate(enc.score):
+            owners.append((enc, index))
+            requests.append(req)
+    tokens = sum(len(r.input_ids) - 1 for r in requests)
+    ll_ref, ll_cand = _score_rows(name, runner, work, ref, tally, (owners, requests))
+    return tokens + _score_items(runner, work, ref, tally, (ll_ref, ll_cand))
+
+
+def _score_rows(name: str, runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally,
+                scored: tuple[list[tuple[Any, int]], list[Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token metrics of every scored request; returns the per-request log-likelihoods (reference, candidate)."""
+    from qcheck.eval.metrics import compare_rows
+    from qcheck.eval.plausibility import reference_top1_probability
+    from qcheck.eval.runners.endpoint import present_rows
+
+    owners, requests = scored
+    ll_ref = np.zeros(len(requests))
+    ll_cand = np.zeros(len(requests))
+    for i, start, cand in score_blocks(runner, requests) if requests else ():
+        enc, index = owners[i]
+        req, item = requests[i], enc.item
+        stop = start + cand.n_rows
+        if stop > req.n_rows:
+            raise InputError(f"candidate returned {stop} rows, the reference has {req.n_rows}",
+                             where=f"candidate {name}, item {item.id}")
+        rows = ref.reader.rows(req.key, start, stop)
+        if item.kind == "text" or index == item.answer:
+            ref_p, cand_p, targets_p = present_rows(rows, cand, req.targets[start:stop])
+            tally.acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, f"candidate {name}, item {item.id}"))
+            tally.confidence.append(reference_top1_probability(ref_p))
+        ll_ref[i] += float(rows.target_logprobs.astype(np.float64).sum())
+        ll_cand[i] += float(cand.target_logprobs.astype(np.float64).sum())
+        if stop == req.n_rows:
+            work.progress.advance()
+    return ll_ref, ll_cand
+
+
+def _score_items(runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally,
+                 lls: tuple[np.ndarray, np.ndarray]) -> int:
+    """Choice and generate outcomes in task order; returns the tokens the generations put through the model."""
+    ll_ref, ll_cand = lls
+    caps = runner.capabilities
+    tokens = 0
+    first = 0
+    for enc in work.encoded:
+        item = enc.item
+        if enc.score and caps.has_prompt_logprobs:
+            count = len(enc.score)
+            if item.kind == "choice":
+                tally.acc.add_choice(item, ll_ref[first:first + count], ll_cand[first:first + count])
+            first += count
+        if enc.generate is None:
+            continue
+        if not caps.can_generate:
+            tally.skipped["generate"] += 1
+            work.progress.advance()
+            continue
+        ref_gen = ref.reader.generation(enc.generate.key)
+        cand_gen = next(iter(runner.generate([enc.generate])))
+        tokens += len(enc.generate.prompt_ids) + len(cand_gen.token_ids)
+        cand_text = cand_gen.text if cand_gen.text is not None else work.encoder.decode(cand_gen.token_ids)
+        ref_text = ref_gen.text if ref_gen.text is not None else work.encoder.decode(ref_gen.token_ids)
+        tally.acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
+        work.progress.advance()
+    return tokens
+
+
+def noise_floor(config: EvalConfig, work: Workload, ref: ReferenceSide,
+                loaded: tuple[Any, str] | None = None) -> dict[str, Any]:
+    """The reference model itself, loaded in ``config.noise_floor`` (or ``loaded``: the reference model that
+    computed the cache, cast to that dtype: the same weights, no second load), scored against the cached reference.
+
+    Why: a KLD means little without the loss that mere precision causes on the same tasks; this row is that
+    scale. It is measured with no thresholds and never changes the gate or the exit code.
+    """
+    from qcheck.errors import QcheckError
+    from qcheck.eval.runners.reference import TransformersRunner, load_reference, vocab_info
+
+    dtype = config.noise_floor or default_noise_floor_dtype(config.reference_dtype)
+    name = f"noise floor ({dtype})"
+    if loaded is not None:
+        model, device = loaded
+    else:
+        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
+    runner = TransformersRunner(model, vocab_info(model, work.encoder.tok, work.encoder.add_bos), name=name,
+                                device=device)
+    del model
+    record: dict[str, Any] = {"name": name, "dtype": dtype, "reference_dtype": config.reference_dtype,
+                              "backend": runner.backend,
+                              "description": f"the reference model computing in {dtype}, scored against the "
+                                             f"{config.reference_dtype} reference like a candidate; not gated"}
+    try:
+        quiet = replace(config, thresholds=Thresholds())
+        result = run_candidate(CandidateSpec(name=name, runner=runner), quiet, work, ref)
+    except QcheckError as exc:  # the noise floor never fails the run: say why it is missing
+        record["error"] = str(exc)
+        return record
+    finally:
+        runner.close()
+    data = result.to_json()
+    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings", "performance"):
+        record[key] = data[key]
+    return record
+
+
+def _cuda() -> bool:
+    from qcheck.eval.runners.reference import torch_modules
+
+    torch, _ = torch_modules()
+    return bool(torch.cuda.is_available())
