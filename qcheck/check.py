@@ -42,10 +42,13 @@ class CheckResult:
     explore: bool = False
     #: the question this answers (None for results not made by the pipeline)
     request: CheckRequest | None = None
+    #: a run-time risk of kind "kv-scales" (default KV-cache scales of 1.0) fails the verdict (issue #24)
+    require_kv_scales: bool = False
 
     def fails(self, verdict: Verdict) -> bool:
         """Whether this verdict makes the run fail (exit 1) under the chosen policy."""
-        return verdict_fails(verdict, require_native=self.require_native, allow_unknown=self.allow_unknown)
+        return verdict_fails(verdict, require_native=self.require_native, allow_unknown=self.allow_unknown,
+                             require_kv_scales=self.require_kv_scales)
 
     @property
     def exit_code(self) -> int:
@@ -58,7 +61,8 @@ class CheckResult:
             "schema": CHECK_SCHEMA,
             "inspection": self.inspection.to_json(),
             "verdicts": [v.to_json() for v in self.verdicts],
-            "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown},
+            "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown,
+                       "require_kv_scales": self.require_kv_scales},
             "warnings": list(self.warnings),
             "explore": self.explore,
             **({"deployment": self.request.origin.to_json()} if self.request and self.request.origin else {}),
@@ -91,13 +95,17 @@ class ResultSet:
                 "exit_code": self.exit_code}
 
 
-def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False) -> bool:
+def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False,
+                  require_kv_scales: bool = False) -> bool:
     """DESIGN exit-code rule for one verdict: unsupported fails; unknown fails unless allowed; fallback
-    fails only when native is required."""
+    fails only when native is required; a verdict that runs with default KV-cache scales (a "kv-scales" risk)
+    fails only when calibrated scales are required."""
     if verdict.status == "unsupported":
         return True
     if verdict.status == "unknown":
         return not allow_unknown
+    if require_kv_scales and any(r.kind == "kv-scales" for r in verdict.risks):
+        return True
     if verdict.status == "fallback":
         return require_native
     return False

@@ -129,7 +129,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
                 memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory is not None
                                     and verdict.memory.fits is False)
                 data["policy"] = {"require_native": target.require_native, "allow_unknown": target.allow_unknown,
-                                  "target": target.key}
+                                  "require_kv_scales": target.require_kv_scales, "target": target.key}
                 data["memory_fails"] = memory_fails
                 data["fails"] = result.fails(verdict) or memory_fails
                 outcome.verdicts.append(data)

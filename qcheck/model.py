@@ -189,6 +189,40 @@ class Checkpoint:
 
 
 @dataclass
+class KvScales:
+    """What a safetensors checkpoint's headers say about its KV-cache scales (issue #24).
+
+    ``declared_by`` is the config key that declares a quantised KV cache (compressed-tensors ``kv_cache_scheme``,
+    ModelOpt ``kv_cache_quant_algo``, Quark ``kv_cache_group``), ``static`` whether its scales are calibrated
+    offline and shipped as tensors (``dynamic: false``; ModelOpt and Quark always) rather than computed at run time.
+    The counts are attention layers of the language model and how many of them carry each scale tensor
+    (``k_scale``/``v_scale``, the older single ``kv_scale``, ``k_cache.scale``, Quark ``k_proj.output_scale`` ...;
+    ``q_scale`` and ``prob_scale`` for FP8 attention). Engines use a scale of 1.0 where one is missing."""
+
+    declared_by: str | None = None
+    static: bool | None = None
+    attention_layers: int = 0
+    k_scales: int = 0
+    v_scales: int = 0
+    q_scales: int = 0
+    prob_scales: int = 0
+    #: up to 8 attention layers (their tensor-name prefix, e.g. ``model.layers.3``) without a K or V scale
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def kv_complete(self) -> bool:
+        """Every attention layer has both a K and a V scale (and there is at least one)."""
+        n = self.attention_layers or max(self.k_scales, self.v_scales)
+        return n > 0 and self.k_scales >= n and self.v_scales >= n
+
+    @property
+    def qp_complete(self) -> bool:
+        """Every attention layer has a Q and a softmax-probability scale (what FP8 attention quantises with)."""
+        n = self.attention_layers or max(self.q_scales, self.prob_scales)
+        return n > 0 and self.q_scales >= n and self.prob_scales >= n
+
+
+@dataclass
 class Quantization:
     method: str = "none"  # a canonical method from docs/design.md
     producer: str | None = None
@@ -215,6 +249,8 @@ class Quantization:
     config_method: str | None = None
     #: how activations are quantised at run time: "dynamic per-token", "static per-tensor", "dynamic per-group 16" ...
     activation_scheme: str | None = None
+    #: the KV-cache scales the headers declare and ship (safetensors only; None for GGUF and pickles)
+    kv_scales: KvScales | None = None
 
 
 @dataclass
@@ -280,6 +316,9 @@ class AttentionLayout:
     #: layers with a constant-size state instead of a growing cache (linear attention, state-space, recurrent)
     state_layers: int = 0
     notes: list[str] = field(default_factory=list)
+    #: learned attention sinks (GPT-OSS ``self_attn.sinks``, GGUF ``attn_sinks``): a kernel must support them,
+    #: which decides the attention backend an engine picks (qcheck.matrix.attention)
+    sinks: bool = False
 
     def elements_per_token_layer(self) -> float | None:
         """Cached elements per token per full layer (K+V over all KV heads, or the MLA latent)."""
@@ -421,6 +460,17 @@ class Source:
 
 
 @dataclass
+class Risk:
+    """Something the engine does at run time that costs accuracy or speed while the verdict's status holds
+    (JSON ``verdicts[].risks[]``): default KV-cache scales of 1.0 (``kind`` "kv-scales"), a reported issue of the
+    engine's tracker (``kind`` "known-issue"). A policy can make a kind fail the run (``require_kv_scales``)."""
+
+    id: str
+    kind: str
+    message: str
+
+
+@dataclass
 class Judgement:
     """One dimension's partial verdict on a deployment (JSON ``verdicts[].dimensions[]``): the architecture, the
     weight format on the GPU, the KV cache, the parallel layout ... (see qcheck.matrix.dimensions)."""
@@ -433,6 +483,11 @@ class Judgement:
     requires: list[str] = field(default_factory=list)
     #: said whatever the status (e.g. where an installed engine disagrees with the shipped data)
     warnings: list[str] = field(default_factory=list)
+    #: run-time risks this dimension found (also said in ``warnings``)
+    risks: list[Risk] = field(default_factory=list)
+    #: the id of the matrix rule that decided this dimension, where one rule does (a ``kv_rule``, an
+    #: ``attention_rule``); None for a refusal from the engine's own value list or a judgement of several entries
+    rule_id: str | None = None
 
 
 @dataclass
@@ -458,6 +513,8 @@ class Verdict:
     #: each dimension's partial verdict (weights, architecture, KV cache, parallelism ...), the weight format
     #: first; the status above is the worst of them (see qcheck.matrix.dimensions)
     dimensions: list[Judgement] = field(default_factory=list)
+    #: run-time risks of every dimension (default KV scales, known issues): what a strict policy may refuse
+    risks: list[Risk] = field(default_factory=list)
     #: the dtype the engine holds the weights in after converting them at load (a dequantising fallback), as the
     #: deciding rule states it; None: kept as stored. Memory reads this, never the reason text.
     weights_loaded_as: str | None = None

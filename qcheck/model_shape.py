@@ -211,6 +211,7 @@ def shape_from(inspection: Inspection, *, config: Mapping[str, Any] | None = Non
     s.n_layers = min(s.n_layers, MAX_LAYERS)
     if tensors:
         _bytes_from_tensors(s, tensors)
+        lay.sinks = _has_sinks(tensors)
     if not s.from_tensors and s.n_layers:
         s.layer_bytes = [s.total_bytes // s.n_layers] * s.n_layers
         s.expert_bytes = [0] * s.n_layers
@@ -253,6 +254,14 @@ def _name_bytes(tensors: Mapping[str, TensorInfo]) -> Iterable[tuple[str, int | 
     if columns is not None:
         return zip(columns.names, columns.nbytes, strict=True)
     return ((name, t.nbytes) for name, t in tensors.items())
+
+
+def _has_sinks(tensors: Mapping[str, TensorInfo]) -> bool:
+    """Learned attention-sink tensors: ``...self_attn.sinks`` (GPT-OSS safetensors), ``blk.N.attn_sinks.weight``
+    (GGUF, llama.cpp LLM_TENSOR_ATTN_SINKS)."""
+    columns = tensor_columns(tensors)
+    names = columns.names if columns is not None else tensors.keys()
+    return any(n.endswith((".sinks", ".attn_sinks.weight", ".attn_sinks")) for n in names)
 
 
 def _bytes_from_tensors(s: ModelShape, tensors: Mapping[str, TensorInfo]) -> None:

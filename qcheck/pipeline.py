@@ -89,7 +89,7 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
     return CheckResult(inspection, verdicts, require_native=request.require_native,
                        allow_unknown=request.allow_unknown, warnings=list(request.notes), explore=planned.explore,
-                       request=request)
+                       request=request, require_kv_scales=request.require_kv_scales)
 
 
 def run(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult | ResultSet:

@@ -42,11 +42,11 @@ REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
 WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
-TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality",
-            "deployments")
+TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "require-kv-scales", "lfs-pointers", "memory",
+            "quality", "deployments")
 DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
-TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
+TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales")
 MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
                 "reference-dtype", "device", "cache-dir", "tier", "use-intervals")
@@ -78,6 +78,8 @@ class TargetSpec:
     require_native: bool = False
     allow_unknown: bool = False
     key: str = ""
+    #: default KV-cache scales of 1.0 (a "kv-scales" risk) fail the target (require-kv-scales)
+    require_kv_scales: bool = False
     #: glob patterns of model names this target applies to (None: every model)
     models: list[str] | None = None
 
@@ -154,7 +156,7 @@ class Policy:
             else Deploy()
         return CheckRequest(model.path, tuple(target.engines), tuple(target.gpus), deploy,
                             require_native=target.require_native, allow_unknown=target.allow_unknown,
-                            memory=mem is not None, limits=limits)
+                            require_kv_scales=target.require_kv_scales, memory=mem is not None, limits=limits)
 
     def to_json(self) -> dict[str, Any]:
         """The policy as resolved (globs expanded), for the gate report."""
@@ -242,7 +244,8 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     confine = Confinement(repository_root(base_dir), allow_outside)
     c.keys(data, TOP_KEYS, None)
     defaults = {"require_native": c.boolean(data, "require-native", None, False),
-                "allow_unknown": c.boolean(data, "allow-unknown", None, False)}
+                "allow_unknown": c.boolean(data, "allow-unknown", None, False),
+                "require_kv_scales": c.boolean(data, "require-kv-scales", None, False)}
     lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
     deployments = _deployments(c, data.get("deployments", []), base_dir, confine)
     if deployments and "models" not in data and "targets" not in data:
@@ -570,7 +573,9 @@ def _targets(c: _Checker, raw: Any, defaults: dict[str, bool]) -> list[TargetSpe
         out.append(TargetSpec(engines=engines, gpus=gpus,
                               require_native=c.boolean(entry, "require-native", key, defaults["require_native"]),
                               allow_unknown=c.boolean(entry, "allow-unknown", key, defaults["allow_unknown"]),
-                              key=key, models=patterns))
+                              key=key, models=patterns,
+                              require_kv_scales=c.boolean(entry, "require-kv-scales", key,
+                                                          defaults["require_kv_scales"])))
     return out
 
 

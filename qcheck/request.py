@@ -274,6 +274,9 @@ class CheckRequest:
     deploy: Deploy = field(default_factory=Deploy)
     require_native: bool = False
     allow_unknown: bool = False
+    #: a verdict that runs with default KV-cache scales of 1.0 (the checkpoint ships no k_scale/v_scale for a
+    #: quantised cache) fails, as a fallback does under require_native (``--require-kv-scales``)
+    require_kv_scales: bool = False
     #: estimate memory (and speed) per verdict; the front ends turn it on when a memory question is asked
     memory: bool = False
     #: every model of a directory or repo (``--all``), not one
@@ -312,6 +315,7 @@ class CheckRequest:
         """The request as the JSON outputs echo it (``request``): what was asked, after defaults are applied."""
         return {"target": self.target, "engines": list(self.engines), "gpus": list(self.gpus),
                 **self.deploy.to_json(), "require_native": self.require_native, "allow_unknown": self.allow_unknown,
+                "require_kv_scales": self.require_kv_scales,
                 "memory": self.memory, "all_models": self.all_models}
 
 

@@ -22,6 +22,7 @@ from qcheck.model import (
     AttentionLayout,
     Inspection,
     InspectionFinding,
+    KvScales,
     ModelShape,
     Quantization,
     SourceFile,
@@ -58,7 +59,8 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
     quant_raw = data.get("quantization") or {}
     if not isinstance(quant_raw, dict):
         quant_at.fail(f"must be an object, not {_json_type(quant_raw)}")
-    quant = Quantization(**_fields(Quantization, quant_raw, quant_at))
+    quant = Quantization(**_fields(Quantization, quant_raw, quant_at, skip={"kv_scales"}),
+                         kv_scales=_kv_scales(quant_raw, quant_at))
     validate.string(quant.method, quant_at.key("method"), empty=True, strip=False)
     types = quant.tensor_types
     if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
@@ -100,7 +102,11 @@ def _shape(raw: Any, at: validate.At) -> ModelShape | None:
     if attention_raw is not None:
         if not isinstance(attention_raw, dict):
             at.key("attention").fail(f"must be an object, not {_json_type(attention_raw)}")
-        lay = _counts(AttentionLayout, attention_raw, at.key("attention"), skip={"notes"})
+        lay = _counts(AttentionLayout, attention_raw, at.key("attention"), skip={"notes", "sinks"})
+        sinks = attention_raw.get("sinks", False)
+        if not isinstance(sinks, bool):
+            at.key("attention").key("sinks").fail(f"must be true or false, not {_json_type(sinks)}")
+        lay["sinks"] = sinks
         notes = attention_raw.get("notes") or []
         if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
             at.key("attention").key("notes").fail("must be an array of at most 64 strings")
@@ -137,6 +143,24 @@ def _counts(cls: type, raw: dict[str, Any], at: validate.At, skip: set[str]) -> 
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT
+
+
+def _kv_scales(quant: dict[str, Any], at: validate.At) -> KvScales | None:
+    """The KV-scale record of a saved inspection (absent in records written before issue 24: None)."""
+    raw = quant.get("kv_scales")
+    if raw is None:
+        return None
+    where = at.key("kv_scales")
+    if not isinstance(raw, dict):
+        where.fail(f"must be an object, not {_json_type(raw)}")
+    values = _fields(KvScales, raw, where)
+    for key in ("attention_layers", "k_scales", "v_scales", "q_scales", "prob_scales"):
+        if key in values and (values[key] is None or values[key] < 0):
+            where.key(key).fail("must be a count (an integer >= 0)")
+    missing = values.get("missing")
+    if missing is not None and not all(isinstance(m, str) for m in missing):
+        where.key("missing").fail("must be an array of strings")
+    return KvScales(**values)
 
 
 def _adapter(data: dict[str, Any], root: validate.At) -> Adapter | None:

@@ -397,10 +397,65 @@ def _empty_repo(root: Path) -> Path:
     return root / ".git"
 
 
-def test_lm_studio_says_why_it_has_no_mapping(tool, tmp_path) -> None:
+def test_lm_studio_lists_what_every_gguf_llama_cpp_loads(tool, tmp_path) -> None:
+    """LM Studio's runtime build is unpublished; a lower bound settles some names: the ones the first GGUF llama.cpp
+    (llama-cpp-python 0.1.79) loads that every llama.cpp release read since still loads (issue 24)."""
+    _sdist(tmp_path / "cache", "llama-cpp-python", tool.FIRST_GGUF_LLAMA_CPP, {"vendor/llama.cpp/llama.cpp": (
+        'static std::map<llm_arch, std::string> LLM_ARCH_NAMES = {\n    { LLM_ARCH_LLAMA,   "llama"   },\n'
+        '    { LLM_ARCH_FALCON,  "falcon"  },\n    { LLM_ARCH_GPT2,    "gpt2"    },\n    { LLM_ARCH_MPT, "mpt" },\n};\n'
+        'switch (model.arch) {\n    case LLM_ARCH_LLAMA:\n    case LLM_ARCH_FALCON:\n    case LLM_ARCH_MPT:\n}\n')})
+    (tmp_path / "llama.cpp.toml").write_text(
+        '[architectures]\nversions_read = ["b1", "b2"]\n[[list]]\nnames = "gguf-arch"\narch = """\n'
+        'llama b1 - text\nfalcon b2 - text\nmpt b1 b1 text\nqwen2 b1 - text\n"""\n')
     data = _read(tool.write_lm_studio(tmp_path), "lm-studio")
-    assert data.lists == [] and data.derive is not None and data.derive.versions == {}
-    assert "no public source maps" in (data.derive.note or "") and "lmstudio-bug-tracker" in data.derive.source
+    [lst] = data.lists
+    # falcon came after the oldest build read, mpt was dropped, gpt2 had no loader, qwen2 came after the first GGUF
+    assert set(lst.arch) == {"llama"} and not lst.exhaustive and lst.containers == ("gguf",)
+    assert data.versions_read == tuple(tool.LM_STUDIO_VERSIONS) and "no public source names" in lst.unlisted
+    assert data.derive is not None and "no public source maps" in (data.derive.note or "")
+
+
+def test_a_provider_lists_the_classes_its_docs_name(tool, tmp_path) -> None:
+    data = _read(tool.write_provider("fireworks", tmp_path), "fireworks")
+    [lst] = data.lists
+    assert "LlamaForCausalLM" in lst.arch and not lst.exhaustive and lst.names == "hf-class"
+    assert "non-exhaustive list of model families" in lst.unlisted
+    groq = _read(tool.write_provider("groq", tmp_path), "groq")
+    assert groq.lists == [] and groq.note
+
+
+def test_sglang_gguf_names_through_its_pinned_transformers(tool, tmp_path, monkeypatch) -> None:
+    """A GGUF without config.json: transformers' GGUF config reader, then the class transformers' causal-LM mapping
+    names, which the release must register; a release without that path or without an exact pin gets no list."""
+    cache = tmp_path / "cache"
+    llama = tmp_path / "arch"
+    llama.mkdir()
+    (llama / "llama.cpp.toml").write_text('[[list]]\nnames = "gguf-arch"\narch = """\nllama b1 - text\n'
+                                          'qwen3moe b1 - text\nphi3 b1 - text\n"""\n')
+    monkeypatch.setattr(tool, "OUT_DIR", llama)
+    _wheel(cache, "transformers", "5.0.0", {
+        "transformers/models/auto/modeling_auto.py":
+            'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("llama", "LlamaForCausalLM"), '
+            '("qwen3_moe", "Qwen3MoeForCausalLM"), ("phi3", "Phi3ForCausalLM")])\n',
+        "transformers/integrations/ggml.py": 'GGUF_CONFIG_MAPPING = {"llama": {}, "qwen3_moe": {}, "phi3": {}}\n'})
+    entry = "sglang/srt/models/m.py"
+    path_files = {
+        "sglang/srt/utils/hf_transformers/config.py": f"    {tool.SGLANG_GGUF_CLASS}\n",
+        "sglang/srt/model_loader/loader.py": 'class GGUFModelLoader:\n    def m(self, model_type):\n'
+                                             '        if model_type == "qwen3_moe":\n            model_type = "qwen3moe"\n'}
+    _wheel(cache, "sglang", "0.5.1", {entry: "EntryClass = [LlamaForCausalLM]\n",
+                                      "sglang-0.5.1.dist-info/METADATA": "Requires-Dist: transformers>=4.0\n",
+                                      **path_files})
+    _wheel(cache, "sglang", "0.5.2", {entry: "EntryClass = [LlamaForCausalLM, Qwen3MoeForCausalLM]\n",
+                                      "sglang-0.5.2.dist-info/METADATA": "Requires-Dist: transformers==5.0.0\n",
+                                      **path_files})
+    out = tmp_path / "out"
+    assert tool.main(["sglang", "--versions", "0.5.1", "0.5.2", "--out", str(out)]) == 0
+    data = _read(out / "sglang.toml", "sglang")
+    _, gguf = data.lists
+    # 0.5.1 pins no exact transformers: no GGUF list there; phi3's class is not registered
+    assert set(gguf.arch) == {"llama", "qwen3moe"} and gguf.arch["llama"].first == "0.5.2"
+    assert not gguf.exhaustive and "transformers 5.0.0" in data.read["0.5.2"]
 
 
 def test_output_is_deterministic(tool, tmp_path) -> None:

@@ -331,7 +331,7 @@ def test_a_quantised_kv_no_rule_speaks_about_is_unknown(files) -> None:
     """An accepted quantised dtype without a rule for the GPU is unknown, not silently accepted."""
     v, code = kv(files["awq"], "vllm", "arc-b580", "fp8_e5m2")  # not in the XPU backend's list, refusal not read
     assert kv_dim(v).status == "unknown" and code == 1
-    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8_e5m2: no sourced rule for vLLM 0.33.0 with this KV-cache " \
+    assert kv_dim(v).reasons[0] == "--kv-cache-dtype fp8_e5m2: no sourced rule for vLLM 0.34.0 with this KV-cache " \
                                    "dtype on battlemage"
     assert kv_status(files["awq"], "vllm", "arc-b580", "fp8") == "fallback"  # XPU Flash Attention, no FP8 units
     assert kv_dim(kv(files["awq"], "vllm", "arc-b580", "bfloat16")[0]) is None  # unquantised: nothing to judge
@@ -376,11 +376,15 @@ def test_transformers_splits_unevenly_but_not_experts() -> None:
 
 
 def test_llama_cpp_kv_types_hold_back_to_the_oldest_build(files) -> None:
-    """b6122 and b8095 (node-llama-cpp bundles) have the same kv_cache_types as b11312 and refuse a quantised V
-    cache without flash attention, so b6301 and b8895 are judged like b11312."""
-    for version in ("b6301", "b8895", "b11312"):
+    """b6122 and b8095 (node-llama-cpp bundles) have the same kv_cache_types as b11312, so a type outside them is
+    refused at every build. Which pairs the CUDA flash attention runs was read at b6673-b10361 and b11312: b8895
+    and b11312 run q4_0-q4_0 natively; b6301 lies before the first build read (b6122 compiled q4_0 only for head
+    size 128 and aborted on others), so its pair path is unknown (it was judged native before issue 24)."""
+    for version in ("b8895", "b11312"):
         v, _ = kv(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q4_0")
         assert kv_dim(v).status == "native" and any("-fa" in r for r in v.requires), version
+    assert kv_status(files["gguf"], "llama.cpp==b6301", "rtx-4090", "q4_0") == "unknown"
+    for version in ("b6301", "b8895", "b11312"):
         assert kv_status(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q6_k") == "unsupported"
 
 
@@ -412,5 +416,5 @@ def test_the_docs_page_shows_every_ruled_kv_dtype_per_architecture() -> None:
 def test_a_checkpoint_kv_dtype_no_rule_covers_is_unknown_where_the_engine_reads_it(files) -> None:
     v, _ = kv(files["fp8-kv"], "vllm", "gaudi2")  # vLLM reads kv_cache_scheme; Gaudi's FP8 KV was not read
     assert kv_dim(v).status == "unknown"
-    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: no sourced rule for vLLM 0.33.0")
+    assert kv_dim(v).reasons[0].startswith("the checkpoint's fp8 KV cache: no sourced rule for vLLM 0.34.0")
     assert kv_dim(kv(files["fp8-kv"], "transformers", "gaudi2")[0]) is None  # transformers does not read it

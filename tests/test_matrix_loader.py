@@ -236,3 +236,92 @@ def test_environment_variable_selects_matrix(monkeypatch: pytest.MonkeyPatch) ->
         assert set(load_matrix().engines) == {"fastserve", "tinycpp", "cloudco"}
     finally:
         clear_cache()
+
+
+KV = """
+[kv_cache]
+flag = "--cache-type-k/--cache-type-v"
+accepts = ["f16", "q8_0", "q4_0"]
+separate = true
+default = "f16"
+sources = ["s"]
+"""
+
+KV_RULE = """
+[[kv_rule]]
+id = "pair"
+pairs = ["q8_0-q4_0"]
+status = "fallback"
+kernel = "f16 conversion of {k}-{v}"
+reasons = ["converting {k} and {v}"]
+sources = ["s"]
+"""
+
+SCALE_RULE = """
+[[kv_scale_rule]]
+id = "scales"
+dtypes = ["q8_0"]
+missing = "kv"
+message = "{covered} of {layers} layers ({example}): scale 1.0 for {k}"
+sources = ["s"]
+"""
+
+
+def test_a_kv_rule_about_a_pair_loads_with_its_conditions(mdir: Path) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE + KV + KV_RULE + KV_RULE.replace('"pair"', '"knob"').replace(
+        'pairs = ["q8_0-q4_0"]', 'k_dtypes = ["q8_0"]\nv_dtypes = ["q4_0", "q8_0"]\nmixed = true\n'
+        'knobs = { flash_attn = false, n_ubatch = "null" }'))
+    engine = load_matrix(mdir).engines["eng"]
+    assert engine.kv_cache is not None and engine.kv_cache.separate and engine.kv_cache.default == "f16"
+    pair, knob = engine.kv_rules
+    assert pair.pair.holds("q8_0", "q4_0") and not pair.pair.holds("q4_0", "q8_0")
+    assert knob.pair.holds("q8_0", "q4_0") and not knob.pair.holds("q8_0", "q8_0")  # mixed = true
+    assert knob.knobs == (("flash_attn", False), ("n_ubatch", None))
+    # specificity: pairs constrain both sides (2); k, v, mixed and each knob one
+    assert (pair.rule.specificity, knob.rule.specificity) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("body", "check", "fragment"),
+    [
+        (KV + KV_RULE.replace('pairs = ["q8_0-q4_0"]\n', ""), "missing-key", "needs one of dtypes"),
+        (KV + KV_RULE.replace('"q8_0-q4_0"', '"q8_0+q4_0"'), "bad-match-value", "is not K-V"),
+        (KV + KV_RULE.replace('"q8_0-q4_0"', '"q8_0-fp8"'), "bad-match-value", "is not K-V"),
+        (KV + KV_RULE.replace('pairs = ["q8_0-q4_0"]', 'k_dtypes = ["q5_1"]'), "bad-match-value", "['q5_1']"),
+        (KV + KV_RULE.replace('pairs = ["q8_0-q4_0"]', 'dtypes = ["q8_0"]\nknobs = { flash = true }'),
+         "unknown-match-key", "'flash' is not an engine knob"),
+        (KV + KV_RULE.replace('pairs = ["q8_0-q4_0"]', 'dtypes = ["q8_0"]\nknobs = { flash_attn = "on" }'),
+         "bad-match-value", "knobs.flash_attn"),
+        (KV + KV_RULE.replace('pairs = ["q8_0-q4_0"]', 'dtypes = ["q8_0"]\nmixed = "yes"'), "bad-type", "mixed"),
+        (KV + KV_RULE.replace('kernel = "f16 conversion of {k}-{v}"', 'kernel = "{kk}"'), "bad-placeholder",
+         "{kk}"),
+        (KV.replace('default = "f16"\n', ""), "missing-key", "needs the default type"),
+        (KV.replace('default = "f16"', 'default = "q5_1"'), "bad-match-value", "default 'q5_1'"),
+        (KV.replace('separate = true\n', "").replace('default = "f16"\n', "") + KV_RULE, "bad-match-value",
+         "need [kv_cache] separate = true"),
+        (KV + SCALE_RULE.replace('missing = "kv"', 'missing = "k"'), "bad-match-value", "missing 'k'"),
+        (KV + SCALE_RULE.replace('["q8_0"]', '["fp8"]'), "bad-match-value", "['fp8']"),
+        (KV + SCALE_RULE.replace('message = "{covered} of {layers} layers ({example}): scale 1.0 for {k}"\n', ""),
+         "missing-key", "message"),
+        (KV + SCALE_RULE.replace("{example}", "{examples}"), "bad-placeholder", "{examples}"),
+        (SCALE_RULE, "missing-key", "needs the engine's [kv_cache]"),
+    ],
+)
+def test_kv_violations_name_the_check(mdir: Path, body: str, check: str, fragment: str) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE + body)
+    err = error_of(mdir)
+    assert err.check == check, str(err)
+    assert fragment in str(err)
+
+
+def test_a_kv_placeholder_is_refused_in_a_weight_rule(mdir: Path) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nkernel = "{k}"'))
+    assert error_of(mdir).check == "bad-placeholder"
+
+
+def test_a_kv_scale_rule_loads(mdir: Path) -> None:
+    write_engine(mdir, HEAD + GOOD_RULE + KV + SCALE_RULE)
+    (rule,) = load_matrix(mdir).engines["eng"].kv_scale_rules
+    assert (rule.dtypes, rule.missing, rule.rule.reasons[0][:20]) == (frozenset({"q8_0"}), "kv", "{covered} of {layers")
+
+

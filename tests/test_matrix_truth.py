@@ -169,7 +169,7 @@ def test_rules_about_older_releases_still_say_not_yet(files) -> None:
 def test_versions_newer_than_the_data_keep_the_newest_rules(files) -> None:
     v, result = check(files["gptq"], "vllm==0.99.0", "h100")
     assert v.status == "native" and result.exit_code == 0
-    assert v.warnings[0] == "rules verified up to vLLM 0.33.0; 0.99.0 is newer, unverified"
+    assert v.warnings[0] == "rules verified up to vLLM 0.34.0; 0.99.0 is newer, unverified"
     # the floor itself and anything between floor and the oldest listed version is judged by rules
     assert check(files["gptq"], "vllm==0.7.2", "t4")[0].rule_id != "engine-version"
 
@@ -206,7 +206,7 @@ def test_vllm_wheels_have_no_kernels_for_pascal_and_dropped_volta_in_0_20(files)
     for gpu in ("p40", "p100", "gtx-1080"):
         v, result = check(files["gptq"], "vllm", gpu)
         assert v.status == "unsupported" and result.exit_code == 1
-        assert v.reasons[0].startswith("build: vLLM 0.33.0's released build has no CUDA kernels for sm6")
+        assert v.reasons[0].startswith("build: vLLM 0.34.0's released build has no CUDA kernels for sm6")
     old_volta, _ = check(files["gptq"], "vllm==0.19.1", "v100")
     new_volta, _ = check(files["gptq"], "vllm==0.20.0", "v100")
     assert old_volta.status == "fallback" and new_volta.status == "unsupported"

@@ -226,7 +226,7 @@ def test_the_shipped_claims_are_well_formed_and_name_real_rules(claims) -> None:
     assert len(shipped) >= 20
     for claim in shipped:
         engine = m.engine(claim["engine"])
-        known = ({r.id for r in engine.rules} | {r.id for r in engine.modifiers} | {r.id for _, r in engine.kv_rules}
+        known = ({r.id for r in engine.rules} | {r.id for r in engine.modifiers} | {r.rule.id for r in engine.kv_rules}
                  | {"kv_cache accepts"} | {f"parallel {c}" for c in (engine.parallel.checks if engine.parallel else ())})
         assert set(claim["rules"]) <= known, (claim["engine"], set(claim["rules"]) - known)
 

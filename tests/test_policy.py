@@ -29,11 +29,11 @@ def _load(project: Path, text: str):
 
 @pytest.mark.parametrize("text, key, problem, allowed", [
     ('models = ["models/q4.gguf"]\nmodel = 1\n' + GOOD_TARGET, "model", "unknown key; did you mean 'models'?",
-     "models, targets, require-native, allow-unknown, lfs-pointers, memory, quality"),
+     "models, targets, require-native, allow-unknown, require-kv-scales, lfs-pointers, memory, quality"),
     ('models = ["models/q4.gguf"]\nrequire_native = true\n' + GOOD_TARGET, "require_native",
      "unknown key; did you mean 'require-native'?", "models, targets"),
     ('models = ["models/q4.gguf"]\n[[targets]]\nengine = "tinycpp"\ngpus = ["cpu"]\n', "targets[0].gpus",
-     "unknown key; did you mean 'gpu'?", "engine, gpu, models, require-native, allow-unknown"),
+     "unknown key; did you mean 'gpu'?", "engine, gpu, models, require-native, allow-unknown, require-kv-scales"),
     ('models = ["models/q4.gguf"]\nrequire-native = "yes"\n' + GOOD_TARGET, "require-native",
      "must be true or false, not 'yes'", "true, false"),
     ('models = ["models/q4.gguf"]\nlfs-pointers = "ignore"\n' + GOOD_TARGET, "lfs-pointers",
@@ -135,7 +135,7 @@ def test_cli_policy_error_is_one_line_exit_2(project):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == ("qcheck: error: qcheck.toml: targets[0].engin: unknown key; did you mean 'engine'? "
-                           "(allowed: engine, gpu, models, require-native, allow-unknown)\n")
+                           "(allowed: engine, gpu, models, require-native, allow-unknown, require-kv-scales)\n")
 
 
 def test_starter_policy_lists_found_models(project):

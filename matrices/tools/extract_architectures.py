@@ -78,12 +78,12 @@ VERSIONS: dict[str, list[str]] = {
     "vllm": ["0.5.5", "0.6.0", "0.6.3", "0.6.6", "0.7.0", "0.7.3", "0.8.0", "0.8.5", "0.9.0", "0.10.0", "0.10.2",
              "0.11.0", "0.12.0", "0.13.0", "0.14.0", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.20.0",
              "0.21.0", "0.22.0", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0",
-             "0.31.0", "0.32.0", "0.33.0"],
+             "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
     "transformers": ["4.40.0", "4.43.0", "4.46.0", "4.49.0", "4.52.1", "4.55.0", "4.57.1", "5.0.0", "5.4.0",
-                     "5.8.0", "5.12.0", "5.16.0", "5.20.0", "5.24.0"],
+                     "5.8.0", "5.12.0", "5.16.0", "5.20.0", "5.24.0", "5.25.0"],
     "sglang": ["0.4.0", "0.4.3", "0.4.6", "0.4.9", "0.5.1", "0.5.3", "0.5.6", "0.5.9", "0.5.12", "0.5.15",
                "0.5.18", "0.5.21", "0.5.23"],
-    "mlx": ["0.19.0", "0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.29.1", "0.30.0", "0.31.1", "0.32.1"],
+    "mlx": ["0.19.0", "0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.29.1", "0.30.0", "0.31.1", "0.32.1", "0.32.2"],
     # node-llama-cpp releases -> the llama.cpp build each one bundles (read from the package itself)
     "exllamav2": ["0.1.0", "0.1.5", "0.2.0", "0.2.3", "0.2.6", "0.2.9", "0.3.0", "0.3.2"],
     "exllamav3": ["0.0.5", "0.0.10", "0.0.20", "0.0.30", "0.0.40", "1.0.0", "1.2.0", "1.4.1", "1.5.0", "1.6.5"],
@@ -446,9 +446,26 @@ def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[
     return [types, classes, gguf], read
 
 
+#: SGLang's GGUF config path (srt/utils/hf_transformers/config.py): a GGUF without a config.json beside it gets the
+#: class transformers' causal-LM mapping names for its model_type
+SGLANG_GGUF_CLASS = "_set_architectures(config, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])"
+
+
 def extract_sglang(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
     lst = NameList("models", "hf-class", ["safetensors"],
                    "sgl-project/sglang: python/sglang/srt/models/*.py (EntryClass of each module)")
+    gguf = NameList("gguf", "gguf-arch", ["gguf"],
+                    "sgl-project/sglang: srt/utils/hf_transformers/config.py (a GGUF without config.json: transformers' "
+                    "GGUF config reader, then the class MODEL_FOR_CAUSAL_LM_MAPPING_NAMES names for its model_type), "
+                    "srt/model_loader/loader.py GGUFModelLoader (model_type -> gguf-py name renames); the transformers "
+                    "release the SGLang wheel pins (Requires-Dist transformers==X): integrations/ggml.py "
+                    "GGUF_CONFIG_MAPPING and models/auto/modeling_auto.py; this release's EntryClass registry",
+                    exhaustive=False,
+                    unlisted="SGLang names a GGUF's class through transformers' GGUF config reader and causal-LM "
+                             "mapping; a GGUF architecture qcheck cannot trace through that chain (renamed, built "
+                             "by SGLang's own GGUF config builders, or a config.json placed beside the file) is not "
+                             "known either way")
+    gguf_names = _llama_cpp_gguf_names()
     read = {}
     for v, path in _releases("sglang", versions, pip_wheel):
         arc = Archive(path)
@@ -458,7 +475,29 @@ def extract_sglang(versions: Sequence[str]) -> tuple[list[NameList], dict[str, s
                 names.setdefault(cls, "text")
         lst.seen[v] = names
         read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"
-    return [lst], read
+        traced = _sglang_gguf(arc, names, gguf_names)
+        if traced is not None:
+            gguf.seen[v], pin = traced
+            read[v] += f"; GGUF: transformers {pin} (the pinned release, PyPI wheel)"
+    return ([lst, gguf] if gguf.seen else [lst]), read
+
+
+def _sglang_gguf(arc: Archive, registry: dict[str, str], gguf_names: set[str]) -> tuple[dict[str, str], str] | None:
+    """{GGUF architecture: kind} an SGLang release loads through its GGUF config path, and the transformers release
+    it pins; None when the release has no such path or pins no exact transformers."""
+    configs = [n for n in arc.find("srt/utils/hf_transformers/config.py") if SGLANG_GGUF_CLASS in arc.text(n)]
+    loaders = [n for n in arc.find("srt/model_loader/loader.py") if "GGUFModelLoader" in arc.text(n)]
+    metadata = [n for n in arc.glob(r"\.dist-info/METADATA$")]
+    if not configs or not loaders or not metadata:
+        return None
+    pin = re.search(r"^Requires-Dist: transformers==([0-9][^\s;]*)", arc.text(metadata[0]), re.M)
+    if pin is None:
+        return None
+    tf = Archive(pip_wheel("transformers", pin.group(1)))
+    causal = parse_causal_lm_types(tf.text(tf.find("transformers/models/auto/modeling_auto.py")[0]))
+    reader = parse_transformers_gguf(tf.text(tf.find("transformers/integrations/ggml.py")[0]))
+    names = _vllm_gguf_names(registry, causal, parse_gguf_renames(arc.text(loaders[0])), reader)
+    return {n: k for n, k in names.items() if not gguf_names or n in gguf_names}, pin.group(1)
 
 
 def extract_mlx(versions: Sequence[str]) -> tuple[list[NameList], dict[str, str]]:
@@ -844,13 +883,63 @@ LM_STUDIO = {
 }
 
 
+#: the first llama-cpp-python release whose vendored llama.cpp reads GGUF (GGUF_VERSION 1): the oldest llama.cpp any
+#: GGUF runtime can be, so what it loads is a lower bound for every LM Studio llama.cpp runtime
+FIRST_GGUF_LLAMA_CPP = "0.1.79"
+LM_STUDIO_VERSIONS = ["0.3.4", "0.4.9"]
+
+
+def first_gguf_names(sdist: Path) -> set[str]:
+    """The GGUF architectures the first GGUF llama.cpp loads: LLM_ARCH_NAMES entries with a case in its loader."""
+    text = _tar_member_text(sdist, "vendor/llama.cpp/llama.cpp")
+    names = dict(re.findall(r"\{\s*(LLM_ARCH_\w+),\s*\"([^\"]+)\"\s*\}", text))
+    loaded = set(re.findall(r"case (LLM_ARCH_\w+):", text))
+    return {name for enum, name in names.items() if enum in loaded}
+
+
+def _tar_member_text(path: Path, suffix: str) -> str:
+    with tarfile.open(path, "r:gz") as t:
+        member = next((m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)), None)
+        if member is None:
+            raise Missing(f"{suffix} is not in {path.name}")
+        return _member(t, member.name).decode("utf-8", errors="replace")
+
+
 def write_lm_studio(out_dir: Path = OUT_DIR) -> Path:
-    """matrices/architectures/lm-studio.toml: GGUF goes through llama.cpp, but no release maps to a llama.cpp build,
-    so every GGUF architecture is unknown on LM Studio, with that reason (the MLX runtime has no list either)."""
+    """matrices/architectures/lm-studio.toml: GGUF goes through a llama.cpp runtime no release names, so an
+    architecture is known only where every llama.cpp that reads GGUF loads it: the names the first GGUF llama.cpp
+    loads (llama-cpp-python 0.1.79) that every llama.cpp release read since still loads (architectures/llama.cpp.toml).
+    Every other GGUF architecture is unknown on LM Studio, with the reason."""
+    import tomllib
+
+    sdist = pypi_sdist("llama-cpp-python", FIRST_GGUF_LLAMA_CPP)
+    first = first_gguf_names(sdist)
+    data = tomllib.loads((out_dir / "llama.cpp.toml").read_text(encoding="utf-8"))
+    oldest = data["architectures"]["versions_read"][0]
+    kept: set[str] = set()
+    for lst in data.get("list", []):
+        if lst.get("names") != "gguf-arch" or lst.get("role", "load") != "load":
+            continue
+        for row in lst["arch"].splitlines():
+            parts = row.split()
+            if len(parts) == 4 and parts[0] in first and parts[1] == oldest and parts[2] == "-":
+                kept.add(parts[0])
+    lst = NameList(
+        "gguf-lower-bound", "gguf-arch", ["gguf"],
+        f"llama-cpp-python {FIRST_GGUF_LLAMA_CPP} sdist (vendor/llama.cpp/llama.cpp: LLM_ARCH_NAMES with a loader case, "
+        f"GGUF_VERSION 1) and architectures/llama.cpp.toml (loaded at every release read, {oldest} to "
+        f"{data['architectures']['versions_read'][-1]})",
+        exhaustive=False,
+        unlisted="LM Studio's llama.cpp runtime is a build no public source names, so an architecture llama.cpp "
+                 "added after its first GGUF release may or may not be in it",
+        seen={v: {name: "text" for name in sorted(kept)} for v in LM_STUDIO_VERSIONS})
+    read = {v: (f"lower bound: every llama.cpp runtime that reads GGUF loads these (llama-cpp-python "
+                f"{FIRST_GGUF_LLAMA_CPP} sdist, sha256 {sha256(sdist)[:16]}..., and llama.cpp {oldest} onwards)")
+            for v in LM_STUDIO_VERSIONS}
     derive = {"containers": ["gguf"], "from": "llama.cpp", "source": LM_STUDIO["source"], "note": LM_STUDIO["note"],
               "versions": {}}
-    text = render_toml("lm-studio", "pep440", [], {}, "python matrices/tools/extract_architectures.py lm-studio",
-                       derive=derive)
+    text = render_toml("lm-studio", "pep440", [lst], read,
+                       "python matrices/tools/extract_architectures.py lm-studio", derive=derive)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "lm-studio.toml"
     path.write_text(text, encoding="utf-8")
@@ -882,11 +971,36 @@ PROVIDERS_NO_DATA = {
 }
 
 
+#: HF classes a provider's upload docs name (by the model family and the transformers page it links), per provider:
+#: (the provider version the docs were read at, the quote, the classes). Only families with one HF class are named.
+PROVIDERS_DOCUMENTED: dict[str, tuple[str, str, list[str]]] = {
+    "fireworks": ("2026.10", "https://docs.fireworks.ai/models/uploading-custom-models ('Fireworks supports most "
+                  "popular model architectures, including': 'Llama 1, 2, 3, 3.1, 4' -> transformers model_doc/llama2, "
+                  "'Mistral & Mixtral' -> model_doc/mistral, 'Gemma' -> model_doc/gemma, 'Qwen, Qwen2, Qwen2.5, "
+                  "Qwen2.5-VL, Qwen3', 'GPT-OSS 120B and 20B')",
+                  ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM",
+                   "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GptOssForCausalLM"]),
+    "together": ("2026.10", "https://docs.together.ai/docs/custom-models ('When uploading from Hugging Face, simply "
+                 "provide the repository path (e.g., meta-llama/Llama-2-7b-hf)': the upload guide's own example, a "
+                 "LlamaForCausalLM checkpoint; 'text generation and embedding models' in from_pretrained format)",
+                 ["LlamaForCausalLM"]),
+}
+
+
 def write_provider(engine: str, out_dir: Path = OUT_DIR) -> Path:
-    """matrices/architectures/<provider>.toml: no list, and why (every architecture is unknown there)."""
+    """matrices/architectures/<provider>.toml: the HF classes its docs name (a list that is not exhaustive: any other
+    class is unknown), or no list and why (every architecture is unknown there)."""
     note, source = {**PROVIDERS, **PROVIDERS_NO_DATA}[engine]
-    text = render_toml(engine, "pep440", [], {}, f"python matrices/tools/extract_architectures.py {engine}",
-                       note=note, source=source, source_read=PROVIDERS_READ)
+    lists: list[NameList] = []
+    read: dict[str, str] = {}
+    if engine in PROVIDERS_DOCUMENTED:
+        version, quote, classes = PROVIDERS_DOCUMENTED[engine]
+        lists.append(NameList("documented", "hf-class", ["safetensors"], quote, exhaustive=False, unlisted=note,
+                              seen={version: {name: "text" for name in classes}}))
+        read[version] = f"the upload docs as read {PROVIDERS_READ}"
+    text = render_toml(engine, "pep440", lists, read, f"python matrices/tools/extract_architectures.py {engine}",
+                       note=None if lists else note, source=None if lists else source,
+                       source_read=None if lists else PROVIDERS_READ)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{engine}.toml"
     path.write_text(text, encoding="utf-8")

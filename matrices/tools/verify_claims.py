@@ -34,7 +34,8 @@ def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
         modes = [k for k in ("expect", "expect_items", "present") if k in c]
         if missing or len(modes) != 1 or c["dist"] not in ("wheel", "sdist") or ("expect_items" in c) != ("item" in c):
             raise ValueError(f"claim #{i + 1}: needs {sorted(missing) or 'one of expect/expect_items/present'}")
-    return claims
+    # `also_at = ["0.34.0"]`: the same claim re-read at later releases (one copy per version)
+    return [dict(c, version=v) for c in claims for v in (c["version"], *c.get("also_at", ()))]
 
 
 def read_member(archive: Path, suffix: str) -> str:

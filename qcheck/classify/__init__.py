@@ -21,6 +21,7 @@ from qcheck.classify.configs import ConfigView, as_int, first, read_configs
 from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, tensor_nbytes
 from qcheck.classify.fingerprints import config_family, scan_all
 from qcheck.classify.gguf import classify_gguf
+from qcheck.classify.kv_scales import check_declared, kv_scales
 from qcheck.classify.params import logical_parameters
 from qcheck.classify.table import TensorTable
 from qcheck.formats import REGISTRY
@@ -361,6 +362,8 @@ def _quantization(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draft:
     q.format = draft.format
     q.config_method = draft.config_method
     q.kv_cache_dtype = draft.kv_cache_dtype or _kv_from_tensors(table)
+    q.kv_scales = kv_scales(table, draft)
+    check_declared(q.kv_scales, q.kv_cache_dtype, draft)
     if method == "none":
         q.weight_dtype = _plain_dtype(table, set())
         return q

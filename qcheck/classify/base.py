@@ -136,6 +136,9 @@ class Draft:
     activation_dtype: str | None = None
     activation_scheme: str | None = None
     kv_cache_dtype: str | None = None
+    #: the config key declaring a quantised KV cache, and whether its scales are static (shipped as tensors)
+    kv_cache_declared: str | None = None
+    kv_cache_static: bool | None = None
     excluded: list[str] = field(default_factory=list)
     format: str | None = None
     config_method: str | None = None

@@ -222,3 +222,5 @@ def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str
     kv = q.get("kv_cache_scheme")
     if isinstance(kv, dict):
         draft.kv_cache_dtype = _act_dtype(kv)
+        draft.kv_cache_declared = "kv_cache_scheme"
+        draft.kv_cache_static = kv.get("dynamic") is not True  # compressed-tensors: static unless dynamic: true

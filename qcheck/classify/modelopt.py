@@ -98,6 +98,9 @@ def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str
         kv = cfg_q["kv_cache_scheme"]  # type: ignore[index]
     if isinstance(kv, str):
         draft.kv_cache_dtype = KV_ALGOS.get(kv.upper(), kv.lower())
+        if kv.upper() in KV_ALGOS:
+            draft.kv_cache_declared = "kv_cache_quant_algo"
+            draft.kv_cache_static = True  # ModelOpt calibrates k/v amax offline and exports them as k_scale/v_scale
     if algo == "MIXED_PRECISION":
         layers = as_dict(as_dict(inner).get("quantized_layers") or as_dict(cfg_q).get("quantized_layers"))
         algos = sorted({str(v.get("quant_algo")).upper() for v in layers.values()

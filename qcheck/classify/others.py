@@ -277,6 +277,9 @@ def apply_quark(view: ConfigView, draft: Draft, family: str, tensor_method: str 
             if any(k in text for k in keys) and isinstance(spec, dict):
                 draft.kv_cache_dtype = _quark_dtype(spec.get("output_tensors"))
                 if draft.kv_cache_dtype:
+                    draft.kv_cache_declared = "kv_cache_group"
+                    out = as_dict(spec.get("output_tensors"))
+                    draft.kv_cache_static = out.get("is_dynamic") is not True
                     break
     if method == "mxfp6":
         # Quark packs FP6 four values into three bytes; the FP4 scanner assumed two per byte

@@ -33,6 +33,9 @@ class _CheckCommand(click.Command):
                    "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
 @click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
 @click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
+@click.option("--require-kv-scales", is_flag=True,
+              help="Fail a verdict whose quantised KV cache runs with default scales of 1.0 (the checkpoint ships "
+                   "no k_scale/v_scale, or q/prob scales where FP8 attention needs them).")
 @deploy_options
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
@@ -40,7 +43,8 @@ class _CheckCommand(click.Command):
 @output_options
 @limit_options
 def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, deploy: Deploy, memory_asked: bool, all_models: bool, output_spec: OutputSpec,
+            allow_unknown: bool, require_kv_scales: bool, deploy: Deploy, memory_asked: bool, all_models: bool,
+            output_spec: OutputSpec,
             limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
@@ -103,10 +107,11 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
         from qcheck.deploy.front import QcheckFlags, request_from_command
 
         request = request_from_command(engine_command, QcheckFlags(
-            target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes)))
+            target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes),
+            require_kv_scales))
         return finish(answer(request), output_spec)
     assert target is not None
     request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
-                           memory=memory_asked or bool(detected), all_models=all_models, gpu_memory_gib=detected,
-                           notes=tuple(notes), limits=limits)
+                           require_kv_scales=require_kv_scales, memory=memory_asked or bool(detected),
+                           all_models=all_models, gpu_memory_gib=detected, notes=tuple(notes), limits=limits)
     return finish(answer(request), output_spec)

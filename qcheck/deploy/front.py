@@ -28,6 +28,7 @@ class QcheckFlags:
     limits: Limits = DEFAULT_LIMITS
     gpu_memory_gib: tuple[tuple[str, float], ...] = ()
     notes: tuple[str, ...] = ()
+    require_kv_scales: bool = False
 
 
 def _engine_spec(cmd_engine: str, engines: Sequence[str]) -> tuple[str, ...]:
@@ -63,6 +64,6 @@ def request_from_command(words: Sequence[str], flags: QcheckFlags) -> CheckReque
     memory = (deploy.context is not None or deploy.kv_cache.given or deploy.batch > 1 or bool(deploy.knobs.given())
               or bool(flags.gpu_memory_gib))
     return CheckRequest(model, _engine_spec(cmd.engine, flags.engines), flags.gpus, deploy,
-                        require_native=flags.require_native, allow_unknown=flags.allow_unknown, memory=memory,
-                        gpu_memory_gib=flags.gpu_memory_gib, notes=(*flags.notes, *cmd.notes), limits=flags.limits,
-                        origin=cmd.origin)
+                        require_native=flags.require_native, allow_unknown=flags.allow_unknown,
+                        require_kv_scales=flags.require_kv_scales, memory=memory, gpu_memory_gib=flags.gpu_memory_gib,
+                        notes=(*flags.notes, *cmd.notes), limits=flags.limits, origin=cmd.origin)

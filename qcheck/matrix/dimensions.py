@@ -69,12 +69,14 @@ DIMENSIONS: list[Dimension] = [_architecture]
 
 
 def _builtin() -> None:
+    from qcheck.matrix.attention import judge_attention
     from qcheck.matrix.builds import judge_build
     from qcheck.matrix.command import judge_command
+    from qcheck.matrix.known_issues import judge_known_issues
     from qcheck.matrix.kvcache import judge_kv_cache
     from qcheck.matrix.parallel import judge_parallel
 
-    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_parallel, judge_command])
+    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_attention, judge_parallel, judge_command, judge_known_issues])
 
 
 _builtin()
@@ -126,6 +128,9 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
         verdict.suggestions = _dedupe([*verdict.suggestions, *(s for j in deciding for s in j.suggestions)])
     verdict.requires = _dedupe([*verdict.requires, *(r for j in judgements for r in j.requires)])
     verdict.warnings = _dedupe([*verdict.warnings, *(f"{j.dimension}: {w}" for j in judgements for w in j.warnings)])
+    for risk in (r for j in judgements for r in j.risks):
+        if all(r.id != risk.id for r in verdict.risks):
+            verdict.risks.append(risk)
     seen = {(s.ref, s.version) for s in verdict.sources}
     for j in judgements:
         for s in j.sources:

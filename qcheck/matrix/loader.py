@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import Collection, ItemsView, Iterator, Mapping, ValuesView
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +22,25 @@ from qcheck.matrix import files
 from qcheck.matrix.conditions import compile_hardware, compile_match
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
+    ATTENTION_KEYS,
+    ATTENTION_KINDS,
+    ATTENTION_RULE_KEYS,
     BACKEND_KEYS,
     BUILD_KEYS,
     ENGINE_FILE_KEYS,
     ENGINE_KEYS,
     KINDS,
+    KNOWN_ISSUE_EFFECTS,
+    KNOWN_ISSUE_KEYS,
+    KNOWN_ISSUE_STATES,
+    KNOWN_ISSUE_VERIFIED,
     KV_CACHE_KEYS,
+    KV_PAIR_KEYS,
+    KV_PLACEHOLDERS,
     KV_RULE_KEYS,
+    KV_SCALE_MISSING,
+    KV_SCALE_PLACEHOLDERS,
+    KV_SCALE_RULE_KEYS,
     LOADED_DTYPES,
     MODIFIER_KEYS,
     PARALLEL_KEYS,
@@ -40,10 +52,16 @@ from qcheck.matrix.schema import (
     SUGGESTION_PLACEHOLDERS,
     SUGGESTIONS_FILE_KEYS,
     VENDORS,
+    AttentionRule,
+    AttentionSpec,
     Backend,
     Build,
     Engine,
+    KnownIssue,
     KvCache,
+    KvPair,
+    KvRule,
+    KvScaleRule,
     MatrixDataError,
     ParallelSpec,
     Rule,
@@ -73,10 +91,13 @@ class EngineSet(Mapping[str, Engine]):
     use: a check of one engine reads one engine file. Iterating the ids reads nothing; ``values()``/``items()``
     (explore mode, listings, ``--validate``) load every engine and check every name once."""
 
-    def __init__(self, root: Path, files: dict[str, Path], gpus: GpuTable):
+    def __init__(self, root: Path, files: dict[str, Path], gpus: GpuTable, issues: Path | None = None):
         self._root = root
         self._files = files
         self._gpus = gpus
+        #: ``known_issues.toml``: read on the first engine load, each entry attached when its engine is loaded
+        self._issues = issues
+        self._issues_raw: dict[str, Any] | None = None
         self._loaded: dict[str, Engine] = {}
         self._raw: dict[str, dict[str, Any]] = {}
         self._names: dict[str, str] | None = None
@@ -92,7 +113,13 @@ class EngineSet(Mapping[str, Engine]):
             raw = self._raw.pop(ident, None)
             if raw is None:
                 raw = files.read_toml(self._root, self._files[ident])  # KeyError: no such engine
-            engine = self._loaded[ident] = _load_engine(self._root, self._files[ident], self._gpus, raw)
+            engine = _load_engine(self._root, self._files[ident], self._gpus, raw)
+            if self._issues is not None:
+                if self._issues_raw is None:
+                    self._issues_raw = files.read_toml(self._root, self._issues)
+                _load_known_issues(self._issues_raw, files.display(self._root, self._issues), engine, self._gpus,
+                                   self._files)
+            self._loaded[ident] = engine
         return engine
 
     def __iter__(self) -> Iterator[str]:
@@ -239,7 +266,84 @@ def _load(root: Path) -> Matrix:
                                       f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
         shared_sources = _load_sources(raw.get("sources", {}), display)
         suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
-    return Matrix(root, gpus, EngineSet(root, engine_files, gpus), suggestions, shared_sources)
+    kfile = root / "known_issues.toml"
+    return Matrix(root, gpus, EngineSet(root, engine_files, gpus, kfile if kfile.is_file() else None), suggestions,
+                  shared_sources)
+
+
+def _load_known_issues(raw: dict[str, Any], display: str, engine: Engine, gpus: GpuTable, known: Collection[str]) -> None:
+    """``known_issues.toml``: every ``[[issue]]`` about ``engine`` checked like a rule (versions, methods, match,
+    hardware, backend, KV pair, knobs against the engine's data) and attached to it (``Engine.known_issues``); the
+    others only for their id and engine name (each is checked in full when its engine is loaded)."""
+    for key in raw:
+        if key != "issue":
+            raise MatrixDataError(display, "unknown-key", f"unknown top-level key {key!r} (allowed: [[issue]])")
+    seen: set[str] = set()
+    required = {"id", "engine", "effect", "title", "message", "links", "verified", "evidence", "verified_at",
+                "tracker_state"}
+    for index, entry, ctx in entries_of(raw.get("issue", []), "issue", display, KNOWN_ISSUE_KEYS, required):
+        ident = require_str(entry, "id", ctx)
+        if not _RULE_ID.match(ident) or ident in seen:
+            ctx.fail("duplicate-rule-id" if ident in seen else "bad-id", f"issue id {ident!r} is reused or malformed")
+        seen.add(ident)
+        name = require_str(entry, "engine", ctx)
+        if name not in known:
+            ctx.fail("undefined-source", f"engine {name!r} is not an engine file (known: {', '.join(sorted(known))})")
+        if name != engine.id:
+            continue
+        choices = {"effect": KNOWN_ISSUE_EFFECTS, "verified": KNOWN_ISSUE_VERIFIED,
+                   "tracker_state": KNOWN_ISSUE_STATES}
+        for key, allowed in choices.items():
+            if entry.get(key) not in allowed:
+                ctx.fail("bad-match-value", f"{key} {entry.get(key)!r} is not one of {', '.join(allowed)}")
+        links = _str_list(entry, "links", ctx)
+        if not all(link.startswith("https://") for link in links):
+            ctx.fail("missing-source", "links must be https:// URLs of the tracker reports and fixes")
+        verified_at = require_str(entry, "verified_at", ctx)
+        try:
+            parse_version(verified_at, engine.scheme)
+        except ValueError as exc:
+            ctx.fail("bad-version", f"verified_at: {exc}")
+        evidence = require_str(entry, "evidence", ctx)
+        pair = _kv_pair(entry, engine.kv_cache, ctx) if any(k in entry for k in KV_PAIR_KEYS) else None
+        knobs = _kv_knobs(entry.get("knobs"), ctx) if "knobs" in entry else ()
+        effect = entry["effect"]
+        message = require_str(entry, "message", ctx)
+        sources = {"evidence": {"ref": evidence, "version": verified_at},
+                   **{f"link{i}": {"ref": link, "version": verified_at} for i, link in enumerate(links)}}
+        body: dict[str, Any] = {k: entry[k] for k in ("id", "versions", "methods", "match", "hardware", "backend")
+                                if k in entry}
+        body.update(status="native" if effect == "warning" else effect, reasons=[message], sources=list(sources),
+                    kernel="as the engine picks it, with the issue" if effect == "fallback" else None)
+        holder = Engine(id=engine.id, name=engine.name, file=display, aliases=(), kind=engine.kind,
+                        scheme=engine.scheme, versions=engine.versions, parsed_versions=engine.parsed_versions,
+                        hardware=engine.hardware, hardware_sources=(), backends=engine.backends,
+                        sources=_load_sources(sources, display))
+        rule = _load_rule({k: v for k, v in body.items() if v is not None}, index, holder, gpus,
+                          placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = (pair.conditions if pair else 0) + len(knobs)
+        _check_claims(entry.get("claims", []), ctx)
+        workaround = entry.get("workaround")
+        if workaround is not None and (not isinstance(workaround, str) or not workaround.strip()):
+            ctx.fail("bad-type", "workaround must be a non-empty string")
+        engine.known_issues.append(KnownIssue(
+            rule, effect, require_str(entry, "title", ctx), message, tuple(links), entry["verified"], evidence,
+            verified_at, entry["tracker_state"], workaround, pair, knobs))
+
+
+def _check_claims(claims: Any, ctx: Where) -> None:
+    """An issue's code evidence as matrices/tools/claims.toml claims (re-checked by verify_known_issues.py)."""
+    if not isinstance(claims, list):
+        ctx.fail("bad-type", "claims must be an array of tables")
+    for claim in claims:
+        if not isinstance(claim, dict) or not {"package", "version", "dist", "path", "pattern"} <= set(claim) \
+                or sum(k in claim for k in ("expect", "expect_items", "present")) != 1:
+            ctx.fail("missing-key", "each claim needs package, version, dist, path, pattern and one of expect, "
+                                    "expect_items, present")
+        try:
+            re.compile(str(claim["pattern"]))
+        except re.error as exc:
+            ctx.fail("bad-match-value", f"claim pattern {claim['pattern']!r}: {exc}")
 
 
 def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) -> Engine:
@@ -250,7 +354,7 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) ->
         if key not in ENGINE_FILE_KEYS:
             ctx.fail("unknown-key", f"unknown top-level key {key!r} "
                      "(allowed: [engine], [sources], [[rule]], [[modifier]], [[suggestion]], [[build]], [kv_cache], "
-                     "[[kv_rule]], [parallel], [memory])")
+                     "[[kv_rule]], [[kv_scale_rule]], [attention], [[attention_rule]], [parallel], [memory])")
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
@@ -260,6 +364,8 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) ->
                                            engine)
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
+    engine.kv_scale_rules = _load_kv_scale_rules(raw.get("kv_scale_rule", []), engine, gpus)
+    engine.attention, engine.attention_rules = _load_attention(raw, engine, gpus)
     engine.parallel = _load_parallel(raw.get("parallel"), engine)
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
@@ -403,36 +509,165 @@ def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:
                                                                          engine.sources, ctx), dict(flags))
 
 
-def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable
-             ) -> tuple[KvCache | None, list[tuple[frozenset[str], Rule]]]:
-    """``[kv_cache]`` (what the flag accepts) and ``[[kv_rule]]`` (rules with ``dtypes`` instead of methods)."""
+def _load_kv(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> tuple[KvCache | None, list[KvRule]]:
+    """``[kv_cache]`` (what the flag accepts) and ``[[kv_rule]]`` (rules about a (K, V) pair instead of methods)."""
     table = raw.get("kv_cache")
     kv = None
     if table is not None:
-        ctx = Where(engine.file, "[kv_cache]")
-        if not isinstance(table, dict):
-            ctx.fail("bad-type", "[kv_cache] must be a table")
-        check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
-        reads = table.get("reads_checkpoint", True)
-        if not isinstance(reads, bool):
-            ctx.fail("bad-type", "reads_checkpoint must be true or false")
-        kv = KvCache(require_str(table, "flag", ctx), tuple(v.lower() for v in _str_list(table, "accepts", ctx)),
-                     _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx), reads)
-    entries = raw.get("kv_rule", [])
-    if not isinstance(entries, list):
-        Where(engine.file).fail("bad-type", "[[kv_rule]] must be an array of tables")
+        kv = _load_kv_cache(table, engine)
     rules = []
-    for index, entry in enumerate(entries):
-        ctx = Where(engine.file, _entry_label("kv_rule", index, entry))
-        if not isinstance(entry, dict):
-            ctx.fail("bad-type", "each [[kv_rule]] must be a table")
-        check_keys(entry, KV_RULE_KEYS, {"id", "dtypes", "status", "sources"}, ctx)
-        dtypes = frozenset(v.lower() for v in _str_list(entry, "dtypes", ctx))
-        if kv is not None and not dtypes <= set(kv.accepts):
-            ctx.fail("bad-match-value", f"dtypes {sorted(dtypes - set(kv.accepts))} are not in [kv_cache] accepts")
-        rule = _load_rule({k: v for k, v in entry.items() if k != "dtypes"}, index, engine, gpus)
-        rules.append((dtypes, rule))
+    for index, entry, ctx in entries_of(raw.get("kv_rule", []), "kv_rule", engine.file, KV_RULE_KEYS,
+                                        {"id", "status", "sources"}):
+        pair = _kv_pair(entry, kv, ctx)
+        knobs = _kv_knobs(entry.get("knobs"), ctx) if "knobs" in entry else ()
+        rule = _load_rule({k: v for k, v in entry.items() if k not in KV_PAIR_KEYS and k != "knobs"}, index, engine,
+                          gpus, placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = pair.conditions + len(knobs)
+        rules.append(KvRule(rule, pair, knobs))
     return kv, rules
+
+
+def _load_kv_scale_rules(entries: Any, engine: Engine, gpus: GpuTable) -> list[KvScaleRule]:
+    """``[[kv_scale_rule]]``: a message (the engine's log line) for a quantised cache without calibrated scales."""
+    out = []
+    for index, entry, ctx in entries_of(entries, "kv_scale_rule", engine.file, KV_SCALE_RULE_KEYS,
+                                        {"id", "dtypes", "missing", "message", "sources"}):
+        if engine.kv_cache is None:
+            ctx.fail("missing-key", "a [[kv_scale_rule]] needs the engine's [kv_cache]")
+        dtypes = frozenset(v.lower() for v in _str_list(entry, "dtypes", ctx))
+        if not dtypes <= set(engine.kv_cache.accepts):
+            ctx.fail("bad-match-value", f"dtypes {sorted(dtypes - set(engine.kv_cache.accepts))} are not in "
+                                        "[kv_cache] accepts")
+        missing = entry.get("missing")
+        if missing not in KV_SCALE_MISSING:
+            ctx.fail("bad-match-value", f"missing {missing!r} is not one of {', '.join(KV_SCALE_MISSING)}")
+        message = require_str(entry, "message", ctx)
+        body = {k: v for k, v in entry.items() if k not in ("dtypes", "missing", "message")}
+        rule = _load_rule({**body, "status": "native", "reasons": [message]}, index, engine, gpus,
+                          placeholders=KV_SCALE_PLACEHOLDERS)
+        rule.extra_conditions = 1
+        out.append(KvScaleRule(rule, dtypes, missing))
+    return out
+
+
+def _load_attention(raw: dict[str, Any], engine: Engine,
+                    gpus: GpuTable) -> tuple[AttentionSpec | None, list[AttentionRule]]:
+    """``[attention]`` and ``[[attention_rule]]``: which attention backend the engine picks, per model attention type."""
+    table = raw.get("attention")
+    spec = None
+    if table is not None:
+        ctx = Where(engine.file, "[attention]")
+        if not isinstance(table, dict):
+            ctx.fail("bad-type", "[attention] must be a table")
+        check_keys(table, ATTENTION_KEYS, {"flag", "sources"}, ctx)
+        spec = AttentionSpec(require_str(table, "flag", ctx),
+                             _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx))
+    rules = []
+    for index, entry, ctx in entries_of(raw.get("attention_rule", []), "attention_rule", engine.file,
+                                        ATTENTION_RULE_KEYS, {"id", "attention", "status", "sources"}):
+        if spec is None:
+            ctx.fail("missing-key", "an [[attention_rule]] needs the engine's [attention]")
+        kind = entry.get("attention")
+        if kind not in ATTENTION_KINDS:
+            ctx.fail("bad-match-value", f"attention {kind!r} is not one of {', '.join(ATTENTION_KINDS)}")
+        flags: dict[str, bool | None] = {}
+        for key in ("sinks", "sliding"):
+            if key in entry and not isinstance(entry[key], bool):
+                ctx.fail("bad-type", f"{key} must be true or false")
+            flags[key] = entry.get(key)
+        kv_dtypes = None
+        if "kv_dtypes" in entry:
+            kv_dtypes = frozenset(v.lower() for v in _str_list(entry, "kv_dtypes", ctx))
+            known = {"auto", *(engine.kv_cache.accepts if engine.kv_cache else ())}
+            if not kv_dtypes <= known:
+                ctx.fail("bad-match-value", f"kv_dtypes {sorted(kv_dtypes - known)} are neither 'auto' nor in "
+                                            "[kv_cache] accepts")
+        body = {k: v for k, v in entry.items() if k not in ("attention", "sinks", "sliding", "kv_dtypes")}
+        rule = _load_rule(body, index, engine, gpus, placeholders=KV_PLACEHOLDERS)
+        rule.extra_conditions = 1 + sum(v is not None for v in flags.values()) + (kv_dtypes is not None)
+        rules.append(AttentionRule(rule, kind, flags["sinks"], flags["sliding"], kv_dtypes))
+    return spec, rules
+
+
+def _load_kv_cache(table: Any, engine: Engine) -> KvCache:
+    ctx = Where(engine.file, "[kv_cache]")
+    if not isinstance(table, dict):
+        ctx.fail("bad-type", "[kv_cache] must be a table")
+    check_keys(table, KV_CACHE_KEYS, {"flag", "accepts", "sources"}, ctx)
+    for key in ("reads_checkpoint", "separate"):
+        if not isinstance(table.get(key, False), bool):
+            ctx.fail("bad-type", f"{key} must be true or false")
+    accepts = tuple(v.lower() for v in _str_list(table, "accepts", ctx))
+    separate = table.get("separate", False)
+    default = table.get("default")
+    if default is not None and (not isinstance(default, str) or default.lower() not in accepts):
+        ctx.fail("bad-match-value", f"default {default!r} is not one of accepts")
+    if separate and default is None:
+        ctx.fail("missing-key", "an engine that sets K and V apart (separate = true) needs the default type of an "
+                                "unset side ('default')")
+    shown = tuple(_pair_text(p, accepts, ctx, "shown_pairs") for p in
+                  (_str_list(table, "shown_pairs", ctx) if "shown_pairs" in table else []))
+    quantised_v = table.get("quantised_v_requires")
+    if quantised_v is not None and (not isinstance(quantised_v, str) or not quantised_v.strip()):
+        ctx.fail("bad-type", "quantised_v_requires must be a non-empty string")
+    return KvCache(require_str(table, "flag", ctx), accepts,
+                   _resolve_sources(_str_list(table, "sources", ctx), engine.sources, ctx),
+                   table.get("reads_checkpoint", True), separate, default.lower() if default else None, shown,
+                   quantised_v)
+
+
+def _kv_pair(entry: dict[str, Any], kv: KvCache | None, ctx: Where) -> KvPair:
+    """The (K, V) conditions of a [[kv_rule]]: at least one, every type named among [kv_cache] accepts."""
+    if not any(key in entry for key in KV_PAIR_KEYS):
+        ctx.fail("missing-key", f"a [[kv_rule]] needs one of {', '.join(KV_PAIR_KEYS)}")
+    accepts = kv.accepts if kv is not None else None
+
+    def types(key: str) -> frozenset[str] | None:
+        if key not in entry:
+            return None
+        values = frozenset(v.lower() for v in _str_list(entry, key, ctx))
+        if accepts is not None and not values <= set(accepts):
+            ctx.fail("bad-match-value", f"{key} {sorted(values - set(accepts))} are not in [kv_cache] accepts")
+        return values
+
+    pairs = None
+    if "pairs" in entry:
+        pairs = frozenset(_pair_text(p, accepts, ctx, "pairs") for p in _str_list(entry, "pairs", ctx))
+    mixed = entry.get("mixed")
+    if mixed is not None and not isinstance(mixed, bool):
+        ctx.fail("bad-type", "mixed must be true (K and V differ) or false (the same type)")
+    if (kv is None or not kv.separate) and (any(k in entry for k in ("k_dtypes", "v_dtypes", "pairs")) or mixed):
+        ctx.fail("bad-match-value", "k_dtypes, v_dtypes, pairs and mixed = true need [kv_cache] separate = true "
+                                    "(an engine with one setting caches K and V in the same type)")
+    return KvPair(types("dtypes"), types("k_dtypes"), types("v_dtypes"), pairs, mixed)
+
+
+def _pair_text(text: str, accepts: tuple[str, ...] | None, ctx: Where, key: str) -> tuple[str, str]:
+    k, sep, v = text.lower().partition("-")
+    if not sep or not k or not v or (accepts is not None and not {k, v} <= set(accepts)):
+        ctx.fail("bad-match-value", f"{key}: {text!r} is not K-V with both types in [kv_cache] accepts (e.g. q8_0-q4_0)")
+    return k, v
+
+
+def _kv_knobs(raw: Any, ctx: Where) -> tuple[tuple[str, Any], ...]:
+    """``knobs = { flash_attn = true }``: engine settings of the request (qcheck.request.EngineKnobs fields)."""
+    import dataclasses
+
+    from qcheck.request import EngineKnobs
+
+    names = {f.name for f in dataclasses.fields(EngineKnobs)}
+    if not isinstance(raw, dict) or not raw:
+        ctx.fail("bad-type", "knobs must be a non-empty table like { flash_attn = true }")
+    out = []
+    for key, value in raw.items():
+        if key not in names:
+            ctx.fail("unknown-match-key", f"knobs: {key!r} is not an engine knob (known: {', '.join(sorted(names))})")
+        if value == "null":
+            value = None
+        elif not isinstance(value, (bool, int, float)):
+            ctx.fail("bad-match-value", f"knobs.{key} = {value!r}: expected true/false, a number or \"null\"")
+        out.append((key, value))
+    return tuple(out)
 
 
 def _load_builds(raw: Any, engine: Engine) -> list[Build]:
@@ -505,6 +740,19 @@ def _resolve_sources(names: list[str], sources: dict[str, SourceSpec], ctx: Wher
     return tuple(out)
 
 
+def entries_of(raw: Any, kind: str, file: str, keys: set[str],
+               required: set[str]) -> Iterator[tuple[int, dict[str, Any], Where]]:
+    """The tables of a ``[[kind]]`` array, each checked for its keys, with where its problems are reported."""
+    if not isinstance(raw, list):
+        Where(file).fail("bad-type", f"[[{kind}]] must be an array of tables")
+    for index, entry in enumerate(raw):
+        ctx = Where(file, _entry_label(kind, index, entry))
+        if not isinstance(entry, dict):
+            ctx.fail("bad-type", f"each [[{kind}]] must be a table")
+        check_keys(entry, keys, required, ctx)
+        yield index, entry, ctx
+
+
 def _entry_label(kind: str, index: int, entry: Any) -> str:
     """How errors name a [[rule]]/[[modifier]]/[[suggestion]]: by id when it has one, always by position."""
     if isinstance(entry, dict) and isinstance(entry.get("id"), str):
@@ -512,7 +760,8 @@ def _entry_label(kind: str, index: int, entry: Any) -> str:
     return f"{kind} #{index + 1}"
 
 
-def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False) -> Rule:
+def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier: bool = False,
+               placeholders: tuple[str, ...] = PLACEHOLDERS) -> Rule:
     kind = "modifier" if modifier else "rule"
     ctx = Where(engine.file, _entry_label(kind, index, entry))
     if not isinstance(entry, dict):
@@ -562,7 +811,7 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     if status == "fallback" and not kernel:
         ctx.fail("missing-kernel", "a 'fallback' rule must name the substitute path in 'kernel'")
     for text in (kernel or "", *requires, *reasons, *warnings):
-        _check_placeholders(text, PLACEHOLDERS, ctx)
+        _check_placeholders(text, placeholders, ctx)
     if "sources" not in entry or not entry["sources"]:
         ctx.fail("missing-source", f"every {kind} must name at least one source from [sources]")
     sources = _resolve_sources(_str_list(entry, "sources", ctx), engine.sources, ctx)

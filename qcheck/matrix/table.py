@@ -157,10 +157,13 @@ def kv_grid(matrix: Matrix, targets: list[Target]) -> list[tuple[str, str, dict[
             continue
         request = EngineRequest(engine)
         version, at, _ = select_version(engine, None)
-        for dtype in (d for d in engine.kv_cache.accepts if any(d in ds for ds, _ in engine.kv_rules)):
+        ruled = {d for r in engine.kv_rules for d in r.pair.mentioned}
+        pairs = [(d, d) for d in engine.kv_cache.accepts if d in ruled] + list(engine.kv_cache.shown_pairs)
+        for k, v in pairs:
             cells: dict[str, Judgement | None] = {}
             for target in targets:
                 cells[target.label] = None if target.vendor not in engine.hardware else judge_kv_cache(
-                    Deployment(matrix, probe, request, target, version, at, Deploy(kv_cache=KVCacheTypes(dtype, dtype))))
-            out.append((f"{engine.id} {version}", dtype, cells))
+                    Deployment(matrix, probe, request, target, version, at, Deploy(kv_cache=KVCacheTypes(k, v))))
+            if any(j is not None for j in cells.values()):  # an unquantised pair no rule names says nothing
+                out.append((f"{engine.id} {version}", k if k == v else f"K {k}, V {v}", cells))
     return out

@@ -55,6 +55,11 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("QC114", "memory-does-not-fit", "Does not fit in the GPU's memory",
          "Weights, KV cache at the stated context and batch, activations and runtime overhead exceed the "
          "usable memory of one GPU.", "warning", 6),
+    Rule("QC115", "runtime-risk", "Runs, but with a known loss at run time",
+         "The engine runs the checkpoint, but does something at run time that costs accuracy or speed: a quantised "
+         "KV cache with default scales of 1.0 because the checkpoint ships no k_scale/v_scale (or q/prob scales), "
+         "or a problem reported in the engine's tracker for this version and GPU. It fails when the policy "
+         "requires calibrated KV scales (--require-kv-scales / require-kv-scales = true).", "warning", 7),
     Rule("QC120", "quality-threshold", "Quantisation loss over a quality threshold",
          "A quality metric measured against the unquantised reference (KL divergence, top-1 agreement, "
          "perplexity ratio, accuracy) crossed its threshold.", "error", 3),
@@ -175,9 +180,16 @@ def status_fails(v: dict[str, Any], policy: dict[str, Any]) -> bool:
         return True
     if status == "unknown":
         return not policy.get("allow_unknown", False)
+    if policy.get("require_kv_scales") and any(_risk_fails(r, policy) for r in v.get("risks") or []):
+        return True
     if status == "fallback":
         return bool(policy.get("require_native", False))
     return False
+
+
+def _risk_fails(risk: Any, policy: dict[str, Any]) -> bool:
+    """A run-time risk the policy refuses: default KV scales under require_kv_scales."""
+    return isinstance(risk, dict) and risk.get("kind") == "kv-scales" and bool(policy.get("require_kv_scales"))
 
 
 def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
@@ -203,6 +215,12 @@ def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
             message += f". Try: {suggestions[0]}"
         out.append(Finding(rule, level, message, model, artifact, logical, title=f"{label}: {status}",
                            properties=props))
+    for risk in v.get("risks") or []:
+        if isinstance(risk, dict) and status in ("native", "fallback"):
+            level = "error" if _risk_fails(risk, policy) else "warning"
+            out.append(Finding(RULES["QC115"], level, f"{label}: {risk.get('message', risk.get('id'))}", model,
+                               artifact, logical, title=f"{label}: {risk.get('kind', 'risk')}",
+                               properties={**props, "risk": risk.get("id")}))
     requires = [str(r) for r in v.get("requires") or []]
     if requires and status in ("native", "fallback"):
         out.append(Finding(RULES["QC113"], "note", f"{label} requires: {'; '.join(requires)}", model, artifact,

@@ -63,8 +63,11 @@ def _kv_section(result: MatrixResult) -> list[str]:
     lines = ["## KV-cache dtype (`--kv-cache-dtype`)", "",
              "What `qcheck check --kv-cache-dtype D` (or a checkpoint's own `kv_cache_scheme`) adds to a verdict, per "
              "engine and dtype in the engine's own spelling (`q4` ... for MLX `--kv-bits`, ExLlama cache modes and "
-             "transformers' QuantizedCache). A dtype an engine does not accept at all is `no` everywhere; blank: the "
-             "engine does not run on that vendor.", "",
+             "transformers' QuantizedCache). A row `K q8_0, V q4_0` is a pair set apart (llama.cpp `-ctk q8_0 -ctv q4_0`, "
+             "`--kv-cache-dtype q8_0,q4_0`): llama.cpp judges the pair per backend (the default backend of each column; "
+             "Vulkan only with `--engine llama.cpp:vulkan`) at `-fa auto`, its default (`-fa on|off` is judged too). A dtype an "
+             "engine does not accept at all is `no` everywhere; "
+             "blank: the engine does not run on that vendor.", "",
              "| engine | dtype | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     notes: dict[str, list[str]] = {}
     for label, dtype, cells in kv_grid(matrix, targets):

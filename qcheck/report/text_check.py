@@ -40,6 +40,8 @@ def engine_label(v: Verdict) -> str:
 def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     """One verdict block: status, engine x target (``<- fails`` when ``failing``), then labelled details."""
     mark = "" if failing is None else ("  <- fails" if failing else "")
+    if failing and v.status in ("native", "fallback") and any(r.kind == "kv-scales" for r in v.risks):
+        mark += " (--require-kv-scales: it runs with default KV-cache scales)"
     lines = [f"{_WORDS.get(v.status, v.status.upper()):<{_LABEL_WIDTH}}  {engine_label(v)} x {target_label(v)}{mark}"]
 
     def field(label: str, items: list[str]) -> None:
@@ -48,6 +50,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
 
     if v.kernel and not _does_not_load(v):
         field("kernel", [v.kernel])
+    field("attention", [d.reasons[0] for d in v.dimensions if d.dimension == "attention" and d.status == "native"
+                        and d.reasons][:1])
     field("requires", v.requires)
     field("why", v.reasons)
     field("warning", v.warnings)

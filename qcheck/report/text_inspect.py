@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from qcheck.formats import REGISTRY, Format
-from qcheck.model import Adapter, Inspection, Quantization
+from qcheck.model import Adapter, Inspection, KvScales, Quantization
 
 _ACT_BITS = {"float8_e4m3": 8, "float8_e5m2": 8, "int8": 8, "fp4_e2m1": 4, "int4": 4}
 
@@ -166,6 +166,7 @@ def _details(insp: Inspection) -> list[tuple[str, str]]:
         ("act-order", {True: "yes", False: "no"}[q.act_order] if q.act_order is not None else None),
         ("excluded", ", ".join(q.excluded) if q.excluded else None),
         ("KV cache", q.kv_cache_dtype or "not specified by the checkpoint"),
+        ("KV scales", _kv_scales_line(q.kv_scales)),
         ("dtype", insp.dtype),
         ("context", f"{insp.context_length:,}" if insp.context_length else None),
         ("layers", insp.num_layers),
@@ -179,6 +180,22 @@ def _details(insp: Inspection) -> list[tuple[str, str]]:
         ("tensors", insp.tensor_count if insp.container != "pickle" else None),
     ]
     return [(k, str(v)) for k, v in rows if v is not None and v != ""]
+
+
+def _kv_scales_line(scales: KvScales | None) -> str | None:
+    """``k/v 32 of 32 layers, q/prob none (static, kv_cache_scheme)``; None when there is nothing to say."""
+    if scales is None or not (scales.declared_by or scales.k_scales or scales.v_scales or scales.q_scales):
+        return None
+    n = scales.attention_layers
+
+    def cover(a: int, b: int) -> str:
+        got = min(a, b)
+        return "none" if not got else f"{got} of {n} layers" if n else f"{got} layers"
+
+    line = f"k/v {cover(scales.k_scales, scales.v_scales)}, q/prob {cover(scales.q_scales, scales.prob_scales)}"
+    if scales.declared_by:
+        line += f" ({'static' if scales.static else 'dynamic'}, {scales.declared_by})"
+    return line
 
 
 def _table(insp: Inspection) -> list[str]:

@@ -55,34 +55,47 @@ def rule_ties(matrix: Any, probes: Mapping[str, Sequence[Inspection]], targets: 
 
 
 def kv_rule_ties(matrix: Any, probe: Inspection, targets: Iterable[Target]) -> tuple[set[str], int]:
-    """(the ambiguous-rules errors met, the combinations decided) for the ``[[kv_rule]]`` entries: every dtype an
-    engine's ``[kv_cache]`` accepts, at every version, backend and target, as qcheck.matrix.kvcache decides it.
-    KV rules have no checkpoint conditions, so one probe stands for every checkpoint."""
+    """(the ambiguous-rules errors met, the combinations decided) for the ``[[kv_rule]]`` entries: every (K, V)
+    pair an engine's ``[kv_cache]`` accepts (K = V for an engine with one setting), under every setting of the
+    knobs its rules test, at every version, backend and target, as qcheck.matrix.kvcache decides it. KV rules
+    have no checkpoint conditions, so one probe stands for every checkpoint."""
+    import itertools
+
+    from qcheck.request import EngineKnobs
+
     errors: set[str] = set()
     decided = 0
     targets = list(targets)
     for engine in matrix.engines.values():
         if engine.kv_cache is None or not engine.kv_rules:
             continue
+        accepts = engine.kv_cache.accepts
+        pairs = list(itertools.product(accepts, accepts)) if engine.kv_cache.separate else [(d, d) for d in accepts]
+        knob_values: dict[str, set[Any]] = {}
+        for kv_rule in engine.kv_rules:
+            for name, value in kv_rule.knobs:
+                knob_values.setdefault(name, {None}).add(value)
+        settings = [EngineKnobs(**dict(zip(knob_values, combo, strict=True)))
+                    for combo in itertools.product(*knob_values.values())]
         backend_names: list[str | None] = [None, *engine.backends] if engine.backends else [None]
-        for dtype in engine.kv_cache.accepts:
-            rules = [rule for dtypes, rule in engine.kv_rules if dtype in dtypes]
-            if not rules:
-                continue
-            for version in engine.versions:
-                _, at, _ = select_version(engine, version)
-                for backend_name in backend_names:
-                    for target in targets if engine.needs_gpu else [None]:
-                        if target is not None and target.vendor not in engine.hardware:
-                            continue
-                        backend, problem = pick_backend(engine, backend_name, target)
-                        if problem is not None:
-                            continue
+        for version in engine.versions:
+            _, at, _ = select_version(engine, version)
+            for backend_name in backend_names:
+                for target in targets if engine.needs_gpu else [None]:
+                    if target is not None and target.vendor not in engine.hardware:
+                        continue
+                    backend, problem = pick_backend(engine, backend_name, target)
+                    if problem is not None:
+                        continue
+                    live = [r for r in engine.kv_rules if matching_rules(engine, probe, at, target, backend, [r.rule])]
+                    for (k, v), knobs in itertools.product(pairs, settings):
+                        rules = [r.rule for r in live if r.pair.holds(k, v)
+                                 and all(getattr(knobs, n) == x for n, x in r.knobs)]
                         decided += 1
                         try:
-                            decide(engine, matching_rules(engine, probe, at, target, backend, rules))
+                            decide(engine, [(r, []) for r in rules])
                         except MatrixDataError as exc:
-                            errors.add(f"{dtype}: {exc}")
+                            errors.add(f"{k}-{v} {knobs.given()}: {exc}")
     return errors, decided
 
 
