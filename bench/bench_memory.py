@@ -35,8 +35,9 @@ def formula_vs_llamacpp(workdir: Path) -> None:
 
     from qcheck.classify import classify
     from qcheck.matrix import load_matrix
-    from qcheck.memory import estimate_memory
+    from qcheck.memory import MemoryTarget, estimate_memory
     from qcheck.readers import load_checkpoint
+    from qcheck.request import Deploy
 
     archs = [
         Arch("llama", n_embd=128, n_layer=2, n_head=4, n_head_kv=2, n_ff=344, n_vocab=1000),
@@ -66,8 +67,7 @@ def formula_vs_llamacpp(workdir: Path) -> None:
             for ctx, ub in grid:
                 b = load_buffers(path, n_ctx=ctx, n_ubatch=ub, n_batch=max(ub, 512), flash_attn=fa)
                 mem = dataclasses.replace(base, params={**base.params, "n_ubatch": ub, "flash_attn": int(fa)})
-                est = estimate_memory(ins, context=ctx, engine="llama.cpp", engine_memory=mem,
-                                      gguf_metadata=ck.metadata, tensors=ck.tensors, device="RAM")
+                est = estimate_memory(ins, Deploy(context=ctx), MemoryTarget("llama.cpp", mem, "RAM"))
                 parts = {p.name: p.bytes / MIB for p in est.parts}
                 c = parts["compute buffer"]
                 err = (c - b.compute) / b.compute
@@ -106,19 +106,20 @@ def planning_overhead(workdir: Path, runs: int) -> None:
           f"plain {plain * 1000:.0f} ms, with planning {planned * 1000:.0f} ms, ratio {planned / plain:.2f}x "
           "(target <= 1.5x)")
     # in process, after a warm-up: the same two calls, alternated, so machine load hits both alike
-    from qcheck.check import check_paths
-    from qcheck.memory import check_path_with_memory
+    from qcheck.pipeline import run
+    from qcheck.request import CheckRequest, Deploy
 
-    engines, gpus = ["llama.cpp", "ollama", "vllm"], ["rtx-4090"]
-    check_paths(str(path), engines, gpus)
-    check_path_with_memory(str(path), engines, gpus, context=8192)
+    plain_q = CheckRequest(str(path), ("llama.cpp", "ollama", "vllm"), ("rtx-4090",))
+    planned_q = plain_q.replace(deploy=Deploy(context=8192), memory=True)
+    run(plain_q)
+    run(planned_q)
     a, b = [], []
     for _ in range(runs * 3):
         t = time.perf_counter()
-        check_paths(str(path), engines, gpus)
+        run(plain_q)
         a.append(time.perf_counter() - t)
         t = time.perf_counter()
-        check_path_with_memory(str(path), engines, gpus, context=8192)
+        run(planned_q)
         b.append(time.perf_counter() - t)
     pa, pb = statistics.median(a), statistics.median(b)
     print(f"in process, median of {runs * 3} alternated calls: plain {pa * 1000:.1f} ms, with planning "

@@ -78,13 +78,13 @@ def decode_tokens_per_s(path: Path, threads: int, tokens: int, n_ctx: int = 512)
 def estimate_for(path: Path, bandwidth_gbs: float, context: int) -> tuple[float, int]:
     """qcheck's decode ceiling at ``bandwidth_gbs`` for the file (and the bytes it counts per step)."""
     from qcheck.classify import classify
-    from qcheck.memory import estimate_memory
+    from qcheck.memory import MemoryTarget, estimate_memory
     from qcheck.readers import load_checkpoint
+    from qcheck.request import Deploy
 
     cp = load_checkpoint(str(path))
     ins = classify(cp)
-    est = estimate_memory(ins, context=context, engine="llama.cpp", gguf_metadata=cp.metadata, tensors=cp.tensors,
-                          device="RAM")
+    est = estimate_memory(ins, Deploy(context=context), MemoryTarget.for_engine("llama.cpp", device="RAM"))
     step = (est.active_weight_bytes or est.weights_bytes) + (est.kv_bytes_per_token or 0) * context
     return bandwidth_gbs * 1e9 / step, int(step)
 

@@ -78,8 +78,10 @@ def measure(cfg: dict, ctx: int) -> dict:
 
 def qcheck_terms(cfg: dict, ctx: int) -> tuple[int, int]:
     """qcheck's KV cache and activation bytes for the same model and context (transformers, BF16)."""
-    from qcheck.memory import estimate_memory
+    from qcheck.memory import MemoryTarget, estimate_memory
     from qcheck.model import Inspection
+    from qcheck.model_shape import shape_from
+    from qcheck.request import Deploy
 
     params = (cfg["vocab_size"] * cfg["hidden_size"] * 2 + cfg["num_hidden_layers"]
               * (cfg["hidden_size"] ** 2 * (2 + 2 * cfg["num_key_value_heads"] / cfg["num_attention_heads"])
@@ -89,7 +91,8 @@ def qcheck_terms(cfg: dict, ctx: int) -> tuple[int, int]:
                      num_attention_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_key_value_heads"],
                      vocab_size=cfg["vocab_size"], context_length=1 << 20, dtype="bfloat16")
     config = {"model_type": "llama", "torch_dtype": "bfloat16", **cfg}
-    est = estimate_memory(ins, context=ctx, engine="transformers", config=config, device="RAM")
+    ins.shape = shape_from(ins, config=config)
+    est = estimate_memory(ins, Deploy(context=ctx), MemoryTarget.for_engine("transformers", device="RAM"))
     act = sum(p.bytes for p in est.parts if p.name == "activations")
     return int(est.kv_cache_bytes or 0), act
 

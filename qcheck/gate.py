@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import LfsPointerError, QcheckError, UnsafeFileError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.policy import Policy
+
+if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
 
 GATE_SCHEMA = "qcheck.gate/1"
 
@@ -86,10 +89,15 @@ def _display(path: str, hub: bool) -> str:
     return path if rel.startswith("..") else rel
 
 
-def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = None) -> GateResult:
-    """Judge every model of ``policy`` on every target, then run the quality gate if the policy has one."""
-    from qcheck.check import inspect_target, run_check
+def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix | None = None) -> GateResult:
+    """Judge every model of ``policy`` on every target, then run the quality gate if the policy has one.
+
+    Each model is inspected once; each (model, target) question is the policy's ``CheckRequest`` for it,
+    answered by the same pipeline as ``qcheck check`` (``qcheck.pipeline.judge``).
+    """
     from qcheck.matrix import load_matrix
+    from qcheck.pipeline import inspect, judge
+    from qcheck.request import CheckRequest
 
     matrix = matrix or load_matrix()
     outcomes: list[ModelOutcome] = []
@@ -97,7 +105,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = N
     for spec in policy.models:
         shown = _display(spec.path, spec.hub)
         try:
-            inspection = inspect_target(spec.path, limits)
+            inspection = inspect(CheckRequest(spec.path, limits=limits))[0]
         except LfsPointerError as exc:
             status = "skipped" if policy.lfs_pointers == "skip" else "error"
             outcomes.append(ModelOutcome(spec.name, shown, status, error=_relabel(str(exc), spec.path, shown),
@@ -114,9 +122,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Any = N
         for target in policy.targets:
             if not target.applies_to(spec):
                 continue
-            annotate = _memory_annotator(policy, matrix) if policy.memory else None
-            result = run_check(inspection, target.engines, target.gpus, require_native=target.require_native,
-                               allow_unknown=target.allow_unknown, matrix=matrix, annotate=annotate)
+            result = judge(inspection, policy.request_for(spec, target, limits), matrix)
             for verdict in result.verdicts:
                 data = verdict.to_json()
                 memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory is not None
@@ -135,23 +141,6 @@ def _relabel(message: str, path: str, shown: str) -> str:
     """The error without the model's path in front (the report names the model already)."""
     message = message.replace(path, shown) if path != shown else message
     return message[len(shown) + 2:] if message.startswith(f"{shown}: ") else message
-
-
-def _memory_annotator(policy: Policy, matrix: Any) -> Any:
-    from qcheck.memory import apply_memory
-
-    mem = policy.memory
-    assert mem is not None
-
-    def gpu_memory(gpu_id: str) -> float | None:
-        gpu = matrix.gpus.gpus.get(gpu_id)
-        return gpu.memory_gib if gpu is not None else None
-
-    def annotate(inspection: Any, verdict: Any) -> None:
-        apply_memory([verdict], inspection, gpu_memory_gib=gpu_memory, context=mem.context, batch=mem.batch,
-                     kv_cache_dtype=mem.kv_cache_dtype)
-
-    return annotate
 
 
 def _run_quality(policy: Policy, inspections: dict[str, Any], limits: Limits) -> dict[str, Any]:

@@ -14,7 +14,10 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qcheck.matrix.gpus import GpuTable
 
 from qcheck.errors import UsageError
 
@@ -153,7 +156,7 @@ def candidate_names(name: str) -> list[str]:
     return [c for c in dict.fromkeys(out) if c]
 
 
-def resolve(gpus: Any, detected: list[DetectedGpu]) -> list[tuple[str, DetectedGpu]]:
+def resolve(gpus: GpuTable, detected: list[DetectedGpu]) -> list[tuple[str, DetectedGpu]]:
     """(catalogue id, device) for each detected device; a device the catalogue does not know is a UsageError."""
     out = []
     for dev in detected:
@@ -171,7 +174,7 @@ def resolve(gpus: Any, detected: list[DetectedGpu]) -> list[tuple[str, DetectedG
     return out
 
 
-def auto_gpus(gpus: Any) -> tuple[list[str], dict[str, float], list[str]]:
+def auto_gpus(gpus: GpuTable) -> tuple[list[str], dict[str, float], list[str]]:
     """For ``--gpu auto``: the catalogue ids, the memory to judge against per id (free memory when the tool
     reports it, else the total), and one note per device. No GPU found is a UsageError (exit 2)."""
     detected: list[DetectedGpu]

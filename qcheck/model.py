@@ -257,6 +257,103 @@ class Adapter:
 
 
 @dataclass
+class AttentionLayout:
+    """How a model caches per token (JSON ``shape.attention``): which layers see the whole context, which a
+    sliding window, which keep a constant-size state, and the cached elements per token per layer.
+
+    Read from config.json (``layer_types``, ``sliding_window`` and its pattern, ``kv_lora_rank``) or the GGUF keys
+    at inspection time, so a saved inspection answers memory questions exactly as the file does.
+    """
+
+    full_layers: int = 0
+    window_layers: int = 0
+    window: int | None = None
+    kv_heads: int | None = None
+    k_dim: int | None = None
+    v_dim: int | None = None
+    #: MLA: the compressed latent cached per token per layer (kv_lora_rank + the rotary part), no K/V split
+    mla_dim: int | None = None
+    kv_lora_rank: int | None = None
+    rope_dim: int | None = None
+    #: GGUF per-layer ``head_count_kv`` arrays (0 for layers without attention)
+    per_layer_kv_heads: list[int] | None = None
+    #: layers with a constant-size state instead of a growing cache (linear attention, state-space, recurrent)
+    state_layers: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def elements_per_token_layer(self) -> float | None:
+        """Cached elements per token per full layer (K+V over all KV heads, or the MLA latent)."""
+        if self.mla_dim:
+            return float(self.mla_dim)
+        if self.per_layer_kv_heads and self.k_dim and self.v_dim:
+            return sum(self.per_layer_kv_heads) / len(self.per_layer_kv_heads) * (self.k_dim + self.v_dim)
+        if self.kv_heads and self.k_dim and self.v_dim:
+            return float(self.kv_heads * (self.k_dim + self.v_dim))
+        return None
+
+    def kv_elements(self) -> tuple[float, float] | None:
+        """(K, V) elements per token per full layer, apart (an MLA latent is all K: one cache, one type)."""
+        if self.mla_dim:
+            return float(self.mla_dim), 0.0
+        heads: float | None = None
+        if self.per_layer_kv_heads and self.k_dim and self.v_dim:
+            heads = sum(self.per_layer_kv_heads) / len(self.per_layer_kv_heads)
+        elif self.kv_heads and self.k_dim and self.v_dim:
+            heads = float(self.kv_heads)
+        if heads is None or not self.k_dim or not self.v_dim:
+            return None
+        return heads * self.k_dim, heads * self.v_dim
+
+
+@dataclass
+class ModelShape:
+    """Dimensions and where the bytes are (JSON ``shape``): what memory, offload and speed need, read from the
+    headers at inspection time (bytes as stored: packed when quantised).
+
+    Weights are not one number for planning: llama.cpp keeps the token embeddings in host memory, offloads whole
+    layers (``-ngl``) with the output layer counted as one more, and can leave MoE expert tensors on the CPU
+    (``--n-cpu-moe``); bytes read per generated token depend on which experts are active. So the tensor table is
+    summarised per layer, with the expert part apart.
+    """
+
+    hidden: int = 0
+    vocab: int = 0
+    n_head: int = 0
+    n_ff: int = 0
+    n_layers: int = 0
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0  # one expert's feed-forward width
+    total_bytes: int = 0
+    embed_bytes: int = 0
+    output_bytes: int = 0
+    tied_output: bool = False
+    layer_bytes: list[int] = field(default_factory=list)  # per layer, experts included
+    expert_bytes: list[int] = field(default_factory=list)  # per layer, the routed-expert tensors only
+    other_bytes: int = 0  # norms and anything outside layers, embeddings, output and vision tower
+    #: a vision (or audio) encoder and its projector: loaded beside the language model, not per token
+    vision_bytes: int = 0
+    #: True when the byte figures come from the tensor table (else the file size spread over the layers)
+    from_tensors: bool = False
+    attention: AttentionLayout = field(default_factory=AttentionLayout)
+
+    @property
+    def moe(self) -> bool:
+        return self.n_expert > 1 and any(self.expert_bytes)
+
+    def active_bytes_per_token(self) -> int:
+        """Weight bytes one generated token reads: everything but the inactive experts and the vision tower
+        (token embeddings are a row lookup, not read whole)."""
+        body = sum(self.layer_bytes) + self.output_bytes + self.other_bytes
+        if self.moe and self.n_expert_used:
+            inactive = sum(self.expert_bytes) * (1 - min(self.n_expert_used, self.n_expert) / self.n_expert)
+            body -= int(inactive)
+        if self.tied_output:
+            body += self.embed_bytes
+        return max(body, 0)
+
+
+@dataclass
 class Inspection:
     """What a checkpoint is: the public ``qcheck.inspection/1`` record."""
 
@@ -295,6 +392,9 @@ class Inspection:
     type_stats: list[dict[str, Any]] = field(default_factory=list)
     #: a PEFT adapter (adapter_config.json); None for a full model (see qcheck.classify.adapter)
     adapter: Adapter | None = None
+    #: dimensions, per-layer bytes and attention layout: everything memory needs (None for a pickle, and in
+    #: inspections saved before qcheck recorded it)
+    shape: ModelShape | None = None
 
     @property
     def origin(self) -> Origin:
@@ -358,6 +458,9 @@ class Verdict:
     #: each dimension's partial verdict (weights, architecture, KV cache, parallelism ...), the weight format
     #: first; the status above is the worst of them (see qcheck.matrix.dimensions)
     dimensions: list[Judgement] = field(default_factory=list)
+    #: the dtype the engine holds the weights in after converting them at load (a dequantising fallback), as the
+    #: deciding rule states it; None: kept as stored. Memory reads this, never the reason text.
+    weights_loaded_as: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -13,10 +13,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qcheck import validate
 from qcheck.errors import UsageError
+from qcheck.limits import DEFAULT_LIMITS, Limits
+
+if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
+    from qcheck.request import CheckRequest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -125,6 +130,17 @@ class Policy:
     quality: QualitySpec | None = None
     lfs_pointers: str = "error"
     base_dir: str = "."
+
+    def request_for(self, model: ModelSpec, target: TargetSpec, limits: Limits = DEFAULT_LIMITS) -> CheckRequest:
+        """The question the gate asks for one model on one target: the same ``CheckRequest`` ``qcheck check``
+        builds from the equivalent flags (``[memory]`` gives the context, batch and KV cache)."""
+        from qcheck.request import CheckRequest, Deploy, KVCacheTypes
+
+        mem = self.memory
+        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype)) if mem else Deploy()
+        return CheckRequest(model.path, tuple(target.engines), tuple(target.gpus), deploy,
+                            require_native=target.require_native, allow_unknown=target.allow_unknown,
+                            memory=mem is not None, limits=limits)
 
     def to_json(self) -> dict[str, Any]:
         """The policy as resolved (globs expanded), for the gate report."""
@@ -587,15 +603,16 @@ def quality_backends() -> tuple[str, ...]:
     return tuple(b for b in PATH_BACKENDS if b in BACKENDS) or ("simulated",)
 
 
-def validate_targets(policy: Policy, matrix: Any = None) -> None:
+def validate_targets(policy: Policy, matrix: Matrix | None = None) -> None:
     """Resolve every target's engines and GPUs against the matrix: unknown names name their key."""
-    from qcheck.check import plan
     from qcheck.matrix import load_matrix
+    from qcheck.pipeline import plan
+    from qcheck.request import CheckRequest
 
     matrix = matrix or load_matrix()
     for t in policy.targets:
         try:
-            plan(t.engines, t.gpus, matrix)
+            plan(CheckRequest("-", tuple(t.engines), tuple(t.gpus)), matrix)
         except UsageError as exc:
             raise PolicyError(policy.file, t.key, str(exc).replace("--engine", "engine").replace("--gpu", "gpu")) \
                 from None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from qcheck.check import ResultSet
 
 if TYPE_CHECKING:
+    from qcheck.limits import Limits
     from qcheck.memory import MemoryEstimate
 
 GIB = 1024**3
@@ -159,7 +160,7 @@ class QuantTable(ResultSet):
 MAX_BRANCHES = 64
 
 
-def hub_branches(repo_id: str, limits: Any) -> list[str]:
+def hub_branches(repo_id: str, limits: Limits) -> list[str]:
     """The branch names of a Hub repo (``GET /api/models/{repo}/refs``, one bounded JSON request through the
     Hub client: retries, budget, token redaction), ``main`` first, at most ``MAX_BRANCHES``."""
     import re
@@ -191,7 +192,7 @@ def hub_branches(repo_id: str, limits: Any) -> list[str]:
     return names[:MAX_BRANCHES]
 
 
-def branch_targets(target: str, limits: Any) -> list[str]:
+def branch_targets(target: str, limits: Limits) -> list[str]:
     """For ``org/name@*[:selector]`` (every branch of a Hub repo): one target per branch, ``org/name@branch``;
     empty for any other target."""
     from qcheck.hub.target import hub_target

@@ -159,7 +159,7 @@ class Deploy:
     memory estimate read."""
 
     context: int | None = None  # tokens per sequence; None: the engine's default (capped at the model's own)
-    batch: int | None = None  # concurrent sequences; None: 1
+    batch: int = 1  # concurrent sequences
     kv_cache: KVCacheTypes = field(default_factory=KVCacheTypes)
     parallel: Parallel = field(default_factory=Parallel)
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
@@ -167,10 +167,6 @@ class Deploy:
     def __post_init__(self) -> None:
         _check_int(self.context, "--context", 1, 1 << 30)
         _check_int(self.batch, "--batch", 1, 1 << 20)
-
-    @property
-    def batch_or_one(self) -> int:
-        return self.batch or 1
 
     def to_json(self) -> dict[str, Any]:
         return {"context": self.context, "batch": self.batch, "kv_cache": self.kv_cache.to_json(),

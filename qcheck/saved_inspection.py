@@ -19,8 +19,10 @@ from qcheck.model import (
     CHECK_SCHEMA,
     INSPECTION_SCHEMA,
     Adapter,
+    AttentionLayout,
     Inspection,
     InspectionFinding,
+    ModelShape,
     Quantization,
     SourceFile,
 )
@@ -61,7 +63,7 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
     types = quant.tensor_types
     if not isinstance(types, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in types.items()):
         quant_at.key("tensor_types").fail("must map type names to counts")
-    values = _fields(Inspection, data, root, skip={"quantization", "files", "findings", "adapter"})
+    values = _fields(Inspection, data, root, skip={"quantization", "files", "findings", "adapter", "shape"})
     validate.choice(values.get("container"), root.key("container"), _CONTAINERS)
     files = []
     for i, f in enumerate(data.get("files") or []):
@@ -77,7 +79,64 @@ def inspection_from_json(data: dict[str, Any], path: str = "<json>") -> Inspecti
         findings.append(InspectionFinding(**{k: validate.string(f.get(k), at.key(k), empty=True, strip=False)
                                               for k in ("kind", "where", "message")}))
     values.setdefault("path", path)
-    return Inspection(quantization=quant, files=files, findings=findings, adapter=_adapter(data, root), **values)
+    return Inspection(quantization=quant, files=files, findings=findings, adapter=_adapter(data, root),
+                      shape=_shape(data.get("shape"), root.key("shape")), **values)
+
+
+#: the largest count a saved shape may state (bytes up to 2^53, layers up to MAX_LAYERS)
+_MAX_COUNT = 2**53
+
+
+def _shape(raw: Any, at: validate.At) -> ModelShape | None:
+    """The ``shape`` record of a saved inspection, every number bounded and every list's length capped (a record
+    written by a hostile hand must not make memory planning allocate or loop without bound)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        at.fail(f"must be an object, not {_json_type(raw)}")
+    values = _counts(ModelShape, raw, at, skip={"attention", "tied_output", "from_tensors"})
+    attention_raw = raw.get("attention")
+    attention = AttentionLayout()
+    if attention_raw is not None:
+        if not isinstance(attention_raw, dict):
+            at.key("attention").fail(f"must be an object, not {_json_type(attention_raw)}")
+        lay = _counts(AttentionLayout, attention_raw, at.key("attention"), skip={"notes"})
+        notes = attention_raw.get("notes") or []
+        if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
+            at.key("attention").key("notes").fail("must be an array of at most 64 strings")
+        attention = AttentionLayout(notes=[n[:500] for n in notes], **lay)
+    for flag in ("tied_output", "from_tensors"):
+        value = raw.get(flag, False)
+        if not isinstance(value, bool):
+            at.key(flag).fail(f"must be true or false, not {_json_type(value)}")
+        values[flag] = value
+    shape = ModelShape(attention=attention, **values)
+    if len(shape.layer_bytes) != len(shape.expert_bytes) and shape.expert_bytes:
+        at.key("expert_bytes").fail("must have one entry per layer, as layer_bytes has")
+    return shape
+
+
+def _counts(cls: type, raw: dict[str, Any], at: validate.At, skip: set[str]) -> dict[str, Any]:
+    """The integer and integer-list fields of ``cls`` found in ``raw``: non-negative, bounded, lists at most
+    MAX_LAYERS long."""
+    from qcheck.model_shape import MAX_LAYERS
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name not in raw or raw[f.name] is None:
+            continue
+        value = raw[f.name]
+        if str(f.type).startswith("list"):
+            if not isinstance(value, list) or len(value) > MAX_LAYERS or not all(_count(v) for v in value):
+                at.key(f.name).fail(f"must be an array of at most {MAX_LAYERS} non-negative integers")
+        elif not _count(value):
+            at.key(f.name).fail(f"must be a non-negative integer below 2^53, not {_json_type(value)}")
+        out[f.name] = value
+    return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT
 
 
 def _adapter(data: dict[str, Any], root: validate.At) -> Adapter | None:

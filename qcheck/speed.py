@@ -29,6 +29,7 @@ CALIBRATION = ("published llama.cpp decode on RTX 4090 / RTX 3090 Ti reached 48-
                "measured 1.25-2.09; docs/memory.md)")
 
 if TYPE_CHECKING:
+    from qcheck.matrix.gpu_perf import GpuPerf
     from qcheck.memory import MemoryEstimate
 
 _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
@@ -73,7 +74,7 @@ class SpeedEstimate:
         return asdict(self)
 
 
-def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstimate, perf: Any,
+def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstimate, perf: GpuPerf,
                    native: frozenset[str], active_bytes: int | None, active_params: int | None) -> SpeedEstimate:
     """The ``speed`` record for one verdict; ``perf`` is the GPU's ``[[perf]]`` entry (GpuPerf)."""
     fmt, why = compute_format(verdict, inspection, native)

@@ -189,11 +189,13 @@ def test_check_imports_no_heavy_modules_on_shipped_matrix() -> None:
     code = (
         "import sys\n"
         "from qcheck.matrix import load_matrix\n"
-        "from qcheck.check import run_check\n"
+        "from qcheck.pipeline import judge\n"
+        "from qcheck.request import CheckRequest, Deploy\n"
         "from qcheck.model import Inspection, Quantization\n"
         "m = load_matrix()\n"
         "insp = Inspection(path='x', container='safetensors', quantization=Quantization(method='fp8'))\n"
-        "run_check(insp, [], ['h100', 'rtx-4090', 'mi300x', 'm3-max', 'cpu'], matrix=m)\n"
+        "judge(insp, CheckRequest('x', (), ('h100', 'rtx-4090', 'mi300x', 'm3-max', 'cpu'), Deploy(context=4096),\n"
+        "                         memory=True), m)\n"
         "print('MODULES=' + ','.join(sorted(x for x in ('torch', 'transformers', 'numpy') if x in sys.modules)))\n"
     )
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=180)
@@ -265,21 +267,23 @@ def test_real_files_check_without_heavy_imports(tmp_path: Path) -> None:
     assert [r["verdicts"][0]["status"] for r in reports] == ["native", "native"]
 
 
-def test_annotate_hook_fills_every_verdict() -> None:
-    from qcheck.check import run_check
+def test_a_memory_question_fills_every_verdict() -> None:
     from qcheck.matrix.loader import load_matrix
+    from qcheck.pipeline import judge
+    from qcheck.request import CheckRequest, Deploy
 
     m = load_matrix(TEST_MATRIX)
-    insp = Inspection(path="x", container="safetensors", quantization=Quantization(method="fp8"))
-    seen = []
-
-    def annotate(inspection: Inspection, verdict: Verdict) -> None:
-        seen.append(inspection is insp)
-        verdict.warnings.append(f"gpu_gib={m.gpus.gpus[verdict.gpu].memory_gib}")
-
-    result = run_check(insp, ["fastserve"], ["h100", "t4"], matrix=m, annotate=annotate)
-    assert seen == [True, True]
-    assert [v.warnings[-1] for v in result.verdicts] == ["gpu_gib=80", "gpu_gib=16"]
+    insp = Inspection(path="x", container="safetensors", quantization=Quantization(method="fp8"), num_layers=2,
+                      num_attention_heads=4, num_kv_heads=2, hidden_size=128, size_bytes=10**6)
+    asked = CheckRequest("x", ("fastserve",), ("h100", "t4"), Deploy(context=1024), memory=True)
+    result = judge(insp, asked, m)
+    assert [v.memory.gpu_memory_bytes for v in result.verdicts] == [80 * 2**30, 16 * 2**30]
+    assert result.request is asked
+    # the request's per-GPU memory (--gpu auto: what is free) replaces the catalogue's
+    result = judge(insp, asked.replace(gpu_memory_gib=(("t4", 9.5),)), m)
+    assert [v.memory.gpu_memory_bytes for v in result.verdicts] == [80 * 2**30, int(9.5 * 2**30)]
+    # no memory question: no memory figure
+    assert all(v.memory is None for v in judge(insp, asked.replace(memory=False), m).verdicts)
 
 
 def test_pickle_checkpoint_is_not_judged(tmp_path: Path) -> None:

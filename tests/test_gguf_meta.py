@@ -12,7 +12,7 @@ from gguf import GGUFValueType
 
 from qcheck.classify.gguf import classify_gguf
 from qcheck.cli import main
-from qcheck.memory import layout_from_gguf
+from qcheck.model_shape import layout_from_gguf
 from qcheck.readers.gguf import load_gguf
 from qcheck.readers.gguf_meta import MAX_COUNT, model_keys
 from qcheck.source import LocalFileSet

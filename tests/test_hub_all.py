@@ -199,15 +199,15 @@ def test_readers_use_the_hub_rules_for_repo_ids(hub, tmp_path):
     assert hub.requests(r".") == []  # none of them went to the network
 
 
-def test_load_target_keeps_the_checkpoint_for_memory(tmp_path):
-    from qcheck.check import inspect_target, load_target, load_targets
+def test_a_saved_inspection_carries_what_memory_needs(tmp_path):
+    from qcheck.check import inspect_target, load_targets
 
     [path] = write_gguf(tmp_path / "m.gguf", [("blk.0.attn_q.weight", (256, 256), Q.Q8_0)])
-    inspection, checkpoint = load_target(str(path))
-    assert checkpoint is not None and checkpoint.container == "gguf" and "general.architecture" in checkpoint.metadata
+    [inspection] = load_targets(str(path))
+    assert inspection.shape is not None and inspection.shape.layer_bytes  # read from the headers, once
     assert inspection.to_json() == inspect_target(str(path)).to_json()
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(inspection.to_json()))
-    again, none = load_target(str(saved))
-    assert none is None and again.quantization.tensor_types == inspection.quantization.tensor_types
-    assert [c is None for _, c in load_targets(str(saved), all_models=True)] == [True]
+    [again] = load_targets(str(saved), all_models=True)
+    assert again.quantization.tensor_types == inspection.quantization.tensor_types
+    assert again.shape == inspection.shape

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from qcheck.check import check_path
 from qcheck.model import Inspection, Quantization, Verdict
-from qcheck.request import Deploy, Parallel
+from qcheck.pipeline import run
+from qcheck.request import CheckRequest, Deploy, KVCacheTypes, Parallel
 from support import builders as b
 from support.gguf_helpers import Q, write_gguf
 
@@ -35,7 +35,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def kv(path: str, engine: str, gpu: str, dtype: str | None = None) -> tuple[Verdict, int]:
-    result = check_path(path, [engine], [gpu], options={"kv_cache_dtype": dtype} if dtype else None)
+    result = run(CheckRequest(path, [engine], [gpu], deploy=Deploy(kv_cache=KVCacheTypes.parse(dtype))))
     assert len(result.verdicts) == 1
     return result.verdicts[0], result.exit_code
 
@@ -301,10 +301,10 @@ def test_thor_is_unknown_until_a_rule_names_it(files, engine: str) -> None:
     """No engine's rules were read for sm110: capability-wide rules (cc >= 10.0 ...) must not call it native."""
     path = {"llama.cpp": files["gguf"], "ollama": files["gguf"], "exllamav2": files["exl2"],
             "exllamav3": files["exl3"]}.get(engine, files["awq"])
-    result = check_path(path, [engine], ["jetson-thor"])
+    result = run(CheckRequest(path, [engine], ["jetson-thor"]))
     v = result.verdicts[0]
     assert v.status == "unknown" and result.exit_code == 1, (engine, v.status, v.reasons)
-    assert check_path(path, [engine], ["jetson-thor"], allow_unknown=True).exit_code == 0
+    assert run(CheckRequest(path, [engine], ["jetson-thor"], allow_unknown=True)).exit_code == 0
     weights = v.dimensions[0]
     assert weights.dimension == "weights" and weights.status == "unknown", weights
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from qcheck.check import run_check
 from qcheck.errors import UsageError
 from qcheck.matrix import resolve
 from qcheck.matrix.loader import clear_cache, load_matrix
 from qcheck.matrix.resolve import EngineRequest, parse_engine_spec, resolve_one, select_version
 from qcheck.matrix.schema import MatrixDataError
 from qcheck.model import Inspection, Quantization
+from qcheck.pipeline import judge
+from qcheck.request import CheckRequest
 from support.matrix_sweep import rule_ties
 
 TEST_MATRIX = Path(__file__).parent / "data" / "matrices"
@@ -308,8 +309,8 @@ priority = 5
     assert (v.status, v.rule_id) == ("fallback", "fp8-hopper-other")
 
 
-def test_run_check_cross_product_and_dedup(m) -> None:
-    result = run_check(st("fp8"), ["fastserve", "fs", "cloudco"], ["h100", "H100", "t4"], matrix=m)
+def test_judge_cross_product_and_dedup(m) -> None:
+    result = judge(st("fp8"), CheckRequest("x", ("fastserve", "fs", "cloudco"), ("h100", "H100", "t4")), m)
     assert [(v.engine, v.gpu) for v in result.verdicts] == [("fastserve", "h100"), ("fastserve", "t4"),
                                                             ("cloudco", None)]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from qcheck.check import CheckResult, check_path
+from qcheck.check import CheckResult
 from qcheck.model import Verdict
-from qcheck.request import Deploy, Parallel
+from qcheck.pipeline import run
+from qcheck.request import CheckRequest, Deploy, KVCacheTypes, Parallel
 from support import builders as b
 from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
@@ -38,7 +39,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def check(path: str, engine: str, gpu: str, **policy: bool) -> tuple[Verdict, CheckResult]:
-    result = check_path(path, [engine], [gpu], **policy)
+    result = run(CheckRequest(path, [engine], [gpu], **policy))
     assert len(result.verdicts) == 1
     return result.verdicts[0], result
 
@@ -155,7 +156,7 @@ def test_versions_older_than_the_data_are_unknown(files, engine: str, floor: str
     # the architecture data starts later than that version as well: it cannot say either
     assert [r.split(":")[0] for r in v.reasons[1:]] == ["architecture"]
     assert result.exit_code == 1
-    assert check_path(path, [engine], [gpu], allow_unknown=True).exit_code == 0
+    assert run(CheckRequest(path, [engine], [gpu], allow_unknown=True)).exit_code == 0
 
 
 def test_rules_about_older_releases_still_say_not_yet(files) -> None:
@@ -231,7 +232,7 @@ def test_new_gpus_get_honest_answers(files) -> None:
 # ------------------------------------------------------------------------------ KV-cache dimension
 
 def kv(path: str, engine: str, gpu: str, dtype: str) -> tuple[Verdict, CheckResult]:
-    result = check_path(path, [engine], [gpu], options={"kv_cache_dtype": dtype})
+    result = run(CheckRequest(path, [engine], [gpu], deploy=Deploy(kv_cache=KVCacheTypes.parse(dtype))))
     return result.verdicts[0], result
 
 
@@ -362,7 +363,7 @@ def test_pipeline_and_expert_parallel() -> None:
 
 
 def test_tp_through_check(files) -> None:
-    v = check_path(files["fp8-block"], ["vllm"], ["h100"], options={"tp": 3}).verdicts[0]
+    v = run(CheckRequest(files["fp8-block"], ["vllm"], ["h100"], deploy=Deploy(parallel=Parallel(tp=3)))).verdicts[0]
     assert v.status == "unsupported" and "must be divisible by tensor parallel size (3)" in v.reasons[0]
 
 
@@ -409,17 +410,17 @@ def test_sglang_fp8_moe_on_ampere_differs_from_the_dense_path() -> None:
 
 def test_the_memory_estimate_proposes_only_gpu_counts_the_engine_loads() -> None:
     """A 72B block-FP8 model with a 29568-wide MLP: --tp 2/4/8 all split a 128 block, so vLLM cannot spread it."""
-    from qcheck.memory import estimate_memory
+    from support.memory_helpers import estimate
 
     qwen72 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=29568, **FP8_BLOCK)
     qwen72.parameters, qwen72.size_bytes, qwen72.context_length = 72_700_000_000, 77_000_000_000, 32768
-    est = estimate_memory(qwen72, context=4096, gpu_memory_gib=80, engine="vllm")
+    est = estimate(qwen72, context=4096, gpu_memory_gib=80, engine="vllm")
     assert est.gpus_needed is None and est.max_gpus == 1
     assert any(a.startswith("GPU counts the engine refuses for this checkpoint were skipped: --tp 2 (gate_proj/up_proj: "
                             "Weight output_partition_size = 14784") for a in est.assumptions)
     llama70 = shaped("fp8", heads=64, kv=8, head_dim=128, inter=28672, **FP8_BLOCK)
     llama70.parameters, llama70.size_bytes, llama70.context_length = 70_600_000_000, 75_000_000_000, 32768
-    ok = estimate_memory(llama70, context=4096, gpu_memory_gib=80, engine="vllm")
+    ok = estimate(llama70, context=4096, gpu_memory_gib=80, engine="vllm")
     assert ok.gpus_needed == 2 and not any("refuses" in a for a in ok.assumptions)
 
 

@@ -7,16 +7,13 @@ import json
 import pytest
 
 from qcheck.errors import UsageError
+from qcheck.kvtypes import kv_dtype_bytes
 from qcheck.matrix import load_matrix
-from qcheck.memory import (
-    GIB,
-    KVLayout,
-    estimate_memory,
-    kv_dtype_bytes,
-    layout_from_config,
-    layout_from_gguf,
-)
+from qcheck.memory import GIB
+from qcheck.model import AttentionLayout as KVLayout
 from qcheck.model import Inspection, Quantization
+from qcheck.model_shape import layout_from_config, layout_from_gguf
+from support.memory_helpers import estimate
 
 LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
@@ -49,13 +46,13 @@ def _ins(cfg: dict, *, size: int, params: int | None = None, container: str = "s
 
 def test_llama_8b_kv_cache_by_hand():
     # 2 (K,V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131072 bytes per token; 8192 tokens = 1 GiB exactly
-    est = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), context=8192, config=LLAMA_8B, engine="vllm",
+    est = estimate(_ins(LLAMA_8B, size=16_060_000_000), context=8192, config=LLAMA_8B, engine="vllm",
                           gpu_memory_gib=80)
     assert est.kv_bytes_per_token == 131072
     assert est.kv_cache_bytes == 1 * GIB
     assert est.kv_cache_dtype == "bfloat16"
     # batch scales it linearly; the inspection fields alone give the same layout
-    est4 = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), context=8192, batch=4)
+    est4 = estimate(_ins(LLAMA_8B, size=16_060_000_000), context=8192, batch=4)
     assert est4.kv_cache_bytes == 4 * GIB
     assert est.fits is True and est.gpus_needed == 1
 
@@ -63,14 +60,14 @@ def test_llama_8b_kv_cache_by_hand():
 def test_qwen3_head_dim_from_config_not_hidden_over_heads():
     lay = layout_from_config(QWEN3_8B)
     assert (lay.full_layers, lay.window_layers, lay.kv_heads, lay.k_dim) == (36, 0, 8, 128)
-    est = estimate_memory(_ins(QWEN3_8B, size=16_400_000_000), context=32768, config=QWEN3_8B)
+    est = estimate(_ins(QWEN3_8B, size=16_400_000_000), context=32768, config=QWEN3_8B)
     assert est.kv_cache_bytes == 2 * 36 * 8 * 128 * 2 * 32768  # 4.5 GiB
 
 
 def test_mla_caches_the_latent_and_is_replicated_under_tensor_parallelism():
     lay = layout_from_config(DEEPSEEK_V3)
     assert lay.mla_dim == 576
-    est = estimate_memory(_ins(DEEPSEEK_V3, size=689_000_000_000), context=32768, config=DEEPSEEK_V3,
+    est = estimate(_ins(DEEPSEEK_V3, size=689_000_000_000), context=32768, config=DEEPSEEK_V3,
                           kv_cache_dtype="bf16", engine="vllm", gpu_memory_gib=141)
     assert est.kv_bytes_per_token == 61 * 576 * 2  # 70272 bytes: ~15x less than 128 full K/V heads
     assert est.kv_cache_bytes == 61 * 576 * 2 * 32768
@@ -86,15 +83,15 @@ def test_mla_caches_the_latent_and_is_replicated_under_tensor_parallelism():
 def test_sliding_window_layers_cache_only_the_window():
     lay = layout_from_config(GEMMA3_27B)
     assert (lay.full_layers, lay.window_layers, lay.window) == (10, 52, 1024)
-    est = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B)
+    est = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B)
     per_layer = 16 * 2 * 128 * 2
     assert est.kv_cache_bytes == per_layer * (10 * 131072 + 52 * 1024)
     # llama.cpp keeps n_swa + n_ubatch (512) tokens in a sliding-window layer's cache
-    cpp = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B,
+    cpp = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B,
                           engine="llama.cpp", kv_cache_dtype="bf16")
     assert cpp.kv_cache_bytes == per_layer * (10 * 131072 + 52 * (1024 + 512))
     # short contexts: the window does not matter
-    short = estimate_memory(_ins(GEMMA3_27B, size=54_000_000_000), context=512, config=GEMMA3_27B)
+    short = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=512, config=GEMMA3_27B)
     assert short.kv_cache_bytes == per_layer * 62 * 512
     mistral = layout_from_config({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
                                   "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096})
@@ -109,7 +106,7 @@ def test_linear_attention_layers_add_no_kv_cache():
     lay = layout_from_config(QWEN3_NEXT)
     assert (lay.full_layers, lay.window_layers) == (12, 0)
     assert any("linear attention" in n for n in lay.notes)
-    est = estimate_memory(_ins(QWEN3_NEXT, size=160_000_000_000), context=65536, config=QWEN3_NEXT)
+    est = estimate(_ins(QWEN3_NEXT, size=160_000_000_000), context=65536, config=QWEN3_NEXT)
     assert est.kv_cache_bytes == 12 * 2 * 2 * 256 * 2 * 65536
 
 
@@ -120,7 +117,7 @@ def test_gguf_metadata_layout_with_per_layer_heads_and_split_k_v_dims():
     lay = layout_from_gguf(md)
     assert lay.elements_per_token_layer() == 6 * (192 + 128)
     ins = Inspection(path="m.gguf", container="gguf", size_bytes=10**9, num_layers=4)
-    est = estimate_memory(ins, context=1000, gguf_metadata=md, engine="llama.cpp")
+    est = estimate(ins, context=1000, gguf_metadata=md, engine="llama.cpp")
     assert est.kv_cache_dtype == "f16"  # llama.cpp's default cache type
     assert est.kv_cache_bytes == 4 * 6 * 320 * 2 * 1024  # llama.cpp pads the cache to 256 cells
     mla = layout_from_gguf({"general.architecture": "deepseek2", "deepseek2.block_count": 61,
@@ -143,32 +140,50 @@ def test_kv_dtype_sizes(dtype, expected):
 
 def test_kv_dtype_choice_order_and_unknown_names():
     fp8_ckpt = _ins(LLAMA_8B, size=8_500_000_000, quantization=Quantization(method="fp8", kv_cache_dtype="float8_e4m3"))
-    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B)
+    est = estimate(fp8_ckpt, context=8192, config=LLAMA_8B)
     assert est.kv_cache_dtype == "float8_e4m3" and est.kv_cache_bytes == GIB // 2
-    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="bfloat16")
+    est = estimate(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="bfloat16")
     assert est.kv_cache_bytes == GIB  # the flag wins over the checkpoint
-    est = estimate_memory(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="q8_0")
+    est = estimate(fp8_ckpt, context=8192, config=LLAMA_8B, kv_cache_dtype="q8_0")
     assert est.kv_cache_bytes == GIB // 2 * 34 // 32
-    with pytest.raises(UsageError, match=r"unknown KV cache dtype 'fp7'; known: .*q8_0"):
-        estimate_memory(fp8_ckpt, context=8192, kv_cache_dtype="fp7")
+    # a type qcheck does not know the size of is not guessed: the KV cache is unknown, and says why (the verdict's
+    # KV dimension says whether the engine accepts the name at all)
+    est = estimate(fp8_ckpt, context=8192, kv_cache_dtype="fp7")
+    assert est.kv_cache_bytes is None and est.fits is None
+    assert any("does not know the size of the KV cache type fp7" in a for a in est.assumptions)
+
+
+def test_k_and_v_cache_types_apart():
+    # llama.cpp -ctk q8_0 -ctv q4_0: K 1024 elements x 34/32 B + V 1024 x 18/32 B per token per layer
+    ins = _ins(LLAMA_8B, size=4_900_000_000, container="gguf")
+    mixed = estimate(ins, context=8192, config=LLAMA_8B, kv_cache_dtype="q8_0,q4_0")
+    assert mixed.kv_bytes_per_token == 32 * (1024 * 34 / 32 + 1024 * 18 / 32)
+    assert mixed.kv_cache_bytes == 32 * 8192 * (1088 + 576)
+    assert (mixed.kv_cache_dtype, mixed.kv_cache_type_k, mixed.kv_cache_type_v) == ("q8_0,q4_0", "q8_0", "q4_0")
+    # one side given: the other keeps its default (f16 for a GGUF)
+    k_only = estimate(ins, context=8192, config=LLAMA_8B, kv_cache_dtype=None)
+    assert k_only.kv_cache_dtype == "f16" and k_only.kv_cache_bytes == 32 * 8192 * 2048 * 2
+    # an MLA latent is one cache in the K type
+    mla = estimate(_ins(DEEPSEEK_V3, size=10**9), context=1024, config=DEEPSEEK_V3, kv_cache_dtype="fp8,bfloat16")
+    assert mla.kv_cache_bytes == 61 * 1024 * 576 * 1
 
 
 def test_dequantising_fallback_counts_bf16_weights():
     gguf = Inspection(path="m.gguf", container="gguf", parameters=8_030_000_000, size_bytes=4_920_000_000,
                       num_layers=32, num_kv_heads=8, num_attention_heads=32, hidden_size=4096, vocab_size=128256,
                       quantization=Quantization(method="gguf", bits_per_weight=4.89))
-    packed = estimate_memory(gguf, context=4096)
-    deq = estimate_memory(gguf, context=4096, dequantized=True)
+    packed = estimate(gguf, context=4096)
+    deq = estimate(gguf, context=4096, dequantized=True)
     assert (packed.weights_bytes, packed.weights_basis) == (4_920_000_000, "packed")
     assert (deq.weights_bytes, deq.weights_basis) == (16_060_000_000, "dequantized-bf16")
     gguf.parameters = None
-    deq = estimate_memory(gguf, context=4096, dequantized=True)
+    deq = estimate(gguf, context=4096, dequantized=True)
     assert deq.weights_bytes == int(4_920_000_000 * 16 / 4.89)
 
 
 def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
-    est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=80)
+    est = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=80)
     vllm = load_matrix().engine("vllm").memory
     assert est.usable_bytes == int(80 * GIB * vllm.get("gpu_memory_utilization"))  # 0.92
     kv = 2 * 80 * 8 * 128 * 2 * 8192  # 2.5 GiB
@@ -180,7 +195,7 @@ def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     assert est.per_gpu_bytes == 141_100_000_000 // 2 + kv // 2 + est.activation_bytes + est.fixed_bytes
     # 4 KV heads only: tensor parallelism stops at 4 GPUs, which is not enough on a 24 GiB card
     few_heads = dict(LLAMA_70B, num_key_value_heads=4)
-    est = estimate_memory(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
+    est = estimate(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
     assert est.activation_bytes == int(2048 * 8192 * per + 256 * 128256 * 4)  # smaller batch defaults < 70 GiB
     assert est.fits is False and est.gpus_needed is None and est.max_gpus == 4
     assert "not even on 4" in est.summary()
@@ -188,7 +203,7 @@ def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
 
 def test_llama_cpp_splits_by_layers_with_any_gpu_count():
     ins = _ins(LLAMA_70B, size=42_500_000_000, container="gguf")  # a Q4_K_M 70B
-    est = estimate_memory(ins, context=8192, config=LLAMA_70B, engine="llama.cpp", gpu_memory_gib=16)
+    est = estimate(ins, context=8192, config=LLAMA_70B, engine="llama.cpp", gpu_memory_gib=16)
     assert est.parallelism == "layer-split"
     total = est.weights_bytes + est.kv_cache_bytes
     assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + buffers < 15 GiB; 2 would not do
@@ -197,7 +212,7 @@ def test_llama_cpp_splits_by_layers_with_any_gpu_count():
 
 
 def test_without_a_gpu_memory_the_need_is_still_reported_as_json():
-    est = estimate_memory(_ins(LLAMA_8B, size=16_060_000_000), config=LLAMA_8B)
+    est = estimate(_ins(LLAMA_8B, size=16_060_000_000), config=LLAMA_8B)
     assert est.context == 131072 and any("model's own maximum" in a for a in est.assumptions)
     assert est.fits is None and est.gpus_needed is None
     data = json.loads(json.dumps(est.to_json()))
@@ -206,7 +221,7 @@ def test_without_a_gpu_memory_the_need_is_still_reported_as_json():
 
 
 def test_unknown_layout_says_so_instead_of_guessing():
-    est = estimate_memory(Inspection(path="m", container="safetensors", size_bytes=10**9), context=4096)
+    est = estimate(Inspection(path="m", container="safetensors", size_bytes=10**9), context=4096)
     assert est.kv_cache_bytes is None
     assert any("KV cache not estimated" in a for a in est.assumptions)
     assert KVLayout().elements_per_token_layer() is None
@@ -215,34 +230,38 @@ def test_unknown_layout_says_so_instead_of_guessing():
 @pytest.mark.parametrize("kwargs", [{"batch": 0}, {"context": 0}, {"gpu_memory_gib": -1}])
 def test_bad_arguments_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
-        estimate_memory(_ins(LLAMA_8B, size=1), **kwargs)
+        estimate(_ins(LLAMA_8B, size=1), **kwargs)
 
 
 def test_apply_memory_fills_each_verdict_on_hardware():
-    from qcheck.memory import apply_memory, is_dequantizing
+    from qcheck.memory import apply_memory
     from qcheck.model import Verdict
+    from qcheck.request import Deploy
+    from support.memory_helpers import with_shape
 
-    ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
+    ins = with_shape(_ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000), config=LLAMA_70B)
     verdicts = [
         Verdict(engine="vllm", engine_version="0.33.0", gpu="h100", arch="hopper", compute_capability="9.0",
                 status="native"),
         Verdict(engine="transformers", engine_version="5.24.0", gpu=None, arch="ampere", compute_capability="8.0",
-                status="fallback", kernel="dequantises the whole model to BF16"),
+                status="fallback", kernel="dequantised to BF16 at load", weights_loaded_as="bfloat16"),
         Verdict(engine="groq", engine_version=None, gpu=None, arch=None, compute_capability=None, status="unknown"),
+        # a reason that reads like dequantising decides nothing: only the typed field does
+        Verdict(engine="vllm", engine_version=None, gpu=None, arch="ampere", compute_capability="8.0",
+                status="fallback", kernel="Marlin weight-only (weights dequantised inside the kernel)",
+                reasons=["dequantises the whole model to BF16"]),
     ]
-    apply_memory(verdicts, ins, gpu_memory_gib={"h100": 80.0}.get, context=8192, config=LLAMA_70B)
-    h100, ampere, hosted = verdicts
+    apply_memory(verdicts, ins, Deploy(context=8192), load_matrix(), {"h100": 80.0}.get)
+    h100, ampere, hosted, marlin = verdicts
     assert h100.memory.gpus_needed == 2 and h100.memory.fits is False
     assert h100.memory.kv_cache_bytes == 2 * 80 * 8 * 128 * 2 * 8192
     assert "memory: needs 138.1 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
     assert h100.memory.summary().startswith("needs 138.1 GiB on one GPU")
     assert ampere.memory.fits is None and "GPU product" in ampere.memory.note
     assert ampere.memory.weights_basis == "dequantized-bf16" and ampere.memory.parallelism == "layer-split"
+    assert ampere.memory.weights_bytes == 70_550_000_000 * 2 and ampere.memory.weights_loaded_as == "bfloat16"
     assert hosted.memory is None
-    assert is_dequantizing(verdicts[1])
-    assert not is_dequantizing(Verdict(engine="vllm", engine_version=None, gpu=None, arch=None,
-                                       compute_capability=None, status="fallback",
-                                       kernel="Marlin weight-only (weights dequantised inside the kernel)"))
+    assert marlin.memory.weights_basis == "packed" and marlin.memory.weights_bytes == 141_100_000_000
     json.dumps([v.to_json() for v in verdicts])
 
 
@@ -274,7 +293,15 @@ def test_check_fills_verdict_memory_from_the_cli(tmp_path):
     assert json.loads(out)["verdicts"][0]["memory"]["context"] == 4096  # the model's own maximum
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--json")
     assert code == 0 and json.loads(out)["verdicts"][0]["memory"] is None  # only when asked
-    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype", "fp7")
-    assert code == 2 and "unknown KV cache dtype 'fp7'" in err
+    # a type the engine does not accept is the engine's refusal (a verdict, exit 1), and its memory is not guessed
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype", "fp7",
+                          "--json")
+    (verdict,) = json.loads(out)["verdicts"]
+    assert code == 1 and verdict["status"] == "unsupported", err
+    assert "llama.cpp does not accept --cache-type-k/--cache-type-v fp7" in verdict["reasons"][0]
+    assert verdict["memory"]["kv_cache_bytes"] is None and verdict["memory"]["fits"] is None
+    # a malformed name is a usage error before anything is read
+    code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "-ctk", "q8_0;rm")
+    assert code == 2 and "not a type name" in err
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--context", "8192")
     assert code == 0 and "memory:" in out

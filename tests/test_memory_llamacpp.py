@@ -19,9 +19,9 @@ import pytest
 from memory_gguf import MIB, Arch, load_buffers, write_model
 
 from qcheck.matrix import load_matrix
-from qcheck.memory import estimate_memory
-from qcheck.memory_engines import llamacpp_compute_bytes
+from qcheck.memory import llamacpp_compute_bytes
 from qcheck.model_shape import shape_from
+from support.memory_helpers import estimate
 
 llama_cpp = pytest.importorskip("llama_cpp")
 pytestmark = [pytest.mark.llamacpp]
@@ -55,8 +55,8 @@ def _predict(path, n_ctx: int, n_ubatch: int, flash_attn: bool = True):
     ins = classify(ck)
     mem = load_matrix().engine("llama.cpp").memory
     mem = dataclasses.replace(mem, params={**mem.params, "n_ubatch": n_ubatch, "flash_attn": int(flash_attn)})
-    est = estimate_memory(ins, context=n_ctx, engine="llama.cpp", engine_memory=mem, gguf_metadata=ck.metadata,
-                          tensors=ck.tensors, device="RAM")
+    # the Inspection's own shape record (what classify read from the headers): the path every command takes
+    est = estimate(ins, context=n_ctx, engine="llama.cpp", engine_memory=mem, device="RAM")
     parts = {p.name: p.bytes for p in est.parts}
     return est, parts, ins, ck
 
@@ -81,15 +81,16 @@ def test_compute_buffer_grows_with_ubatch_and_the_formula_follows(models):
     small = load_buffers(path, n_ctx=2048, n_ubatch=64, flash_attn=True).compute
     large = load_buffers(path, n_ctx=2048, n_ubatch=512, flash_attn=True).compute
     assert large > small * 2
-    _, ins, ck = _predict(path, 2048, 64)[1:]
-    shape = shape_from(ins, gguf_metadata=ck.metadata, tensors=ck.tensors)
+    ins = _predict(path, 2048, 64)[2]
+    shape = ins.shape
     assert llamacpp_compute_bytes(shape, 2048, 512) > 2 * llamacpp_compute_bytes(shape, 2048, 64)
 
 
 def test_shape_reads_per_layer_and_expert_bytes(models):
     path = models[ARCHS[4].label()]
     _, _, ins, ck = _predict(path, 1024, 512)
-    shape = shape_from(ins, gguf_metadata=ck.metadata, tensors=ck.tensors)
+    shape = ins.shape
+    assert shape == shape_from(ins, gguf_metadata=ck.metadata, tensors=ck.tensors)
     assert shape.from_tensors and shape.n_layers == 2 and shape.moe
     expert = 3 * 8 * 64 * 128 * 2  # gate, up, down exps x 8 experts x 64 x 128 x F16
     assert shape.expert_bytes == [expert, expert]

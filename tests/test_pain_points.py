@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from qcheck.check import CheckResult, check_path
+from qcheck.check import CheckResult
 from qcheck.model import Verdict
+from qcheck.pipeline import run
+from qcheck.request import CheckRequest
 from support import builders as b
 from support.gguf_helpers import Q, tensor_info, valid_raw, write_gguf
 
@@ -56,7 +58,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def check(path: str, engine: str, gpu: str | None = None, **policy: bool) -> tuple[Verdict, CheckResult]:
-    result = check_path(path, [engine], [gpu] if gpu else [], **policy)
+    result = run(CheckRequest(path, [engine], [gpu] if gpu else [], **policy))
     assert len(result.verdicts) == 1
     return result.verdicts[0], result
 

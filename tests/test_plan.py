@@ -8,8 +8,10 @@ from qcheck.matrix import load_matrix
 from qcheck.matrix.gpu_perf import parse_perf
 from qcheck.matrix.memory_params import parse_memory
 from qcheck.matrix.schema import MatrixDataError
-from qcheck.memory import GIB, apply_memory, estimate_memory
+from qcheck.memory import GIB, apply_memory
 from qcheck.model import Inspection, Quantization, TensorInfo, Verdict
+from qcheck.request import Deploy
+from support.memory_helpers import estimate, with_shape
 
 LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
@@ -95,40 +97,40 @@ def test_every_shipped_perf_figure_names_the_page_it_was_read_from():
 
 
 def test_an_engine_without_memory_data_gets_unknown_overhead_not_vllms():
-    est = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
+    est = estimate(_ins(), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
     assert est.overhead_known is False and est.activation_bytes == 0 and est.fixed_bytes == 0
     assert est.fits is None and "overhead unknown (exllamav2 has no memory data)" in est.summary()
     # weights + KV alone beyond the GPU: certainly does not fit
-    big = estimate_memory(_ins(size=40 * GIB), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
+    big = estimate(_ins(size=40 * GIB), context=8192, config=LLAMA_8B, engine="exllamav2", gpu_memory_gib=24)
     assert big.fits is False
 
 
 def test_llamacpp_fit_margin_and_vllm_reservation_are_in_the_memory_line():
-    cpp = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24)
+    cpp = estimate(_ins(), context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24)
     assert cpp.usable_bytes == 23 * GIB
     assert "fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin)" in cpp.summary()
     # the Llama-3-8B compute buffer llama.cpp logs at 8k with flash attention: 266.5 MiB (output stage)
     compute = next(p for p in cpp.parts if p.name == "compute buffer")
     assert compute.bytes == 512 * (128256 + 2 * 4096) * 4 and compute.basis == "formula"
-    vllm = estimate_memory(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=24)
+    vllm = estimate(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=24)
     assert vllm.usable_bytes == int(24 * GIB * 0.92) and "gpu_memory_utilization 0.92 x 24.0 GiB" in vllm.summary()
-    olla = estimate_memory(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=16)
+    olla = estimate(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=16)
     assert olla.context == 4096 and "ollama's default for a GPU of 16 GiB" in " ".join(olla.assumptions)
-    assert estimate_memory(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=40).context == 32768
+    assert estimate(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=40).context == 32768
 
 
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang", "tensorrt-llm", "transformers"])
 def test_max_context_and_max_batch_are_the_edges_of_fitting(engine):
     ins = _ins(size=14 * GIB)
-    est = estimate_memory(ins, context=8192, config=LLAMA_8B, engine=engine, gpu_memory_gib=24)
+    est = estimate(ins, context=8192, config=LLAMA_8B, engine=engine, gpu_memory_gib=24)
     assert est.fits and est.max_context and est.max_batch
     if est.max_context < 131072:
-        assert estimate_memory(ins, context=est.max_context, config=LLAMA_8B, engine=engine, gpu_memory_gib=24).fits
-        assert not estimate_memory(ins, context=est.max_context + 1, config=LLAMA_8B, engine=engine,
+        assert estimate(ins, context=est.max_context, config=LLAMA_8B, engine=engine, gpu_memory_gib=24).fits
+        assert not estimate(ins, context=est.max_context + 1, config=LLAMA_8B, engine=engine,
                                    gpu_memory_gib=24).fits
-    assert estimate_memory(ins, context=8192, batch=est.max_batch, config=LLAMA_8B, engine=engine,
+    assert estimate(ins, context=8192, batch=est.max_batch, config=LLAMA_8B, engine=engine,
                            gpu_memory_gib=24).fits
-    assert not estimate_memory(ins, context=8192, batch=est.max_batch + 1, config=LLAMA_8B, engine=engine,
+    assert not estimate(ins, context=8192, batch=est.max_batch + 1, config=LLAMA_8B, engine=engine,
                                gpu_memory_gib=24).fits
 
 
@@ -136,7 +138,7 @@ def test_llamacpp_offload_counts_layers_that_fit_beside_the_buffers():
     layers, per = 32, 1 * GIB
     tensors = _tensors(layers, per, embd=500 * 2**20, out=800 * 2**20)
     ins = _ins(size=layers * per + 1300 * 2**20)
-    est = estimate_memory(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=16,
+    est = estimate(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=16,
                           tensors=tensors)
     assert est.fits is False and est.host_bytes == 500 * 2**20  # token_embd stays in RAM
     off = est.offload
@@ -153,7 +155,7 @@ def test_moe_offload_keeps_experts_of_the_first_layers_in_ram():
     tensors = _tensors(layers, per, embd=300 * 2**20, out=300 * 2**20, experts=experts)
     ins = _ins(size=layers * per + 600 * 2**20, moe=True, num_experts=128, num_experts_used=8, num_layers=48)
     cfg = dict(LLAMA_8B, num_hidden_layers=48)
-    est = estimate_memory(ins, context=4096, config=cfg, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
+    est = estimate(ins, context=4096, config=cfg, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
     off = est.offload
     assert off.n_cpu_moe is not None and 0 < off.n_cpu_moe <= 48
     assert off.moe_gpu_bytes <= est.usable_bytes
@@ -170,7 +172,7 @@ def _verdict(engine: str, gpu: str | None, arch: str, status: str = "native", ke
 def test_cpu_targets_say_in_ram_and_unified_memory_uses_the_wired_limit():
     ins = _ins()
     cpu, mac = _verdict("llama.cpp", "cpu", "x86"), _verdict("mlx", "m3-max", "apple")
-    apply_memory([cpu, mac], ins, context=8192, config=LLAMA_8B)
+    apply_memory([cpu, mac], with_shape(ins, config=LLAMA_8B), Deploy(context=8192), load_matrix())
     assert "GiB in RAM" in cpu.memory.summary() and cpu.memory.device == "RAM"
     assert cpu.memory.host_bytes == 0 and cpu.memory.fits is None
     assert mac.memory.device == "unified" and mac.memory.usable_bytes == int(128 * GIB * 0.75)
@@ -183,7 +185,7 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
                      quantization=Quantization(method="fp8"))
     native = _verdict("vllm", "l40s", "ada", kernel="CUTLASS FP8 scaled_mm (W8A8)")
     marlin = _verdict("vllm", "l40s", "ada", status="fallback", kernel="Marlin FP8 weight-only (W8A16)")
-    apply_memory([native, marlin], fp8, context=4096, config=LLAMA_8B)
+    apply_memory([native, marlin], with_shape(fp8, config=LLAMA_8B), Deploy(context=4096), load_matrix())
     n, f = native.memory.speed, marlin.memory.speed
     assert n is not None and f is not None
     assert (n.compute_format, f.compute_format) == ("fp8", "bf16")
@@ -200,7 +202,7 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
                       hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
                       quantization=Quantization(method="gguf"))
     mmq = _verdict("llama.cpp", "l40s", "ada", kernel="MMQ")
-    apply_memory([mmq], gguf, context=4096, config=LLAMA_8B)
+    apply_memory([mmq], with_shape(gguf, config=LLAMA_8B), Deploy(context=4096), load_matrix())
     assert mmq.memory.speed.compute_format == "int8" and mmq.memory.speed.prefill_tokens_per_s is None
     assert "prefill: unknown (no sourced INT8 throughput for this GPU)" in mmq.memory.speed.summary
 
@@ -209,13 +211,13 @@ def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
     l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64)
     ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
                num_attention_heads=64)
-    one = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
-    two = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80, tp=2)
+    one = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
+    two = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80, tp=2)
     assert one.fits is False and one.gpus_needed == 2
     assert two.fits is True and two.tp == 2 and two.per_gpu_bytes == one.per_gpu_bytes
     assert f"with --tp 2: {two.per_gpu_bytes / GIB:.1f} GiB per GPU; fits in 73.6 GiB usable" in two.summary()
     assert two.max_context and two.max_context > 8192  # at 2 GPUs there is room for more context
-    four_small = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=24, tp=4)
+    four_small = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=24, tp=4)
     assert four_small.fits is False and "does not fit 22.1 GiB usable (gpu_memory_utilization 0.92 x 24.0 GiB) at " \
         "--tp 4" in four_small.summary()
 
@@ -231,15 +233,15 @@ def test_max_context_is_judged_at_the_gpu_count_the_model_needs(engine, gpu_gib,
     l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=kv_heads)
     ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
                num_attention_heads=64, num_kv_heads=kv_heads)
-    est = estimate_memory(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib)
+    est = estimate(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib)
     assert est.fits is False and est.gpus_needed == needed and est.max_context_gpus == needed
     # the same numbers as judging that GPU count directly (--tp N): fit, largest context and batch
-    at_n = estimate_memory(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib, tp=needed)
+    at_n = estimate(ins, context=8192, config=l70, engine=engine, gpu_memory_gib=gpu_gib, tp=needed)
     assert at_n.fits is True and (est.max_context, est.max_batch) == (at_n.max_context, at_n.max_batch)
     assert est.max_context and est.max_context >= 8192
     # and it is the edge: one more token of context would not fit those GPUs
     if est.max_context < 131072:
-        over = estimate_memory(ins, context=est.max_context + 1, config=l70, engine=engine, gpu_memory_gib=gpu_gib,
+        over = estimate(ins, context=est.max_context + 1, config=l70, engine=engine, gpu_memory_gib=gpu_gib,
                                tp=needed)
         assert over.fits is False
     # one GPU cannot hold even the weights, so a one-GPU max context would be meaningless
@@ -251,7 +253,7 @@ def test_tensor_parallel_max_context_counts_each_ranks_share_of_kv_heads():
     l70 = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64)
     ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
                num_attention_heads=64)
-    est = estimate_memory(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
+    est = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
     c = est.max_context
     kv_whole = 2 * 80 * 8 * 128 * 2 * c  # bf16, all heads
     overhead = est.activation_bytes + est.fixed_bytes
@@ -264,7 +266,7 @@ def test_moe_offload_names_the_equivalent_override_tensor_pattern():
 
     tensors = _tensors(48, 2 * GIB, embd=300 * 2**20, out=300 * 2**20, experts=int(1.8 * GIB))
     ins = _ins(size=48 * 2 * GIB, moe=True, num_experts=128, num_experts_used=8, num_layers=48)
-    off = estimate_memory(ins, context=4096, config=dict(LLAMA_8B, num_hidden_layers=48), engine="llama.cpp",
+    off = estimate(ins, context=4096, config=dict(LLAMA_8B, num_hidden_layers=48), engine="llama.cpp",
                           gpu_memory_gib=24, tensors=tensors).offload
     pattern, target = off.override_tensor.rsplit("=", 1)
     assert target == "CPU"
@@ -300,12 +302,12 @@ def test_a_directory_of_safetensors_variants_gets_the_which_quant_fits_table(tmp
 def test_transformers_activations_count_the_feed_forward_width_as_measured():
     """transformers prefills the whole prompt: per token 8 B per hidden unit + 8 B per feed-forward unit (BF16),
     the fit to bench/bench_transformers_memory.py's measured generate() prefills (docs/memory.md)."""
-    est = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096, config=LLAMA_8B,
+    est = estimate(_ins(container="safetensors", size=16_060_000_000), context=4096, config=LLAMA_8B,
                           engine="transformers", gpu_memory_gib=80)
     [act] = [p for p in est.parts if p.name == "activations"]
     assert act.bytes == 4096 * (4096 * 8 + 14336 * 8) + 128256 * 4
     assert act.basis == "formula" and "ff 14336 x 8 B" in act.how
     # wider feed-forward, more activations at the same hidden size
-    wide = estimate_memory(_ins(container="safetensors", size=16_060_000_000), context=4096,
+    wide = estimate(_ins(container="safetensors", size=16_060_000_000), context=4096,
                            config=dict(LLAMA_8B, intermediate_size=28672), engine="transformers", gpu_memory_gib=80)
     assert wide.activation_bytes - est.activation_bytes == 4096 * 14336 * 8

@@ -7,9 +7,10 @@ import xml.etree.ElementTree as ET
 import junitparser
 import pytest
 
-from qcheck.check import check_path
 from qcheck.matrix import load_matrix
+from qcheck.pipeline import run
 from qcheck.report import junit
+from qcheck.request import CheckRequest
 from support.gate_helpers import TEST_MATRIX, fp8_dir, lfs_pointer, malformed_safetensors, q4_gguf
 
 
@@ -28,7 +29,7 @@ def _cases(xml_text: str, tmp_path) -> list[junitparser.TestCase]:
 
 def test_one_case_per_verdict_with_failures_carrying_the_reason(tmp_path, matrix):
     model = fp8_dir(tmp_path / "fp8")
-    result = check_path(str(model), ["fastserve", "tinycpp"], ["a100", "cpu"], matrix=matrix)
+    result = run(CheckRequest(str(model), ["fastserve", "tinycpp"], ["a100", "cpu"]), matrix)
     text = junit.render(result)
     cases = _cases(text, tmp_path)
     assert len(cases) == len(result.verdicts) == 4
@@ -53,7 +54,7 @@ def test_one_case_per_verdict_with_failures_carrying_the_reason(tmp_path, matrix
 
 def test_require_native_turns_the_fallback_into_a_failure(tmp_path, matrix):
     model = fp8_dir(tmp_path / "fp8")
-    result = check_path(str(model), ["fastserve"], ["a100"], require_native=True, matrix=matrix)
+    result = run(CheckRequest(str(model), ["fastserve"], ["a100"], require_native=True), matrix)
     [case] = _cases(junit.render(result), tmp_path)
     [failure] = case.result
     assert failure.type == "fallback"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from qcheck.check import check_path
 from qcheck.matrix import load_matrix
+from qcheck.pipeline import run
 from qcheck.report import markdown
+from qcheck.request import CheckRequest
 from support.gate_helpers import TEST_MATRIX, fp8_dir
 
 
@@ -29,7 +30,7 @@ def _rows(text: str) -> list[list[str]]:
 def test_check_table_one_row_per_verdict(tmp_path, matrix, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fp8_dir(tmp_path / "fp8")
-    result = check_path("fp8", ["fastserve", "tinycpp"], ["a100"], matrix=matrix)
+    result = run(CheckRequest("fp8", ["fastserve", "tinycpp"], ["a100"]), matrix)
     text = markdown.render(result)
     assert text.startswith("### qcheck check: ❌ fail — 1 of 2 combinations fail (exit 1)\n")
     rows = _rows(text)

@@ -12,10 +12,11 @@ import json
 import jsonschema
 import pytest
 
-from qcheck.check import check_path
+from qcheck import pipeline
 from qcheck.matrix import load_matrix
 from qcheck.report import sarif
 from qcheck.report.findings import RULES
+from qcheck.request import CheckRequest
 from support.gate_helpers import (
     SARIF_SCHEMA,
     TEST_MATRIX,
@@ -55,7 +56,7 @@ def test_the_schema_rejects_a_broken_log(validator):
 def test_check_sarif_is_valid_and_points_at_the_model_file(tmp_path, matrix, validator, monkeypatch):
     monkeypatch.chdir(tmp_path)
     q4_gguf(tmp_path / "models" / "q4.gguf")
-    result = check_path("models/q4.gguf", ["fastserve", "tinycpp"], ["cpu"], matrix=matrix)
+    result = pipeline.run(CheckRequest("models/q4.gguf", ["fastserve", "tinycpp"], ["cpu"]), matrix)
     doc = json.loads(sarif.render(result))
     assert _errors(validator, doc) == []
     run = doc["runs"][0]
@@ -74,7 +75,7 @@ def test_directory_models_point_at_config_json_and_ids_are_stable(tmp_path, matr
     monkeypatch.chdir(tmp_path)
     bf16_dir(tmp_path / "bf16")
     mxfp4_dir(tmp_path / "gpt oss #1%")  # a path that needs percent-encoding
-    a = check_path("gpt oss #1%", ["tinycpp"], ["cpu"], matrix=matrix)
+    a = pipeline.run(CheckRequest("gpt oss #1%", ["tinycpp"], ["cpu"]), matrix)
     doc = json.loads(sarif.render(a))
     assert _errors(validator, doc) == []
     [res] = doc["runs"][0]["results"]
@@ -82,9 +83,9 @@ def test_directory_models_point_at_config_json_and_ids_are_stable(tmp_path, matr
     uri = res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert uri == "gpt%20oss%20%231%25/config.json"
     assert res["locations"][0]["logicalLocations"][0]["name"] == "config.json:quantization_config"
-    again = json.loads(sarif.render(check_path("gpt oss #1%", ["tinycpp"], ["cpu"], matrix=matrix)))
+    again = json.loads(sarif.render(pipeline.run(CheckRequest("gpt oss #1%", ["tinycpp"], ["cpu"]), matrix)))
     assert again["runs"][0]["results"][0]["partialFingerprints"] == res["partialFingerprints"]
-    b = check_path("bf16", ["tinycpp"], ["cpu"], matrix=matrix)
+    b = pipeline.run(CheckRequest("bf16", ["tinycpp"], ["cpu"]), matrix)
     other = json.loads(sarif.render(b))["runs"][0]["results"][0]
     assert other["ruleId"] == "QC110"
     assert other["partialFingerprints"] != res["partialFingerprints"]

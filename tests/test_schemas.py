@@ -16,10 +16,10 @@ import pytest
 from qcheck import model
 from qcheck.cli import main
 from qcheck.matrix.schema import METHODS
-from qcheck.memory import GIB, MemoryEstimate, OffloadPlan, estimate_memory
-from qcheck.memory_engines import Part
+from qcheck.memory import GIB, MemoryEstimate, OffloadPlan, Part
 from qcheck.speed import SpeedEstimate
 from support.contract import SCHEMAS, schema, validate
+from support.memory_helpers import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate"]
@@ -147,7 +147,7 @@ def test_a_memory_estimate_fits_its_schema(capsys: pytest.CaptureFixture[str]) -
     ins = model.Inspection(path="m.gguf", container="gguf", size_bytes=sum(t.nbytes or 0 for t in tensors.values()),
                            num_layers=layers, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
                            context_length=8192, moe=True, num_experts=64, num_experts_used=8)
-    est = estimate_memory(ins, context=4096, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
+    est = estimate(ins, context=4096, engine="llama.cpp", gpu_memory_gib=24, tensors=tensors)
     assert est.offload is not None and est.offload.n_cpu_moe
     data["verdicts"][0]["memory"] = est.to_json()
     validate(data, "check")

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from qcheck.errors import QcheckError
 from qcheck.limits import Limits
-from qcheck.memory import check_path_with_memory
+from qcheck.pipeline import run
+from qcheck.request import CheckRequest, Deploy
 from qcheck.typed import as_float, as_int, as_str, pos_ints
 from support import builders as b
 from support.gguf_helpers import write_gguf
@@ -45,9 +46,10 @@ QUANT_CONFIGS = st.fixed_dictionaries(
               "weight_block_size": JSON_VALUES, "config_groups": JSON_VALUES, "quant_algo": JSON_VALUES})
 
 
-def _judge(path: Path, **kwargs) -> None:
+def _judge(path: Path, limits: Limits | None = None) -> None:
     try:
-        check_path_with_memory(str(path), ["fastserve"], ["a100"], context=4096, **kwargs)
+        run(CheckRequest(str(path), ("fastserve",), ("a100",), Deploy(context=4096), memory=True,
+                         **({"limits": limits} if limits else {})))
     except QcheckError:
         pass
 
@@ -75,7 +77,7 @@ def test_config_numbers_that_are_not_numbers(key: str, value, tmp_path: Path) ->
     config = json.loads((path / "config.json").read_text())
     config[key] = value
     (path / "config.json").write_text(json.dumps(config))  # NaN/Infinity as Python writes them
-    result = check_path_with_memory(str(path), ["fastserve"], ["a100"], context=4096)
+    result = run(CheckRequest(str(path), ("fastserve",), ("a100",), Deploy(context=4096), memory=True))
     assert result.verdicts and result.verdicts[0].memory is not None
 
 
@@ -85,7 +87,7 @@ def test_index_total_size_that_is_not_a_byte_count(total, tmp_path: Path) -> Non
     index = json.loads((path / "model.safetensors.index.json").read_text())
     index["metadata"]["total_size"] = total
     (path / "model.safetensors.index.json").write_text(json.dumps(index))
-    result = check_path_with_memory(str(path), ["fastserve"], ["a100"])
+    result = run(CheckRequest(str(path), ("fastserve",), ("a100",), memory=True))
     assert any("total_size is not a byte count" in w for w in result.inspection.warnings)
 
 
@@ -93,7 +95,7 @@ def test_index_total_size_that_is_not_a_byte_count(total, tmp_path: Path) -> Non
 def test_gptq_quantizer_that_is_not_a_string(quantizer, tmp_path: Path) -> None:
     fx = b.gptq_fixture()
     fx.configs["config.json"]["quantization_config"]["meta"] = {"quantizer": quantizer}
-    result = check_path_with_memory(str(fx.write(tmp_path / "m")), ["fastserve"], ["a100"])
+    result = run(CheckRequest(str(fx.write(tmp_path / "m")), ("fastserve",), ("a100",), memory=True))
     assert result.inspection.quantization.method == "gptq"
 
 
@@ -102,7 +104,7 @@ def test_gguf_head_count_string_array(tmp_path: Path) -> None:
                                               ("blk.0.attn_q.weight", (32, 32), Q.F16)],
                         kv={"llama.attention.head_count": (V.ARRAY, ["4", "x"]), "llama.block_count": 1,
                             "llama.embedding_length": 32})
-    result = check_path_with_memory(str(path), ["tinycpp"], ["cpu"], context=512)
+    result = run(CheckRequest(str(path), ("tinycpp",), ("cpu",), Deploy(context=512), memory=True))
     assert result.verdicts[0].memory is not None
 
 

@@ -25,6 +25,7 @@ from qcheck.classify.params import logical_parameters
 from qcheck.classify.table import TensorTable
 from qcheck.formats import REGISTRY
 from qcheck.model import Checkpoint, Inspection, InspectionFinding, Quantization
+from qcheck.model_shape import shape_of_checkpoint
 from qcheck.readers.jsonfile import paused_gc
 
 __all__ = ["classify", "classify_weights", "unsafe_pickle_message"]
@@ -63,6 +64,7 @@ def _classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]
         note_unknown_gguf_architecture(insp)
     if checkpoint.container == "safetensors" and is_adapter(checkpoint):
         apply_adapter(checkpoint, insp)
+    insp.shape = shape_of_checkpoint(checkpoint, insp)  # what memory needs, so it never needs the Checkpoint
     return insp, qlinears
 
 

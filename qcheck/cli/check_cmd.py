@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from qcheck.cli.common import OutputSpec, finish, limit_options, output_options
+from qcheck.cli.common import OutputSpec, deploy_options, finish, limit_options, output_options
 from qcheck.limits import Limits
+from qcheck.request import Deploy
 
 
 @click.command("check")
@@ -20,32 +21,15 @@ from qcheck.limits import Limits
                    "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
 @click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
 @click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
-@click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Estimate memory (weights + KV cache + overhead) for N tokens of context, per verdict "
-                   "(docs/memory.md); default with --batch/--kv-cache-dtype: the model's maximum.")
-@click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
-              help="Concurrent sequences for the memory estimate (default 1).")
-@click.option("--kv-cache-dtype", default=None, metavar="D",
-              help="KV cache dtype: judged per engine x GPU x version (a value the engine does not accept, or "
-                   "cannot run on the GPU, fails the verdict) and used for the memory estimate: auto, bfloat16, fp8, "
-                   "fp8_e4m3, nvfp4, f16, q8_0, q4_0 ... (default: what the checkpoint declares, else the model's "
-                   "dtype; f16 for GGUF).")
-@click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must divide "
-                   "over N ranks where the engine checks them (vLLM, SGLang, TensorRT-LLM, MLX, ExLlamaV2; llama.cpp "
-                   "and ExLlamaV3 split without shape checks; Ollama has no --tp).")
-@click.option("--pp", type=click.IntRange(min=1), default=None, metavar="N", help="Pipeline-parallel size to judge.")
-@click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Expert-parallel size to judge (needs a MoE model).")
+@deploy_options
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
 def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, context: int | None, batch: int | None, kv_cache_dtype: str | None,
-            tp: int | None, pp: int | None, ep: int | None,
-            all_models: bool, output_spec: OutputSpec, limits: Limits) -> int:
+            allow_unknown: bool, deploy: Deploy, memory_asked: bool, all_models: bool, output_spec: OutputSpec,
+            limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
@@ -74,8 +58,6 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
 
     `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
     """
-    from qcheck.check import check_paths
-
     if not engines and not gpus:  # nothing to judge against: say what PATH is, and how to judge it
         from qcheck.cli.inspect_cmd import run_inspect
 
@@ -83,63 +65,19 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         click.echo("qcheck: no --engine or --gpu given, so this is the inspection; to judge it add --gpu G "
                    "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
         return code
-    layout = {name: n for name, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n is not None}
-    detected: dict[str, float] | None = None
+    from qcheck.pipeline import answer
+    from qcheck.request import CheckRequest
+
+    detected: tuple[tuple[str, float], ...] = ()
     notes: list[str] = []
     if any(g.strip().lower() == "auto" for g in gpus):
         from qcheck.gpu_detect import auto_gpus
         from qcheck.matrix import load_matrix
 
-        ids, detected, notes = auto_gpus(load_matrix().gpus)
+        ids, free, notes = auto_gpus(load_matrix().gpus)
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
-    from qcheck.hub.select import AmbiguousTargetError
-    from qcheck.memory import check_path_with_memory
-    from qcheck.quant_table import QuantTable, branch_targets, variant_dirs
-    from qcheck.readers.directory import SeveralModelsError
-
-    branches = branch_targets(target, limits)
-    variants = branches or (variant_dirs(target) if gpus else [])
-    if variants:  # safetensors variants (local sub-directories, or every branch of a Hub repo with @*): one table
-        from qcheck.check import CHECK_SET_SCHEMA, ResultSet
-        from qcheck.errors import QcheckError, UsageError
-        from qcheck.hub.errors import RateLimitedError
-
-        results: list = []
-        skipped: list[str] = []
-        for v in variants:
-            try:
-                one = check_path_with_memory(v, engines, gpus, limits=limits, require_native=require_native,
-                                             allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                             kv_cache_dtype=kv_cache_dtype, gpu_memory=detected, notes=notes,
-                                             options=layout, all_models=bool(branches))
-            except QcheckError as exc:
-                if not branches or isinstance(exc, RateLimitedError) or (
-                        isinstance(exc, UsageError) and not isinstance(exc, AmbiguousTargetError)):
-                    raise  # the command is wrong (e.g. no --gpu for an engine that needs one), not the branch
-                skipped.append(f"{v}: {str(exc).splitlines()[0][:200]}")  # a branch without a model
-                continue
-            results.extend(getattr(one, "results", [one]))
-        if not results:
-            raise UsageError(f"{target}: no branch holds a checkpoint qcheck can read ({'; '.join(skipped[:3])})")
-        variant_set = ResultSet(target, results, kind="check-set", schema=CHECK_SET_SCHEMA)
-        notes_out = [f"skipped {s}" for s in skipped]
-        return finish(variant_set if all_models else QuantTable.from_set(variant_set, notes_out), output_spec)
-
-    try:
-        if context is not None or batch is not None or kv_cache_dtype is not None or detected is not None:
-            result = check_path_with_memory(target, engines, gpus, limits=limits, require_native=require_native,
-                                            allow_unknown=allow_unknown, context=context, batch=batch or 1,
-                                            kv_cache_dtype=kv_cache_dtype, all_models=all_models,
-                                            gpu_memory=detected, notes=notes, options=layout)
-        else:
-            result = check_paths(target, engines, gpus, limits=limits, require_native=require_native,
-                                 allow_unknown=allow_unknown, all_models=all_models, options=layout or None)
-    except (AmbiguousTargetError, SeveralModelsError):
-        if not gpus or all_models:
-            raise
-        # several models and a GPU: which quant fits, one table (--all keeps the per-model detail)
-        result = QuantTable.from_set(check_path_with_memory(
-            target, engines, gpus, limits=limits, require_native=require_native, allow_unknown=allow_unknown,
-            context=context, batch=batch or 1, kv_cache_dtype=kv_cache_dtype, all_models=True,
-            gpu_memory=detected, notes=notes, options=layout))
-    return finish(result, output_spec)
+        detected = tuple(free.items())
+    request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
+                           memory=memory_asked or bool(detected), all_models=all_models, gpu_memory_gib=detected,
+                           notes=tuple(notes), limits=limits)
+    return finish(answer(request), output_spec)

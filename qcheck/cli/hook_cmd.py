@@ -12,8 +12,10 @@ import os
 
 import click
 
-from qcheck.cli.common import limit_options
+from qcheck.cli.common import deploy_options, limit_options
 from qcheck.limits import Limits
+from qcheck.model import Verdict
+from qcheck.request import Deploy
 
 
 def _lfs_note(path: str) -> str | None:
@@ -43,24 +45,29 @@ def _lfs_note(path: str) -> str | None:
 @click.option("--require-native", is_flag=True, help="A fallback kernel fails the hook.")
 @click.option("--allow-unknown", is_flag=True, help="A combination without a sourced answer passes.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only files that fail or were not judged.")
+@deploy_options
 @limit_options
 def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, quiet: bool, limits: Limits) -> int:
+            allow_unknown: bool, quiet: bool, deploy: Deploy, memory_asked: bool, limits: Limits) -> int:
     """Check staged checkpoint files, headers only (the pre-commit hook).
+
+    With --context/--batch/--kv-cache-dtype a file that does not fit a GPU (the same estimate `qcheck check`
+    and `qcheck gate` give) fails too.
 
     \b
     Exit codes: 0 every file is a readable checkpoint (and runs on every
-      --engine x --gpu); 1 a combination fails; 2 a file is malformed,
-      hostile, a pickle, or not a checkpoint. Git LFS pointers are skipped.
+      --engine x --gpu, and fits when asked); 1 a combination fails; 2 a file
+      is malformed, hostile, a pickle, or not a checkpoint. Git LFS pointers
+      are skipped.
     """
     from qcheck.errors import LfsPointerError, QcheckError
+    from qcheck.pipeline import inspect, judge, plan
     from qcheck.report.text_check import describe
+    from qcheck.request import CheckRequest
 
-    judge = bool(engines or gpus)
-    if judge:
-        from qcheck.check import plan
-
-        plan(engines, gpus)  # usage errors before any file is read
+    judging = bool(engines or gpus)
+    if judging:
+        plan(CheckRequest("-", engines, gpus))  # usage errors before any file is read
     worst = 0
     counts = {"ok": 0, "failed": 0, "skipped": 0, "error": 0}
     for path in files:
@@ -77,10 +84,10 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
             if not quiet:
                 _say(f"{path}: skipped: {note}")
             continue
+        request = CheckRequest(path, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
+                               memory=memory_asked, limits=limits)
         try:
-            from qcheck.check import inspect_target
-
-            inspection = inspect_target(path, limits)
+            inspection = inspect(request)[0]
         except LfsPointerError as exc:
             counts["skipped"] += 1
             if not quiet:
@@ -92,23 +99,26 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
             _say(f"{path}: error: {_strip(' '.join(str(exc).split()), path)}")
             continue
         line = f"{path}: {describe(inspection)}"
-        if not judge:
+        if not judging:
             counts["ok"] += 1
             if not quiet:
                 _say(f"{line}: ok")
             continue
-        from qcheck.check import run_check
         from qcheck.report.text_check import engine_label, target_label
 
-        result = run_check(inspection, engines, gpus, require_native=require_native, allow_unknown=allow_unknown)
-        failing = [v for v in result.verdicts if result.fails(v)]
+        result = judge(inspection, request)
+        failing = [v for v in result.verdicts if result.fails(v) or _does_not_fit(v)]
         if failing:
             counts["failed"] += 1
             worst = max(worst, 1)
             _say(f"{line}: fails")
             for v in failing:
-                reason = f": {v.reasons[0]}" if v.reasons else ""
-                _say(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
+                if result.fails(v):
+                    reason = f": {v.reasons[0]}" if v.reasons else ""
+                    _say(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
+                else:
+                    summary = v.memory.summary() if v.memory is not None else ""
+                    _say(f"  does not fit on {engine_label(v)} x {target_label(v)}: {summary}")
         else:
             counts["ok"] += 1
             if not quiet:
@@ -117,6 +127,11 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         _say(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
                    f"{counts['skipped']} skipped (LFS pointers)")
     return worst
+
+
+def _does_not_fit(verdict: Verdict) -> bool:
+    """A memory question was asked and the answer is no (as a gate with ``[memory] enforce`` fails it)."""
+    return verdict.memory is not None and verdict.memory.fits is False
 
 
 def _links_out(path: str) -> bool:

@@ -26,6 +26,7 @@ from qcheck.matrix.schema import (
     KINDS,
     KV_CACHE_KEYS,
     KV_RULE_KEYS,
+    LOADED_DTYPES,
     MODIFIER_KEYS,
     PARALLEL_KEYS,
     PLACEHOLDERS,
@@ -452,10 +453,14 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     priority = entry.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         ctx.fail("bad-type", "priority must be an integer")
+    loaded_as = entry.get("weights_loaded_as")
+    if loaded_as is not None and (loaded_as not in LOADED_DTYPES or status not in ("native", "fallback")):
+        ctx.fail("bad-type", f"weights_loaded_as must be one of {', '.join(LOADED_DTYPES)}, on a rule that runs "
+                             "the checkpoint")
     return Rule(id=ident, file=engine.file, index=index, versions=versions, versions_text=versions_text,
                 methods=methods, match=match, hardware=hardware, backends=backends, status=status,
                 kernel=kernel, requires=requires, reasons=reasons, warnings=warnings, sources=sources,
-                priority=priority, modifier=modifier, when=frozenset(when))
+                priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as)
 
 
 def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],

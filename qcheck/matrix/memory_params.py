@@ -2,7 +2,7 @@
 
 What an engine reserves beyond weights and KV cache (llama.cpp's compute buffers and ``--fit`` margin, vLLM's
 ``gpu_memory_utilization``, SGLang's ``mem_fraction_static`` ...) is engine knowledge, so it lives with the
-engine's data, each value with its sources; ``qcheck/memory.py`` only holds the formulas that combine them.
+engine's data, each value with its sources; the engine families in ``qcheck/memory/families.py`` only combine them.
 An engine without a ``[memory]`` table gets "overhead unknown", never another engine's numbers.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from qcheck.matrix.schema import SOURCE_KEYS, SourceSpec, Where, check_keys, require_str, type_name
 
-#: the formula families qcheck/memory.py implements (docs/memory.md derives each)
+#: the formula families qcheck/memory/families.py implements (docs/memory.md derives each)
 FORMULAS = ("llama.cpp", "vllm", "sglang", "tensorrt-llm", "transformers", "mlx")
 PLACEMENTS = ("layer-split", "tensor")
 

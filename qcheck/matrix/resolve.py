@@ -243,6 +243,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
     values = placeholders(inspection, engine, version, target, verdict.backend, types)
     verdict.status = rule.status  # type: ignore[assignment]
     verdict.kernel = fill(rule.kernel, values) if rule.kernel else None
+    verdict.weights_loaded_as = rule.weights_loaded_as
     verdict.requires = dedupe([fill(x, values) for r, _ in winners for x in r.requires])
     verdict.reasons = dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
     verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings])

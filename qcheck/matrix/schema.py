@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.memory_params import EngineMemory
 
 STATUSES = ("native", "fallback", "unsupported", "unknown")
 VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
@@ -43,11 +44,13 @@ ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "h
 BACKEND_KEYS = {"vendors", "default", "note"}
 SOURCE_KEYS = {"ref", "version", "note"}
 RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
-             "reasons", "warnings", "sources", "priority", "note"}
+             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as"}
+#: the dtypes a rule may say an engine holds weights in after converting them at load (``weights_loaded_as``)
+LOADED_DTYPES = ("bfloat16", "float16", "float32")
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
                  "sources", "note"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match"}) | {"dtypes"}
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"dtypes"}
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
 
 
@@ -181,6 +184,8 @@ class Rule:
     #: a [[modifier]]: adds requires/reasons/warnings to a decided verdict whose status is in ``when``
     modifier: bool = False
     when: frozenset[str] = frozenset()
+    #: the dtype the engine holds the weights in after converting them at load (None: kept as stored)
+    weights_loaded_as: str | None = None
 
     @property
     def specificity(self) -> int:
@@ -275,8 +280,8 @@ class Engine:
     kv_rules: list[tuple[frozenset[str], Rule]] = field(default_factory=list)
     #: ``[parallel]``: tensor/pipeline/expert parallel layouts and their checks (qcheck.matrix.parallel)
     parallel: ParallelSpec | None = None
-    #: the [memory] table (qcheck.matrix.memory_params.EngineMemory), None when the data has none
-    memory: Any = None
+    #: the [memory] table, None when the data has none
+    memory: EngineMemory | None = None
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -1,0 +1,183 @@
+"""The memory records: what one estimate says (JSON ``verdicts[].memory``), part by part.
+
+Every byte count is a :class:`Part` that says what it is and where it comes from: ``header`` (read from the
+checkpoint), ``formula`` (arithmetic on the model's shape with sourced parameters), ``source`` (an engine
+constant read in its code), ``estimate`` (qcheck's stated guess, no engine constant exists), or ``measured``
+(fitted to real loads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qcheck.speed import SpeedEstimate
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class Part:
+    """One memory component on one device."""
+
+    name: str
+    bytes: int
+    basis: str  # formula | source | estimate | measured
+    how: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """How much of a device's memory the engine lets itself fill, and why."""
+
+    usable_bytes: int | None
+    text: str  # for people: "24.0 GiB - llama.cpp's 1.0 GiB --fit margin"
+    kv_scale: float = 1.0  # TensorRT-LLM gives the KV cache only a fraction of what is left
+
+
+@dataclass
+class OffloadPlan:
+    """llama.cpp's partial offload (JSON ``memory.offload``): ``-ngl`` layers on the GPU, or for MoE the
+    ``--n-cpu-moe`` layers whose experts stay in RAM (the ``moe_*`` fields, only when such a plan fits)."""
+
+    n_layers: int
+    ngl: int
+    gpu_bytes: int
+    ram_bytes: int
+    summary: str = ""
+    n_cpu_moe: int | None = None
+    moe_gpu_bytes: int | None = None
+    moe_ram_bytes: int | None = None
+    override_tensor: str | None = None  # the equivalent -ot pattern; None when no layer's experts move
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.n_cpu_moe is None:  # no MoE plan: the moe_* keys are absent, not null
+            for key in ("n_cpu_moe", "moe_gpu_bytes", "moe_ram_bytes", "override_tensor"):
+                del data[key]
+        return data
+
+
+@dataclass
+class MemoryEstimate:
+    """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
+
+    weights_bytes: int
+    weights_basis: str  # "packed" | "dequantized-bf16" | "file size"
+    kv_cache_bytes: int | None
+    kv_cache_dtype: str
+    kv_bytes_per_token: float | None
+    context: int
+    batch: int
+    activation_bytes: int  # compute / activation buffers
+    fixed_bytes: int  # output buffer, runtime, CUDA graphs, reserved
+    total_bytes: int  # on one device (tp = 1), host-resident weights excluded
+    gpu_memory_bytes: int | None
+    usable_bytes: int | None
+    fits: bool | None
+    gpus_needed: int | None
+    parallelism: str  # "tensor" | "layer-split"
+    per_gpu_bytes: int | None  # at gpus_needed
+    max_gpus: int
+    formula: str
+    overhead_source: str
+    assumptions: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    #: where each number comes from: name, bytes, basis (header|formula|source|estimate|measured), how
+    parts: list[Part] = field(default_factory=list)
+    overhead_known: bool = True
+    engine: str | None = None
+    device: str = "GPU"  # GPU | RAM | unified
+    host_bytes: int = 0  # weights the engine keeps in host memory (llama.cpp token embeddings)
+    reserve: str = ""  # how usable_bytes was derived
+    max_context: int | None = None  # largest context that fits at this batch, on max_context_gpus devices
+    max_batch: int | None = None  # largest batch that fits at this context, on max_context_gpus devices
+    #: the device count max_context / max_batch are judged at: 1, the --tp size, or gpus_needed when one GPU is
+    #: not enough (tensor parallelism splits the KV heads, a layer split the layers)
+    max_context_gpus: int = 1
+    model_context: int | None = None
+    offload: OffloadPlan | None = None
+    #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
+    active_weight_bytes: int | None = None
+    active_parameters: int | None = None
+    tp: int | None = None  # the GPU count the user chose (--tp); fit and max context are per GPU at it
+    #: filled by apply_memory: why there is no fit (an architecture, not a product), and the speed ceiling
+    note: str | None = None
+    speed: SpeedEstimate | None = None
+    #: the K and V cache types apart (``kv_cache_dtype`` is their one name when they agree, else "K,V")
+    kv_cache_type_k: str | None = None
+    kv_cache_type_v: str | None = None
+    #: the dtype the engine holds the weights in after loading, when it converts them (None: as stored)
+    weights_loaded_as: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
+        and the speed record (with its summary line) when there are any."""
+        data = asdict(self)
+        del data["note"], data["speed"]
+        if self.offload is not None:
+            data["offload"] = self.offload.to_json()
+        for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
+                    "per_gpu_bytes"):
+            value = data[key]
+            data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
+        data["summary"] = self.summary()
+        if self.note is not None:
+            data["note"] = self.note
+        if self.speed is not None:
+            data["speed"] = self.speed.to_json()
+            data["speed_summary"] = self.speed.summary
+        return data
+
+    def summary(self) -> str:
+        """One line for people, e.g. 'needs 6.2 GiB on one GPU (weights 4.4 + KV 1.0 + compute 0.3 GiB);
+        fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin); max context 131072'."""
+        def g(b: int | None) -> str:
+            return "?" if b is None else f"{b / GIB:.1f}"
+
+        where = {"RAM": "in RAM", "unified": "in unified memory"}.get(self.device, "on one GPU")
+        terms = [f"weights {g(self.weights_bytes)}", f"KV {g(self.kv_cache_bytes)}"]
+        if self.overhead_known:
+            terms += [f"{p.name} {g(p.bytes)}" for p in self.parts
+                      if p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB]
+            if not any(p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB
+                       for p in self.parts):
+                terms.append(f"buffers {g(self.activation_bytes + self.fixed_bytes)}")
+        text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
+        if not self.overhead_known:
+            text += f" + overhead unknown ({self.engine or 'this engine'} has no memory data)"
+        if self.host_bytes >= 0.05 * GIB and self.device != "RAM":
+            text += f", {g(self.host_bytes)} GiB more in RAM"
+        if self.gpu_memory_bytes is None:
+            return text
+        if self.reserve:
+            usable = f"{g(self.usable_bytes)} GiB usable ({self.reserve})"
+        else:
+            usable = f"{g(self.gpu_memory_bytes)} GiB"
+        if self.tp and self.per_gpu_bytes is not None:
+            text += f"; with --tp {self.tp}: {g(self.per_gpu_bytes)} GiB per GPU"
+        if self.fits:
+            text += f"; fits in {usable}"
+        elif self.fits is None:
+            text += f"; {usable}: fit unknown"
+        elif self.tp:
+            text += f"; does not fit {usable} at --tp {self.tp}" + \
+                (f"; {self.gpus_needed} GPUs would" if self.gpus_needed else "")
+        elif self.offload:
+            text += f"; does not fit {usable}: {self.offload.summary}"
+        elif self.gpus_needed:
+            how = "tensor parallelism" if self.parallelism == "tensor" else "a layer split"
+            text += f"; does not fit {usable}, needs {self.gpus_needed} with {how} ({g(self.per_gpu_bytes)} GiB each)"
+        else:
+            text += f"; does not fit {usable}, not even on {self.max_gpus}"
+        if self.max_context is not None and (self.fits or self.max_context_gpus > 1):
+            full = self.model_context and self.max_context >= self.model_context
+            at = f" on {self.max_context_gpus} GPUs" if self.max_context_gpus > 1 and not self.tp else ""
+            text += f"; max context {self.max_context}" + (" (the model's own)" if full else "") + at + \
+                f" at batch {self.batch}"
+        return text

@@ -1,0 +1,82 @@
+"""The memory estimate (and its speed ceiling) of every verdict on hardware: ``Verdict.memory``.
+
+The one place verdicts get memory: the pipeline calls it for every front end (check, gate, hook, the
+which-quant-fits table, the Python API), so the same question always gets the same figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from qcheck.errors import UsageError
+from qcheck.memory.estimate import MemoryTarget, estimate_memory
+from qcheck.memory.records import GIB, MemoryEstimate
+
+if TYPE_CHECKING:
+    from qcheck.matrix.loader import Matrix
+    from qcheck.model import Inspection, Verdict
+    from qcheck.request import Deploy
+
+
+def device_of(matrix: Matrix, gpu_id: str | None, arch_id: str | None) -> str:
+    """GPU, RAM (a CPU target) or unified (a GPU sharing the host's memory: Apple, GB10, Strix Halo, MI300A)."""
+    arch = matrix.gpus.archs.get(arch_id) if arch_id else None
+    if arch is not None and arch.vendor == "cpu":
+        return "RAM"
+    unified: frozenset[str] = getattr(matrix.gpus, "unified", frozenset())
+    if (gpu_id and gpu_id in unified) or (arch is not None and (arch.vendor == "apple" or arch.id in unified)):
+        return "unified"
+    return "GPU"
+
+
+def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: Deploy, matrix: Matrix,
+                 gpu_memory_gib: Callable[[str], float | None] | None = None) -> None:
+    """Fill ``Verdict.memory`` for every verdict on hardware (hosted providers have none).
+
+    A product's memory comes from ``matrices/gpus.toml`` unless ``gpu_memory_gib(gpu_id)`` says otherwise (``--gpu
+    auto``: what is free); for an architecture or a compute capability there is no product, so the need is
+    reported without a fit.
+    """
+    for v in verdicts:
+        if v.gpu is None and v.arch is None:
+            continue
+        mem_gib = gpu_memory_gib(v.gpu) if gpu_memory_gib is not None and v.gpu else None
+        if mem_gib is None and v.gpu:
+            gpu = matrix.gpus.gpus.get(v.gpu)
+            mem_gib = gpu.memory_gib if gpu is not None else None
+        try:
+            params = matrix.engine(v.engine).memory
+        except UsageError:
+            params = None
+        device = device_of(matrix, v.gpu, v.arch)
+        target = MemoryTarget(v.engine, params, device, mem_gib, v.weights_loaded_as)
+        est = estimate_memory(inspection, deploy, target)
+        if mem_gib is None and device != "RAM":
+            est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
+                        "with its memory")
+        _speed(v, inspection, est, matrix)
+        v.memory = est
+        if est.fits is False:
+            v.warnings.append(_no_fit_warning(v, est))
+
+
+def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matrix) -> None:
+    from qcheck.speed import estimate_speed
+
+    perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
+    arch = matrix.gpus.archs.get(v.arch) if v.arch else None
+    if perf is not None and arch is not None and v.status != "unsupported":
+        est.speed = estimate_speed(v, inspection, est, perf, arch.native_formats, est.active_weight_bytes,
+                                   est.active_parameters)
+
+
+def _no_fit_warning(v: Verdict, est: MemoryEstimate) -> str:
+    usable = (est.usable_bytes or 0) / GIB
+    if est.offload:
+        more = f"; {est.offload.summary}"
+    elif est.gpus_needed:
+        more = f"; {est.gpus_needed} GPUs would ({est.parallelism})"
+    else:
+        more = f"; not even {est.max_gpus}"
+    return f"memory: needs {est.total_bytes / GIB:.1f} GiB, more than one {v.gpu} ({usable:.1f} GiB usable){more}"
