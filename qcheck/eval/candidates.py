@@ -22,6 +22,7 @@ from qcheck.eval.report import CandidateResult, histogram
 from qcheck.eval.runners import DEFAULT_BACKEND, BuiltRunner, RunnerContext, build_runner
 from qcheck.eval.runners.base import CandidateRunner, check_same_vocab, score_blocks
 from qcheck.eval.workload import Workload
+from qcheck.request import KVCacheTypes
 
 
 @dataclass
@@ -66,14 +67,16 @@ def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: 
         metrics, intervals = tally.acc.summary()
         phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
         warning = _plausibility(spec, config, built, tally, metrics)
+        kv = _kv_record(spec, config, built)  # before the runner closes: a server is asked what it stores
     finally:
         if spec.runner is None:
             runner.close()
-    kv = _kv_record(spec, config, built)
-    if kv is not None and split and config.kv_split and candidate_kv(spec, config).given:
+    if kv is not None and split and config.kv_split and (kv.get("k") or kv.get("v")) and kv["k"] != "auto":
         from qcheck.eval.kv_split import Measured, kv_split
 
-        kv["split"] = kv_split(spec, config, work, ref, Measured(metrics, intervals, kv.get("engine")), run_candidate)
+        as_run = spec if candidate_kv(spec, config).given else replace(spec, kv_cache=KVCacheTypes(kv["k"], kv["v"]))
+        kv["split"] = kv_split(as_run, config, work, ref, Measured(metrics, intervals, kv.get("engine")),
+                               run_candidate)
         kv_split_metrics(kv["split"], metrics, intervals)
     return _verdict(spec, config, built, (metrics, intervals), (tally, phase, warning, kv))
 
@@ -99,12 +102,35 @@ def _kv_record(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner) -> d
     if built.kv_cache is not None:
         return {"engine": "llama.cpp", **built.kv_cache}
     kv = candidate_kv(spec, config)
-    if kv.given:
-        from qcheck.eval.kv_split import ENDPOINT_ENGINES
+    client, flavour = getattr(built.runner, "client", None), str(getattr(built.runner, "flavour", ""))
+    reported = None
+    if client is not None:
+        from qcheck.eval.runners.endpoint.server_info import reported_kv_cache
 
-        engine = ENDPOINT_ENGINES.get(str(getattr(built.runner, "flavour", "")))
-        return {"engine": engine, "k": kv.k, "v": kv.v, "source": "declared (the server's own setting)"}
-    return None
+        reported = reported_kv_cache(client, flavour)
+    if not kv.given and reported is None:
+        return None
+    from qcheck.eval.kv_split import ENDPOINT_ENGINES
+
+    record: dict[str, Any] = {"engine": ENDPOINT_ENGINES.get(flavour), "reported": reported}
+    if kv.given:
+        record.update(k=kv.k, v=kv.v, source="declared (the server's own setting)")
+        declared = kv.k if kv.same else None
+        if reported is not None and declared is not None and _same_kv(declared, reported) is False:
+            built.notes.append(f"the server reports KV cache {reported!r}, not the declared {declared!r}: the "
+                               "declared type is what the KV-alone part emulates")
+    else:
+        record.update(k=reported, v=reported, source="reported by the server")
+    return record
+
+
+def _same_kv(a: str, b: str) -> bool | None:
+    """Whether two spellings name the same KV cache type (None: cannot tell)."""
+    from qcheck.kvtypes import normalise_kv
+
+    spell = {"fp8": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "float16": "f16", "fp16": "f16", "bfloat16": "bf16"}
+    x, y = normalise_kv(a), normalise_kv(b)
+    return spell.get(x, x) == spell.get(y, y)
 
 
 def _plausibility(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner, tally: _Tally,
