@@ -71,7 +71,8 @@ def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: 
     finally:
         if spec.runner is None:
             runner.close()
-    if kv is not None and split and config.kv_split and (kv.get("k") or kv.get("v")) and kv["k"] != "auto":
+    reported = kv is not None and kv.get("source") == "reported by the server" and kv.get("k") not in (None, "auto")
+    if kv is not None and split and config.kv_split and (candidate_kv(spec, config).given or reported):
         from qcheck.eval.kv_split import Measured, kv_split
 
         as_run = spec if candidate_kv(spec, config).given else replace(spec, kv_cache=KVCacheTypes(kv["k"], kv["v"]))

@@ -7,7 +7,7 @@ ggml block types follow llama.cpp b11312 (vendored in llama-cpp-python 0.3.36): 
 quantises its dot-product operands into, the x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1`` of
 ``ggml/src/ggml-cpu/arch/x86/quants.c`` :302-455 (scale ``amax / 127`` stored as fp16, codes rounded to nearest
 even with the unrounded ``127 / amax``). Every block scale is stored as fp16 except Q8_K's float32 one. The values
-are checked against gguf-py's own quantisers in tests/test_eval_emulation.py.
+are checked against llama.cpp's own quantisers (libggml through ctypes) in tests/test_eval_kv_cache.py.
 
 FP8 (``e4m3`` / ``e5m2``) is torch's conversion, which saturates e4m3 at +-448 as CUDA's ``__NV_SATFINITE`` does.
 """

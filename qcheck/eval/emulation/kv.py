@@ -112,10 +112,8 @@ class KVEmulation:
 
     def describe(self) -> str:
         if self.engine == "llama.cpp":
-            rot = [side for side, t in (("K", self.k), ("V", self.v)) if t in blocks.BLOCK_SIZES]
             return (f"KV cache {self.label} as llama.cpp's CPU flash attention stores it; Q converted to "
-                    f"{LLAMA_CPP_Q_TYPE[self.k]} for the dot product"
-                    + (f"; {' and '.join(rot)} Hadamard-rotated before quantisation" if rot else ""))
+                    f"{LLAMA_CPP_Q_TYPE[self.k]} for the dot product")
         if "fp8" not in self.k + self.v:
             return f"KV cache {self.label} ({self.engine}: the cache in that float type)"
         source = "the checkpoint's scales" if self.scales.shipped else "scale 1.0 (the checkpoint ships none)"
@@ -338,6 +336,10 @@ def apply(model: Any, emulation: KVEmulation) -> Applied:
             raise UsageError(f"llama.cpp cannot store a head size of {head_dim} in 32-value {emulation.label} blocks")
         if quantised and head_dim % 64:
             notes.append(f"head size {head_dim} is not a multiple of 64: llama.cpp does not Hadamard-rotate this cache")
+        rotated = [side for side, rot in (("K", k_rot), ("V", v_rot)) if rot is not None]
+        if rotated:
+            notes.append(f"{' and '.join(rotated)} Hadamard-rotated along the head before quantisation, as llama.cpp "
+                         "does (attn_rot_k/v)")
     order = None
     if emulation.engine == "llama.cpp" and head_dim and emulation.changes_anything:
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
