@@ -226,37 +226,75 @@ def emulated_attention(module: Any, query: Any, key: Any, value: Any, attention_
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    s = torch.matmul(q, k.transpose(-1, -2)) * (scaling if scaling is not None else q.shape[-1] ** -0.5)
-    softcap = kwargs.get("softcap")
-    if softcap:
-        s = torch.tanh(s / softcap) * softcap
-    if attention_mask is not None:
-        s = s + attention_mask[..., : k.shape[-2]].float()
     sinks = kwargs.get("s_aux")
     if sinks is None and getattr(module, "sinks", None) is not None and "gpt_oss" in type(module).__module__:
         sinks = module.sinks
-    m = s.amax(dim=-1, keepdim=True)
-    if sinks is not None:
-        m = torch.maximum(m, sinks.float().reshape(1, -1, 1, 1))
-    p = torch.exp(s - m)
-    total = p.sum(dim=-1, keepdim=True)
-    if sinks is not None:
-        total = total + torch.exp(sinks.float().reshape(1, -1, 1, 1) - m)
-    kind = _fp8_probabilities(state) if state is not None else None
-    if kind is not None:
-        p = blocks.fp8(p * 256.0, kind, 1.0) / 256.0
-    out = torch.matmul(p, v) / total
+    scores = _Scores(scale=scaling if scaling is not None else q.shape[-1] ** -0.5, softcap=kwargs.get("softcap"),
+                     sinks=None if sinks is None else sinks.float().reshape(1, -1, 1, 1),
+                     fp8_probabilities=_fp8_probabilities(state) if state is not None else None)
+    # queries in blocks: (batch x heads x block x keys) float32 scores stay within SCORE_BLOCK_BYTES at any length
+    step = max(1, SCORE_BLOCK_BYTES // (4 * q.shape[0] * q.shape[1] * max(1, k.shape[-2])))
+    out = torch.cat([scores.attend(q[..., a:a + step, :], k, v, _block_mask(attention_mask, a, step, q, k))
+                     for a in range(0, q.shape[-2], step)], dim=-2)
     if post is not None:
         out = post(out)
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
+def _block_mask(mask: Any, start: int, step: int, q: Any, k: Any) -> Any:
+    """The boolean mask (True: attend) of queries ``start .. start + step``: the model's own (sdpa's boolean mask,
+    with padding and sliding windows), else plain causal, the queries being the last ``q`` positions of ``k``."""
+    import torch
+
+    if mask is not None:
+        return mask[..., start:start + step, : k.shape[-2]]
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    rows = torch.arange(start, min(start + step, n_q), device=q.device) + (n_k - n_q)
+    return torch.arange(n_k, device=q.device)[None, :] <= rows[:, None]
+
+
+#: float32 bytes of one block of attention scores (``emulated_attention`` processes queries in such blocks)
+SCORE_BLOCK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """Softmax attention over one block of queries, as the engine rounds it."""
+
+    scale: float
+    softcap: float | None
+    sinks: Any
+    fp8_probabilities: str | None
+
+    def attend(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
+        """Attention of these queries over every key; ``mask`` (boolean, True: attend, or additive float)."""
+        import torch
+
+        s = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        if self.softcap:
+            s = torch.tanh(s / self.softcap) * self.softcap
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask.float()
+        m = s.amax(dim=-1, keepdim=True)
+        if self.sinks is not None:
+            m = torch.maximum(m, self.sinks)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a query that sees nothing (a pad row)
+        p = torch.exp(s - m)
+        total = p.sum(dim=-1, keepdim=True)
+        if self.sinks is not None:
+            total = total + torch.exp(self.sinks - m)
+        if self.fp8_probabilities is not None:
+            p = blocks.fp8(p * 256.0, self.fp8_probabilities, 1.0) / 256.0
+        return torch.matmul(p, v) / total.clamp_min(torch.finfo(torch.float32).tiny)
+
+
 def _register() -> None:
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     AttentionInterface.register(ATTENTION_NAME, emulated_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, eager_mask)
+    # sdpa's masks: boolean (a float mask would be a float32 queries x keys tensor per sequence), or None when plainly
+    # causal (``_block_mask`` builds each block's then)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
 
 
 def _attention_modules(model: Any) -> list[tuple[int, Any]]:

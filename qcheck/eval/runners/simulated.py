@@ -286,6 +286,11 @@ def _format_activations(engine: str, model: Any, inspection: Any, options: Simul
         f"{act_dtype} in the format, but qcheck has no emulation of it"
     if not done:
         left_out.append(f"the {act_dtype} activation quantisation of the format")
+    elif act_dtype == "float8_e4m3" and "dynamic" in done:
+        # vllm 0.34.0 model_executor/layers/quantization/fp8.py:263-284: per token with CUTLASS FP8 (sm89+), else
+        # one dynamic scale per tensor
+        left_out.append("dynamic FP8 activations scaled per tensor, as vLLM does on GPUs without CUTLASS FP8 "
+                        "(before sm89): per token here, as on sm89+")
     return _Emulated(activations=activations, cleanups=[_remover(handles)],
                      left_out=[*left_out, "the engine's GEMM accumulation order and precision"])
 
