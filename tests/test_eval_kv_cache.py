@@ -314,3 +314,26 @@ def test_fp8_query_handling_differs_between_vllm_and_sglang():
     assert torch.equal(qe, q)  # no FA3 for e5m2: the query stays in the model's dtype
     with pytest.raises(UsageError, match="qcheck emulates vllm"):
         kvemu.resolve("vllm", "q4_0", None)
+
+
+def test_per_head_or_hostile_kv_scales_are_refused_before_reading(tmp_path):
+    from safetensors.torch import save_file
+
+    from qcheck.errors import InputError
+    from qcheck.eval.emulation.scales import checkpoint_kv_scales
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    tensors = {"model.layers.0.self_attn.k_proj.weight": torch.zeros(4, 4),
+               "model.layers.0.self_attn.k_scale": torch.ones(2)}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(InputError, match="2-value KV cache scale"):
+        checkpoint_kv_scales(str(tmp_path))
+    tensors["model.layers.0.self_attn.k_scale"] = torch.tensor(-1.0)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(InputError, match="not a positive finite number"):
+        checkpoint_kv_scales(str(tmp_path))
+    tensors["model.layers.0.self_attn.k_scale"] = torch.tensor(0.5)
+    tensors["model.layers.1.self_attn.kv_scale"] = torch.tensor(0.25)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    scales = checkpoint_kv_scales(str(tmp_path))
+    assert scales.k == {0: 0.5, 1: 0.25} and scales.v == {1: 0.25} and scales.shipped

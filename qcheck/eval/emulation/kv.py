@@ -254,7 +254,7 @@ def _block_mask(mask: Any, start: int, step: int, q: Any, k: Any) -> Any:
 
 
 #: float32 bytes of one block of attention scores (``emulated_attention`` processes queries in such blocks)
-SCORE_BLOCK_BYTES = 64 << 20
+SCORE_BLOCK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

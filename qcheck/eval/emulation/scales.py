@@ -39,10 +39,11 @@ def checkpoint_kv_scales(path: str, limits: Limits = DEFAULT_LIMITS) -> KVScales
         match = _LAYER.search(name)
         assert match is not None
         layer = int(match.group(1))
+        count = checkpoint.tensors[name].numel  # from the bounded header: refused before any data is read
+        if count != 1:
+            raise InputError(f"a {count}-value KV cache scale: vLLM and SGLang take only per-tensor FP8 KV scales",
+                             where=f"tensor {name}")
         tensor = read_tensor(root, checkpoint, name)
-        if tensor.numel() != 1:
-            raise InputError(f"a {tensor.numel()}-value KV cache scale: vLLM and SGLang take only per-tensor FP8 KV "
-                             "scales", where=f"tensor {name}")
         value = float(tensor.float().reshape(()))
         if not value > 0 or value != value or value == float("inf"):
             raise InputError(f"KV cache scale {value} is not a positive finite number", where=f"tensor {name}")
