@@ -163,6 +163,9 @@ def test_q4_0_kv_cache_matches_an_independent_llama_cpp_computation(q4_kv_run):
     independent, tokens = _independent_kld(tiny_reference(), tiny_gguf("Q8_0"), 2,
                                            [line["text"] for line in TEXT_LINES])
     lc, sim = c["lc"].metrics, c["sim"].metrics
+    print(f"\nq4_0 KV: independent {independent:.6g} over {tokens} tokens; llama.cpp candidate {lc['kld_mean']:.6g} "
+          f"({lc['kld_mean'] / independent - 1:+.2%}); simulated {sim['kld_mean']:.6g} "
+          f"({sim['kld_mean'] / independent - 1:+.2%}); f16 KV {c['lc-f16'].metrics['kld_mean']:.6g}")
     assert lc["tokens_scored"] == sim["tokens_scored"] == tokens
     assert independent > 10 * c["lc-f16"].metrics["kld_mean"]  # the q4_0 cache really costs (the issue: 85x)
     assert lc["kld_mean"] == pytest.approx(independent, rel=LLAMACPP_REL)
