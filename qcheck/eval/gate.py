@@ -71,6 +71,13 @@ class Thresholds:
     #: the tier the defaults came from, for the report
     tier: str | None = None
 
+    def __post_init__(self) -> None:
+        """Thresholds built directly (the Python API) are checked as the policy's and the flags' are."""
+        for name in self.names():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, _check_value(name, value))
+
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls) if f.name not in ("use_intervals", "tier")]
@@ -130,12 +137,20 @@ class Thresholds:
 
 
 def _check_value(key: str, value: Any) -> float:
+    """A threshold as a float: a finite number in its range. ``inf`` (TOML's ``inf``, ``1e309``, ``--max-kld inf``) has
+    no meaning a gate could honour: to not check a metric, leave its threshold out."""
+    name = key.replace("_", "-")  # as the policy key and the flag spell it
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"threshold {key} must be a number, not {value!r}")
+        raise UsageError(f"threshold {name} must be a number, not {value!r}")
     lo, hi = _CHECKS[key][3]
-    value = float(value)
-    if not (lo <= value <= hi) or math.isnan(value):
-        raise UsageError(f"threshold {key}={value} is outside [{lo}, {hi}]")
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        value = math.inf
+    if not math.isfinite(value):
+        raise UsageError(f"threshold {name}={value} is not a finite number; leave it out to not check that metric")
+    if not lo <= value <= hi:
+        raise UsageError(f"threshold {name}={value} is outside [{lo}, {'any finite number' if hi == math.inf else hi}]")
     return value
 
 
