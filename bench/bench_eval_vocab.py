@@ -18,7 +18,12 @@ own ``convert_hf_to_gguf.py`` (F32 and Q8_0), and measures one candidate (Q8_0) 
   forward work).
 
 Wall time and peak RSS are those of each whole process (``/usr/bin/time``: startup, imports and model load
-included), plus qcheck's own per-candidate phase from its JSON. Ratios are printed per candidate and per scored
+included), plus qcheck's own per-candidate phase from its JSON. The last lines give the eval time **per candidate
+per 1,000 scored positions**, llama-perplexity's (its candidate run's wall time) against each qcheck backend's
+candidate phase (load included) and against qcheck's whole process, on the same tokens with ``--windows chunks``.
+``--backends simulated,llamacpp`` measures the candidate both simulated and under llama.cpp in process;
+``--kv-cache-dtype T`` runs every candidate with that KV cache (llama-perplexity ``-ctk T -ctv T``, flash attention on
+as its default; qcheck ``--kv-cache-dtype T --no-kv-split``). Ratios are printed per candidate and per scored
 token. Run at two vocabulary sizes, the candidate's peak RSS minus the model's own float32 size shows whether
 memory grows with the vocabulary beyond the model. Needs llama-perplexity (``--llama-bin``) and the llama.cpp
 converter (fetched from the llama-cpp-python sdist, see tests/support/llamacpp_convert.py).
@@ -113,12 +118,15 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     (work / "tasks.jsonl").write_text(json.dumps({"id": "doc", "kind": "text", "text": text}) + "\n",
                                       encoding="utf-8")
     perplexity = str(Path(args.llama_bin) / "llama-perplexity")
-    common = ["-f", str(work / "text.txt"), "-c", "512", "-b", "512", "-t", str(threads)]
+    # --no-repack: virtual machines may advertise AMX without enabling it, and llama.cpp's repacked Q8_0 weights then
+    # die of SIGILL (qcheck's llama.cpp backend loads without repacking for the same reason: without_weight_repacking)
+    common = ["-f", str(work / "text.txt"), "-c", "512", "-b", "512", "-t", str(threads), "--no-repack"]
+    kv = ["-ctk", args.kv_cache_dtype, "-ctv", args.kv_cache_dtype, "-fa", "on"] if args.kv_cache_dtype else []
     base = work / f"base-{vocab}.kld"
     timed([perplexity, "-m", str(f32), *common, "--kl-divergence-base", str(base)])
     lp_runs = []
     for _ in range(args.repeat):
-        wall, rss, text_out = timed([perplexity, "-m", str(q8), *common, "--kl-divergence-base", str(base),
+        wall, rss, text_out = timed([perplexity, "-m", str(q8), *common, *kv, "--kl-divergence-base", str(base),
                                      "--kl-divergence"])
         lp_runs.append((wall, rss, llama_kld(text_out)))
     lp_wall, lp_rss, lp_kld = min(lp_runs, key=lambda r: r[0])
@@ -130,7 +138,10 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads),
            "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
     cache = work / f"cache-{vocab}"
-    cmd = [sys.executable, "-m", "qcheck", "eval", "--reference", str(model), "--candidate", f"q8={q8}",
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    candidates = [arg for b in backends for arg in ("--candidate", f"q8-{b}={b}:{q8}")]
+    cmd = [sys.executable, "-m", "qcheck", "eval", "--reference", str(model), *candidates,
+           *(["--kv-cache-dtype", args.kv_cache_dtype, "--no-kv-split"] if args.kv_cache_dtype else []),
            "--tasks", str(work / "tasks.jsonl"), "--max-length", "512",
            *(["--windows", "chunks"] if args.windows == "chunks" else ["--stride", "256"]), "--cache-dir", str(cache),
            "--json", "--bootstrap", "100"]
@@ -145,6 +156,8 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
     qc_rss = max(qc_rss, data["performance"]["peak_rss_bytes"] or 0)
     cand = data["candidates"][0]
     perf = cand["performance"]
+    per_k = [(c["name"], c["performance"]["seconds"] * 1000 / max(1, c["metrics"]["tokens_scored"]),
+              c["metrics"]["kld_mean"], c["metrics"]["top1_agreement"]) for c in data["candidates"]]
     qc_scored = cand["metrics"]["tokens_scored"]
     model_bytes = params * 4
     print(f"\nvocabulary {vocab:,}: {params / 1e6:.1f} M parameters ({model_bytes / 1e6:.0f} MB float32), text "
@@ -161,10 +174,19 @@ def run_one(work: Path, vocab: int, args: argparse.Namespace, threads: int) -> d
           f"(while loading: the dequantised tensors and the model); while scoring {scoring / 1e6:.0f} MB = model + "
           f"{(scoring - model_bytes) / 1e6:.0f} MB")
     print(f"    (cold run computing the reference too: {cold_wall:.2f} s, peak RSS {cold_rss / 1e6:.0f} MB)")
-    ratio = qc_wall / lp_wall
-    per_token = (qc_wall / qc_scored) / (lp_wall / lp_scored)
-    print(f"  ratio qcheck / llama-perplexity: {ratio:.2f}x per candidate (target <= 2), {per_token:.2f}x per scored "
-          f"token")
+    # the whole qcheck process shared among its candidates (one per backend)
+    ratio = qc_wall / len(per_k) / lp_wall
+    per_token = (qc_wall / len(per_k) / qc_scored) / (lp_wall / lp_scored)
+    print(f"  ratio qcheck / llama-perplexity: {ratio:.2f}x per candidate (target <= 2; whole process / "
+          f"{len(per_k)} candidate(s)), {per_token:.2f}x per scored token")
+    lp_per_k = lp_wall * 1000 / lp_scored
+    print(f"  eval time per candidate per 1,000 scored positions{' (KV cache ' + args.kv_cache_dtype + ')' if kv else ''}:")
+    print(f"    llama-perplexity --kl-divergence   {lp_per_k:7.2f} s   (mean KLD {lp_kld.get('kld_mean', float('nan')):.4g})")
+    for name, seconds, kld, top1 in per_k:
+        print(f"    qcheck {name:26s}  {seconds:7.2f} s   {seconds / lp_per_k:5.2f}x   (mean KLD {kld:.4g}, top-1 "
+              f"{top1:.1%}; candidate phase incl. load)")
+    whole = qc_wall * 1000 / qc_scored / len(per_k)
+    print(f"    qcheck whole process, per candidate {whole:7.2f} s   {whole / lp_per_k:5.2f}x   (imports, reference cache read)")
     return {"vocab": vocab, "ratio": ratio, "per_token": per_token, "rss_over_model": scoring - model_bytes,
             "qc_rss": qc_rss, "lp_rss": lp_rss}
 
@@ -178,6 +200,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2048, help="text length (llama-perplexity needs >= 2 x 512)")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs of each tool; the fastest is reported")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", default="simulated", help="qcheck backends for the candidate: simulated, llamacpp "
+                                                             "or both (comma-separated)")
+    ap.add_argument("--kv-cache-dtype", default=None, help="a llama.cpp KV cache type (q8_0, q4_0, ...) for both tools")
     ap.add_argument("--windows", choices=["chunks", "sliding"], default="chunks",
                     help="qcheck's windows: chunks (llama-perplexity's, the same tokens) or sliding (its default)")
     args = ap.parse_args()

@@ -49,7 +49,10 @@ MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales")
 MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
-                "reference-dtype", "device", "cache-dir", "tier", "use-intervals")
+                "reference-dtype", "device", "cache-dir", "tier", "use-intervals", "simulate-engine",
+                "kv-cache-dtype", "cache-type-k", "cache-type-v", "kv-split")
+#: qcheck eval's --simulate-engine values (``qcheck.eval.emulation.SIMULATE_ENGINES``; not imported, as above)
+SIMULATE_ENGINES = ("auto", "llama.cpp", "vllm", "sglang", "weights")
 
 
 class PolicyError(UsageError):
@@ -118,6 +121,11 @@ class QualitySpec:
     reference_dtype: str = "float32"
     device: str = "cpu"
     cache_dir: str | None = None
+    #: whose arithmetic simulated candidates reproduce (``qcheck eval --simulate-engine``)
+    simulate_engine: str = "auto"
+    #: the KV cache every candidate runs with (``--kv-cache-dtype``, ``--cache-type-k/-v``); unset: engine defaults
+    kv_cache: Any = None  # qcheck.request.KVCacheTypes
+    kv_split: bool = True
 
 
 @dataclass
@@ -162,8 +170,9 @@ class Policy:
         """The policy as resolved (globs expanded), for the gate report."""
         quality = None
         if self.quality:
-            quality = {k: v for k, v in dataclasses.asdict(self.quality).items() if k != "thresholds"}
+            quality = {k: v for k, v in dataclasses.asdict(self.quality).items() if k not in ("thresholds", "kv_cache")}
             quality["thresholds"] = self.quality.thresholds.to_json()
+            quality["kv_cache"] = self.quality.kv_cache.to_json() if self.quality.kv_cache is not None else None
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
                 "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
@@ -671,7 +680,22 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
     return QualitySpec(
         reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
         max_length=max_length, stride=stride, windows=windows, max_items=max_items,
-        reference_dtype=reference_dtype, device=device, cache_dir=cache_dir)
+        reference_dtype=reference_dtype, device=device, cache_dir=cache_dir,
+        simulate_engine=c.choice(raw, "simulate-engine", "quality", SIMULATE_ENGINES, "auto"),
+        kv_cache=_quality_kv(c, raw), kv_split=c.boolean(raw, "kv-split", "quality", True))
+
+
+def _quality_kv(c: _Checker, raw: Any) -> Any:
+    """``kv-cache-dtype`` (one type, or "K,V"), ``cache-type-k``, ``cache-type-v`` as a KVCacheTypes."""
+    from qcheck.request import KVCacheTypes
+
+    both = c.string(raw, "kv-cache-dtype", "quality")
+    k = c.string(raw, "cache-type-k", "quality")
+    v = c.string(raw, "cache-type-v", "quality")
+    try:
+        return KVCacheTypes.parse(both, k, v)
+    except UsageError as exc:
+        raise c.fail("quality.kv-cache-dtype", str(exc)) from None
 
 
 def check_quality_inputs(policy: Policy) -> None:

@@ -467,3 +467,28 @@ def test_real_llama_cpp_python_server_end_to_end_agrees_with_in_process_and_simu
     # generations come back as text only; where it lost a partial UTF-8 character the report says so
     assert srv["greedy_agreement"] == lc["greedy_agreement"] or any(
         "does not re-tokenise" in n for n in c["server"]["notes"])
+
+
+# ---------------------------------------------------------------------------------------- the server's KV cache
+def test_the_kv_cache_a_server_reports_is_recorded_and_split(fake, cache):
+    """vLLM with dev endpoints reports its cache type at /server_info: it is recorded and its cost alone is measured
+    (the reference's weights with vLLM's FP8 cache emulated); the weights alone cannot be: the server's cache is its
+    own. A declared type that the server contradicts is kept, with a note."""
+    fake.behaviour.server_info = {"vllm_config": {"cache_config": {"cache_dtype": "fp8_e4m3"}}}
+    c = evaluate(cache, [f"v={ep(fake.url)}"])["v"]
+    kv = c.kv_cache
+    assert (kv["k"], kv["v"], kv["reported"], kv["source"], kv["engine"]) == (
+        "fp8_e4m3", "fp8_e4m3", "fp8_e4m3", "reported by the server", "vllm")
+    split = kv["split"]
+    assert "unavailable" in split["weights"] and split["kv"]["kld_mean"] > 0
+    assert "vllm" in split["kv"]["emulation"] and c.metrics["kv_only_kld_mean"] == split["kv"]["kld_mean"]
+    fake.behaviour.style, fake.behaviour.server_info = "sglang", {"kv_cache_dtype": "bf16"}
+    from qcheck.request import KVCacheTypes
+
+    d = evaluate(cache, [f"s={ep(fake.url)}"], kv_cache_by_candidate={"s": KVCacheTypes("fp8", "fp8")},
+                 kv_split=False)["s"]
+    assert d.kv_cache["reported"] == "bf16" and d.kv_cache["source"].startswith("declared")
+    assert any("the server reports KV cache 'bf16', not the declared 'fp8'" in n for n in d.notes)
+    fake.behaviour.server_info = None
+    e = evaluate(cache, [f"n={ep(fake.url)}"])["n"]
+    assert e.kv_cache is None  # nothing declared, nothing reported

@@ -61,11 +61,23 @@ def test_llamacpp_and_simulated_agree_within_stated_tolerance(run, qtype):
     assert lc["accuracy_reference"] == sim["accuracy_reference"]
 
 
-def test_q8_activation_quantisation_adds_loss_over_the_simulation(run):
-    """The documented difference: llama.cpp quantises activations to Q8_0 for Q8_0 weights (the simulation
-    does not), so the engine's KLD on a Q8_0 file is above the weights-only figure."""
-    _, c = run
-    assert c["lc-Q8_0"].metrics["kld_mean"] > c["sim-Q8_0"].metrics["kld_mean"]
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+def test_engine_arithmetic_closes_the_gap_the_weights_alone_leave(run, qtype):
+    """llama.cpp quantises activations to Q8_0 blocks for Q8_0/Q4_0 weights and stores the KV cache in f16 (and its
+    CPU flash attention rounds Q to f16 for short batches): the dequantised weights alone understate its loss on
+    Q8_0 (measured 0.0075 against 0.0110 before the emulation); the simulation with llama.cpp's arithmetic (the
+    default, --simulate-engine auto) lands on it (measured 0.0114 against 0.0113)."""
+    from dataclasses import replace
+
+    config, c = run
+    weights = run_eval(replace(config, candidates=[f"w={tiny_gguf(qtype)}"], simulate_engine="weights")).candidates[0]
+    lc, sim = c[f"lc-{qtype}"].metrics, c[f"sim-{qtype}"].metrics
+    assert sim["kld_mean"] == pytest.approx(lc["kld_mean"], rel=0.03), (sim["kld_mean"], lc["kld_mean"])
+    assert sim["top1_agreement"] == pytest.approx(lc["top1_agreement"], abs=0.03)
+    if qtype == "Q8_0":  # where the weight error is small, the activations' rounding is a large share of the loss
+        assert weights.metrics["kld_mean"] < 0.85 * lc["kld_mean"], (weights.metrics["kld_mean"], lc["kld_mean"])
+    assert c[f"sim-{qtype}"].simulation["engine"] == "llama.cpp"
+    assert "q8_0 before" in c[f"sim-{qtype}"].activations and weights.simulation is None
 
 
 def _ref_rows(model_dir, ids):

@@ -44,3 +44,23 @@ def test_histogram_ticks_are_powers_of_ten_and_zero_bars_show():
     page = render_html(data({}, [candidate("q8", 3.22e-6, acc=0.0)]), META)
     assert "10<tspan dy='-5' font-size='8'>-6</tspan>" in page
     assert page.count('class="zero"') == 2  # arith and trivia at 0% for q8: labelled, not blank
+
+
+def test_simulation_kv_split_and_positions_are_shown():
+    c = candidate("q8", 1.6e-4)
+    c["simulation"] = {"engine": "llama.cpp", "activations": "q8_0 before 15 Linear layer(s)",
+                       "kv_cache": {"description": "KV cache q4_0 as llama.cpp's CPU flash attention stores it"},
+                       "effects_left_out": ["llama.cpp's summation order"]}
+    part = {"kld_mean": 1.59e-4, "kld_mean_interval": {"low": 1.45e-4, "high": 1.73e-4}, "top1_agreement": 0.818,
+            "label": "reference weights + KV cache q4_0 (emulated)"}
+    c["kv_cache"] = {"k": "q4_0", "v": "q4_0", "split": {"weights": {"kld_mean": 5.4e-6, "top1_agreement": 0.98},
+                                                        "kv": part, "both": {"kld_mean": 1.6e-4}}}
+    c["by_position"] = [{"from": 0, "to": 512, "tokens": 4000, "kld_mean": 1e-4, "max_position": 511},
+                        {"from": 512, "to": 2048, "tokens": 1020, "kld_mean": 3e-4, "max_position": 1023,
+                         "kld_mean_interval": {"low": 2e-4, "high": 4e-4}}]
+    page = render_html(data({}, [c]), META)
+    for text in ("Simulated as llama.cpp computes", "The number leaves out: llama.cpp&#x27;s summation order",
+                 "<td>KV cache alone</td><td>1.59e-04", "reference weights + KV cache q4_0 (emulated)",
+                 "<td>512-2048</td><td>1,020</td>"):
+        assert text in page, text
+    assert "<script" not in page

@@ -23,7 +23,7 @@ def run_cli(args, capsys):
 
 def test_noise_floor_row_is_measured_but_never_gated(tmp_path, capsys):
     base = ["eval", "-r", str(tiny_reference()), "-t", str(task_file()), "--max-items", "4",
-            "--cache-dir", str(tmp_path / "cache"), "--bootstrap", "100", "--noise-floor"]
+            "--cache-dir", str(tmp_path / "cache"), "--bootstrap", "100", "--noise-floor", "--simulate-engine", "weights"]
     html = tmp_path / "report.html"
     # the F32 GGUF of the reference is ~exact; bf16 compute of the same weights is not: a threshold between the
     # two passes the candidate and would fail the noise floor if it were gated

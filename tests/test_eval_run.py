@@ -44,8 +44,10 @@ def ggufs(ref) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def first_run(ref, ggufs, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
+    # the dequantised weights alone: the harness tests below check exact zeros and exact equalities against runners
+    # built without an engine (the engine arithmetic has its own tests, tests/test_eval_kv_cache.py)
     config = EvalConfig(reference=str(ref), tasks=[str(task_file())], cache_dir=str(cache), bootstrap=200,
-                        candidates=[f"{t.lower()}={p}" for t, p in ggufs.items()])
+                        candidates=[f"{t.lower()}={p}" for t, p in ggufs.items()], simulate_engine="weights")
     return config, run_eval(config)
 
 
@@ -98,7 +100,7 @@ def test_second_run_hits_cache_and_gate_splits_between_levels(first_run, ggufs):
     c = by_name(result)
     limit = math.sqrt(c["q8_0"].metrics["kld_mean"] * c["q4_0"].metrics["kld_mean"])  # between the two
     again = run_eval(EvalConfig(reference=config.reference, tasks=config.tasks, cache_dir=config.cache_dir,
-                                bootstrap=200, thresholds=Thresholds(max_kld=limit),
+                                bootstrap=200, thresholds=Thresholds(max_kld=limit), simulate_engine="weights",
                                 candidates=[CandidateSpec("q8", str(ggufs["Q8_0"])),
                                             CandidateSpec("q4", str(ggufs["Q4_0"]))]))
     assert again.cache.hit is True and again.cache.requests_written == 0
@@ -173,7 +175,7 @@ def test_topk_candidate_and_topk_cache_give_lower_bounds(first_run, ref, ggufs, 
     assert any("lower bound" in n for n in r.candidates[0].notes)
     # reference cached as top-16 + tail mass
     t = run_eval(EvalConfig(reference=config.reference, tasks=config.tasks, cache_dir=str(tmp_path), cache_topk=16,
-                            bootstrap=200, candidates=[f"q4={ggufs['Q4_0']}"]))
+                            bootstrap=200, candidates=[f"q4={ggufs['Q4_0']}"], simulate_engine="weights"))
     assert t.cache.kind == "topk" and t.cache.topk == 16 and t.cache.hit is False
     tm = t.candidates[0].metrics
     assert tm["kld_kind"] == "lower-bound" and 0 < tm["kld_mean"] <= full["kld_mean"] + 1e-9
@@ -290,9 +292,16 @@ def test_activation_quant_is_reported_and_adds_loss(first_run, ref, tmp_path):
     runs = {}
     for aq in (False, True):
         r = run_eval(EvalConfig(reference=config.reference, tasks=config.tasks, cache_dir=config.cache_dir,
-                                bootstrap=200, activation_quant=aq, candidates=[f"w8a8={w8a8}"]))
+                                bootstrap=200, activation_quant=aq, candidates=[f"w8a8={w8a8}"],
+                                simulate_engine="weights"))
         runs[aq] = r.candidates[0]
     off, on = runs[False], runs[True]
+    # the default (--simulate-engine auto: vLLM for safetensors) quantises the activations as the engine does
+    engine = run_eval(EvalConfig(reference=config.reference, tasks=config.tasks, cache_dir=config.cache_dir,
+                                 bootstrap=200, candidates=[f"w8a8={w8a8}"])).candidates[0]
+    assert engine.activations.startswith("fake-quantised as vllm runs the format: int8 activations")
+    assert engine.simulation["engine"] == "vllm" and engine.simulation["kv_cache"]["k"] == "auto"
+    assert engine.metrics["kld_mean"] == pytest.approx(runs[True].metrics["kld_mean"], rel=1e-9)
     assert off.backend == on.backend == "simulated:int8"
     assert off.quantization["activation_dtype"] == "int8"
     assert off.activations.startswith("not simulated") and any("--activation-quant" in n for n in off.notes)

@@ -136,7 +136,8 @@ def test_q8_0_simulated_beside_llama_cpp(exports, arch, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "qcheck", "eval", "--reference", str(model_dir),
          "--candidate", f"f32={model_dir / 'model-f32.gguf'}", "--candidate", f"q8={model_dir / 'model-q8_0.gguf'}",
-         "--tasks", "prose", "--cache-dir", str(tmp_path / "cache"), "--json", "-o", str(out)],
+         "--tasks", "prose", "--cache-dir", str(tmp_path / "cache"), "--json", "-o", str(out),
+         "--simulate-engine", "weights"],
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     metrics = {c["name"]: c["metrics"] for c in json.loads(out.read_text())["candidates"]}

@@ -159,3 +159,7 @@ def test_q4_k_m_through_qcheck_eval(kquants, tmp_path, capsys, monkeypatch):
     assert "Q4_K" in " ".join(cands["sim"]["notes"]) and "Q6_K" in " ".join(cands["sim"]["notes"])
     assert sim["kld_kind"] == cpp["kld_kind"] == "exact"
     assert abs(cpp["kld_mean"] - sim["kld_mean"]) <= REL * sim["kld_mean"] + ABS, (sim["kld_mean"], cpp["kld_mean"])
+    # simulated as llama.cpp computes (the default): Q8_K activation blocks before the K-quant matrices, so the
+    # two agree far closer than the weights alone would (measured on the prose set: 0.1222 both)
+    assert "q8_K before" in cands["sim"]["simulation"]["activations"]
+    assert sim["kld_mean"] == pytest.approx(cpp["kld_mean"], rel=0.02), (sim["kld_mean"], cpp["kld_mean"])

@@ -52,6 +52,11 @@ def _load(project: Path, text: str):
      "quality.stride", "must be an integer from 1 to 511, not 512", None),
     ('models = ["models/q4.gguf"]\n' + GOOD_TARGET + '[quality]\nreference = "ref"\nwindows = "overlap"\n',
      "quality.windows", "'overlap' is not allowed", "sliding, chunks"),
+    ('models = ["models/q4.gguf"]\n' + GOOD_TARGET + '[quality]\nreference = "ref"\ntier = "good"\n'
+     'simulate-engine = "tgi"\n', "quality.simulate-engine", "'tgi' is not allowed",
+     "auto, llama.cpp, vllm, sglang, weights"),
+    ('models = ["models/q4.gguf"]\n' + GOOD_TARGET + '[quality]\nreference = "ref"\ntier = "good"\n'
+     'kv-cache-dtype = "q8_0,q4_0,f16"\n', "quality.kv-cache-dtype", "give one type, or K,V", None),
     ('models = ["models/*.ggml"]\n' + GOOD_TARGET, "models[0]", "the glob 'models/*.ggml' matches no file", None),
     ('models = ["models/q5.gguf"]\n' + GOOD_TARGET, "models[0]", "'models/q5.gguf': no such file or directory",
      "a path, a glob, or org/name[@revision][:file]"),
@@ -81,6 +86,16 @@ def test_bad_policies_name_file_key_and_allowed(project, monkeypatch, text, key,
     assert problem in message
     if allowed:
         assert "allowed: " in message and allowed in message.split("allowed: ", 1)[1]
+
+
+def test_quality_kv_cache_keys(project):
+    policy = _load(project, 'models = ["models/q4.gguf"]\n' + GOOD_TARGET + '[quality]\nreference = "ref"\n'
+                            'max-kld-kv-only = 0.01\nkv-cache-dtype = "Q8_0,q4_0"\ncache-type-v = "q5_1"\n'
+                            'simulate-engine = "llama.cpp"\nkv-split = false\n')
+    q = policy.quality
+    assert (q.kv_cache.k, q.kv_cache.v, q.simulate_engine, q.kv_split) == ("q8_0", "q5_1", "llama.cpp", False)
+    assert q.thresholds.max_kld_kv_only == 0.01
+    assert policy.to_json()["quality"]["kv_cache"] == {"k": "q8_0", "v": "q5_1"}
 
 
 def test_invalid_toml_names_the_line(project):

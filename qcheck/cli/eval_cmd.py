@@ -44,6 +44,9 @@ THRESHOLD_FLAGS = {
                          "Fail when the share of correct->incorrect items exceeds this."),
     "min_greedy_agreement": ("--min-greedy-agreement", FRACTION,
                              "Fail when the share of identical greedy generations is below this."),
+    "max_kld_kv_only": ("--max-kld-kv-only", float,
+                        "Fail when the KV cache alone (reference weights, the candidate's KV cache type) costs more "
+                        "mean KLD than this."),
 }
 
 
@@ -112,7 +115,21 @@ def report_meta() -> dict[str, Any]:
 @click.option("--noise-floor-dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="The dtype of the --noise-floor row (implies --noise-floor).")
 @click.option("--activation-quant", is_flag=True,
-              help="Fake-quantise activations for W8A8/W4A4 formats (otherwise weights only).")
+              help="With --simulate-engine weights: fake-quantise activations for W8A8/W4A4 formats.")
+@click.option("--simulate-engine", type=click.Choice(["auto", "llama.cpp", "vllm", "sglang", "weights"]),
+              default="auto", show_default=True,
+              help="Whose arithmetic simulated candidates reproduce around their dequantised weights: the activations "
+                   "its kernels quantise and its KV cache (auto: llama.cpp for GGUF, vllm otherwise; weights: the "
+                   "dequantised weights alone).")
+@click.option("--kv-cache-dtype", "kv_cache_dtype", multiple=True, metavar="[NAME=]T|K,V",
+              help="KV cache type for every candidate (q8_0, q4_0, ... for llama.cpp; fp8 for vLLM/SGLang), or K,V; "
+                   "NAME=T for one candidate. Repeatable.")
+@click.option("--cache-type-k", "cache_type_k", multiple=True, metavar="[NAME=]T",
+              help="The K cache's type alone (llama.cpp -ctk); NAME=T for one candidate.")
+@click.option("--cache-type-v", "cache_type_v", multiple=True, metavar="[NAME=]T",
+              help="The V cache's type alone (llama.cpp -ctv); NAME=T for one candidate.")
+@click.option("--kv-split/--no-kv-split", default=True, show_default=True,
+              help="With a KV cache type: also measure the weights alone and the KV cache alone.")
 @click.option("--tier", type=click.Choice(["near-lossless", "good", "acceptable"]), default=None,
               help="Default thresholds (mean KLD, top-1) from published llama.cpp scales; flags override.")
 @threshold_options
@@ -131,7 +148,9 @@ def report_meta() -> dict[str, Any]:
 def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
             reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool, cache_topk: int | None,
             max_length: int, stride: int | None, windows: str, max_items: int | None,
-            choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
+            choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool,
+            simulate_engine: str, kv_cache_dtype: tuple[str, ...], cache_type_k: tuple[str, ...],
+            cache_type_v: tuple[str, ...], kv_split: bool, tier: str | None, gate_on_intervals: bool, bootstrap: int,
             seed: int | None, report_path: str | None, progress: bool | None, output_spec: OutputSpec,
             limits: Limits, **threshold_values: Any) -> int:
     """Measure quantisation loss of each CANDIDATE against the unquantised REFERENCE, on your tasks.
@@ -146,6 +165,7 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
     Exit codes: 0 every candidate passed its thresholds (or none were set); 1 a threshold failed;
     2 the input could not be judged (bad task file, vocabulary/BOS mismatch, missing the eval extra).
     """
+    from qcheck.eval.config import parse_kv_flags
     from qcheck.eval.gate import Thresholds
     from qcheck.eval.run import EvalConfig, default_noise_floor_dtype, run_eval
     from qcheck.eval.stats import DEFAULT_SEED
@@ -160,7 +180,10 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
     show_progress = progress if progress is not None else output_spec.fmt == "text"
     from qcheck.eval.runners.reference import parse_max_memory
 
+    kv_cache, kv_by_candidate = parse_kv_flags(kv_cache_dtype, cache_type_k, cache_type_v)
     config = EvalConfig(reference=reference, reference_files=reference_files, candidates=list(candidates),
+                        simulate_engine=simulate_engine, kv_cache=kv_cache, kv_cache_by_candidate=kv_by_candidate,
+                        kv_split=kv_split,
                         max_memory=parse_max_memory(max_memory) or None,
                         tasks=list(tasks),
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from qcheck.errors import InputError
-from qcheck.eval.config import CandidateSpec, EvalConfig, default_noise_floor_dtype
+from qcheck.eval.config import CandidateSpec, EvalConfig, candidate_kv, default_noise_floor_dtype
 from qcheck.eval.gate import Thresholds, evaluate, resolution_warnings
 from qcheck.eval.metrics import CandidateMetrics
 from qcheck.eval.perf import Phase
@@ -22,6 +22,7 @@ from qcheck.eval.report import CandidateResult, histogram
 from qcheck.eval.runners import DEFAULT_BACKEND, BuiltRunner, RunnerContext, build_runner
 from qcheck.eval.runners.base import CandidateRunner, check_same_vocab, score_blocks
 from qcheck.eval.workload import Workload
+from qcheck.request import KVCacheTypes
 
 
 @dataclass
@@ -33,8 +34,10 @@ class _Tally:
     confidence: list[np.ndarray] = field(default_factory=list)
 
 
-def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide) -> CandidateResult:
-    """Build (or take) the candidate's runner, score it against the cached reference and judge it."""
+def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide,
+                  *, split: bool = True) -> CandidateResult:
+    """Build (or take) the candidate's runner, score it against the cached reference and judge it; with a KV cache
+    type (and ``config.kv_split``), also measure the weights alone and the KV cache alone (``kv_split``)."""
     phase = Phase()
     if spec.backend != DEFAULT_BACKEND or spec.runner is not None:
         from qcheck.eval.runners.simulated import drop_skeleton
@@ -61,10 +64,22 @@ def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: 
                 notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
                              + ("return prompt log-probs" if kind_name != "generate" else "generate"))
         phase.done()
-        return _judge(spec, config, built, tally, phase)
+        metrics, intervals = tally.acc.summary()
+        phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
+        warning = _plausibility(spec, config, built, tally, metrics)
+        kv = _kv_record(spec, config, built)  # before the runner closes: a server is asked what it stores
     finally:
         if spec.runner is None:
             runner.close()
+    reported = kv is not None and kv.get("source") == "reported by the server" and kv.get("k") not in (None, "auto")
+    if kv is not None and split and config.kv_split and (candidate_kv(spec, config).given or reported):
+        from qcheck.eval.kv_split import Measured, kv_split
+
+        as_run = spec if candidate_kv(spec, config).given else replace(spec, kv_cache=KVCacheTypes(kv["k"], kv["v"]))
+        kv["split"] = kv_split(as_run, config, work, ref, Measured(metrics, intervals, kv.get("engine")),
+                               run_candidate)
+        kv_split_metrics(kv["split"], metrics, intervals)
+    return _verdict(spec, config, built, (metrics, intervals), (tally, phase, warning, kv))
 
 
 def _build(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide) -> BuiltRunner:
@@ -75,33 +90,82 @@ def _build(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: Referen
     context = RunnerContext(reference_path=config.reference, reference_config=ref.config,
                             reference_vocab=ref.vocab, tokenizer=work.encoder.tok, dtype=config.reference_dtype,
                             device=device, activation_quant=config.activation_quant, limits=config.limits,
-                            max_length=config.max_length)
+                            max_length=config.max_length, simulate_engine=config.simulate_engine,
+                            kv_cache=candidate_kv(spec, config))
     return build_runner(spec.backend, spec.name, spec.path or "", context)
 
 
-def _judge(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner, tally: _Tally, phase: Phase) -> CandidateResult:
-    """Metrics, the plausibility check, the gate and the report record of one scored candidate."""
+def _kv_record(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner) -> dict[str, Any] | None:
+    """What the report says about the candidate's KV cache: as its backend ran it, else as declared."""
+    simulation = getattr(built, "simulation", None)
+    if simulation is not None and simulation.kv_cache is not None:
+        return {"engine": simulation.engine, "source": "emulated", **simulation.kv_cache}
+    if built.kv_cache is not None:
+        return {"engine": "llama.cpp", **built.kv_cache}
+    kv = candidate_kv(spec, config)
+    client, flavour = getattr(built.runner, "client", None), str(getattr(built.runner, "flavour", ""))
+    reported = None
+    if client is not None:
+        from qcheck.eval.runners.endpoint.server_info import reported_kv_cache
+
+        reported = reported_kv_cache(client, flavour)
+    if not kv.given and reported is None:
+        return None
+    from qcheck.eval.kv_split import ENDPOINT_ENGINES
+
+    record: dict[str, Any] = {"engine": ENDPOINT_ENGINES.get(flavour), "reported": reported}
+    if kv.given:
+        record.update(k=kv.k, v=kv.v, source="declared (the server's own setting)")
+        declared = kv.k if kv.same else None
+        if reported is not None and declared is not None and _same_kv(declared, reported) is False:
+            built.notes.append(f"the server reports KV cache {reported!r}, not the declared {declared!r}: the "
+                               "declared type is what the KV-alone part emulates")
+    else:
+        record.update(k=reported, v=reported, source="reported by the server")
+    return record
+
+
+def _same_kv(a: str, b: str) -> bool | None:
+    """Whether two spellings name the same KV cache type (None: cannot tell)."""
+    from qcheck.kvtypes import normalise_kv
+
+    spell = {"fp8": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "float16": "f16", "fp16": "f16", "bfloat16": "bf16"}
+    x, y = normalise_kv(a), normalise_kv(b)
+    return spell.get(x, x) == spell.get(y, y)
+
+
+def _plausibility(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner, tally: _Tally,
+                  metrics: dict[str, Any]) -> str | None:
+    """Refuse a loss no quantisation explains (a loading error); a warning when it is extreme but uniform."""
     from qcheck.eval.plausibility import implausibility, is_unquantised, refuse, tensor_errors, uniform_error
 
-    runner, notes, acc = built.runner, built.notes, tally.acc
-    metrics, intervals = acc.summary()
-    phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
     positions = np.concatenate(tally.confidence) if tally.confidence else np.zeros(0)
     reference_confidence = float(positions.mean()) if positions.size else None
     metrics["reference_top1_probability"] = reference_confidence
-    reasons = implausibility(metrics, reference_confidence, is_unquantised(built.quantization))
-    extreme_warning = None
-    if reasons:
-        model = getattr(runner, "model", None)
-        errors = tensor_errors(config.reference_files or config.reference, model) \
-            if model is not None and spec.backend == "simulated" \
-            else []
-        median = uniform_error(errors) if not is_unquantised(built.quantization) else None
-        if median is None:
-            raise refuse(spec.name, reasons, errors[:3])
-        extreme_warning = (f"extreme loss ({'; '.join(reasons)}), but every tensor is about equally far from the "
-                           f"reference (median relative RMS error {median:.3g}): this is what the format does to "
-                           "these weights, not a loading error")
+    # a quantised KV cache costs loss of its own: the weights may be unquantised and the loss still real
+    unquantised = is_unquantised(built.quantization) and not candidate_kv(spec, config).given
+    reasons = implausibility(metrics, reference_confidence, unquantised)
+    if not reasons:
+        return None
+    model = getattr(built.runner, "model", None)
+    errors = tensor_errors(config.reference_files or config.reference, model) \
+        if model is not None and spec.backend == "simulated" \
+        else []
+    median = uniform_error(errors) if not unquantised else None
+    if median is None:
+        raise refuse(spec.name, reasons, errors[:3])
+    return (f"extreme loss ({'; '.join(reasons)}), but every tensor is about equally far from the "
+            f"reference (median relative RMS error {median:.3g}): this is what the format does to "
+            "these weights, not a loading error")
+
+
+def _verdict(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner,
+             summary: tuple[dict[str, Any], dict[str, Any]],
+             extra: tuple[_Tally, Phase, str | None, dict[str, Any] | None]) -> CandidateResult:
+    """The gate and the report record of one scored candidate."""
+    metrics, intervals = summary
+    tally, phase, extreme_warning, kv = extra
+    notes, acc = built.notes, tally.acc
     if metrics.get("kld_kind") == "lower-bound":
         notes.append("KL divergence is the bucketed lower bound over top-k sets (docs/research/evals.md §5.7)")
     gate = evaluate(config.thresholds, metrics, intervals)
@@ -112,11 +176,26 @@ def _judge(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner, tally: _
                 "reference": o.ref_output, "candidate": o.cand_output}
                for o in acc.items if o.ref_correct != o.cand_correct][:200]
     distribution = histogram(acc.token_arrays()["kld"]) if metrics.get("tokens_scored") else {}
-    return CandidateResult(name=spec.name, backend=runner.backend, path=spec.path, metrics=metrics,
+    simulation = getattr(built, "simulation", None)
+    return CandidateResult(name=spec.name, backend=built.runner.backend, path=spec.path, metrics=metrics,
                            intervals=intervals, gate=gate, notes=notes, warnings=warnings,
                            per_task=acc.per_task(), distribution=distribution, flipped=flipped,
                            quantization=built.quantization, activations=built.activations,
-                           performance=phase.to_json())
+                           performance=phase.to_json(),
+                           simulation=simulation.to_json() if simulation is not None else None, kv_cache=kv,
+                           by_position=acc.by_position())
+
+
+def kv_split_metrics(split: dict[str, Any], metrics: dict[str, Any], intervals: dict[str, Any]) -> None:
+    """The split's parts as gateable metrics: ``kv_only_kld_mean`` and ``weights_only_kld_mean`` (with intervals)."""
+    for part in ("kv", "weights"):
+        record = split.get(part) or {}
+        if record.get("kld_mean") is None:
+            continue
+        metrics[f"{part}_only_kld_mean"] = record["kld_mean"]
+        metrics[f"{part}_only_top1_agreement"] = record.get("top1_agreement")
+        if record.get("kld_mean_interval"):
+            intervals[f"{part}_only_kld_mean"] = record["kld_mean_interval"]
 
 
 def score_candidate(name: str, runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally) -> int:
@@ -158,7 +237,10 @@ def _score_rows(name: str, runner: CandidateRunner, work: Workload, ref: Referen
         rows = ref.reader.rows(req.key, start, stop)
         if item.kind == "text" or index == item.answer:
             ref_p, cand_p, targets_p = present_rows(rows, cand, req.targets[start:stop])
-            tally.acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, f"candidate {name}, item {item.id}"))
+            positions = req.start + start + np.arange(cand.n_rows)  # tokens of context before each predicted one
+            present = ~np.isnan(cand.target_logprobs) & ~np.isnan(np.asarray(rows.target_logprobs, dtype=np.float32))
+            tally.acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, f"candidate {name}, item {item.id}"),
+                               positions[present])
             tally.confidence.append(reference_top1_probability(ref_p))
         ll_ref[i] += float(rows.target_logprobs.astype(np.float64).sum())
         ll_cand[i] += float(cand.target_logprobs.astype(np.float64).sum())
@@ -230,7 +312,7 @@ def noise_floor(config: EvalConfig, work: Workload, ref: ReferenceSide,
     finally:
         runner.close()
     data = result.to_json()
-    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings", "performance"):
+    for key in ("metrics", "intervals", "per_task", "distribution", "notes", "warnings", "performance", "by_position"):
         record[key] = data[key]
     return record
 

@@ -18,6 +18,7 @@ from qcheck.eval.gate import Thresholds
 from qcheck.eval.runners import BACKENDS, DEFAULT_BACKEND
 from qcheck.eval.runners.base import CandidateRunner
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.request import KVCacheTypes
 
 if TYPE_CHECKING:
     from qcheck.eval.remote_reference import RemoteReference
@@ -36,6 +37,8 @@ class CandidateSpec:
     path: str | None = None
     runner: CandidateRunner | None = None
     backend: str = DEFAULT_BACKEND
+    #: the KV cache this candidate runs with; None: ``EvalConfig.kv_cache`` (``KVCacheTypes()``: the engine's default)
+    kv_cache: KVCacheTypes | None = None
 
     @classmethod
     def parse(cls, text: str) -> CandidateSpec:
@@ -90,6 +93,15 @@ class EvalConfig:
     reference_files: str | None = None
     #: ``--max-memory``: accelerate's per-device budget for ``device="auto"`` (``{0: "20GiB", "cpu": "64GiB"}``)
     max_memory: dict[str | int, str] | None = None
+    #: simulated candidates: whose arithmetic around the weights (``--simulate-engine``: auto = llama.cpp for GGUF,
+    #: vLLM for safetensors; "weights" = the dequantised weights alone)
+    simulate_engine: str = "auto"
+    #: the KV cache every candidate runs with (``--kv-cache-dtype``, ``--cache-type-k/-v``); unset: engine defaults
+    kv_cache: KVCacheTypes = field(default_factory=KVCacheTypes)
+    #: per candidate name, overriding ``kv_cache`` (``--kv-cache-dtype NAME=T``)
+    kv_cache_by_candidate: dict[str, KVCacheTypes] = field(default_factory=dict)
+    #: with a KV cache type: also measure the weights alone and the KV cache alone (``--kv-split``)
+    kv_split: bool = True
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:
@@ -108,10 +120,16 @@ class Plan:
     ref_dir: str
 
 
+def candidate_kv(spec: CandidateSpec, config: EvalConfig) -> KVCacheTypes:
+    """The KV cache types ``spec`` runs with: its own, else the run's."""
+    return spec.kv_cache if spec.kv_cache is not None else config.kv_cache
+
+
 def validate(config: EvalConfig) -> Plan:
     """Check every setting, the candidates and the reference's files before anything is loaded."""
     _check_settings(config)
     specs = _candidate_specs(config.candidates)
+    _assign_kv(specs, config)
     remote = _remote_reference(config)
     ref_dir = remote.files if remote is not None else config.reference
     from qcheck.eval.safe_load import check_reference, refuse_custom_code
@@ -148,6 +166,49 @@ def _check_settings(config: EvalConfig) -> None:
                          "(the noise floor compares the reference with itself in a different precision)")
 
 
+def _assign_kv(specs: list[CandidateSpec], config: EvalConfig) -> None:
+    from dataclasses import replace
+
+    from qcheck.eval.emulation import SIMULATE_ENGINES
+
+    if config.simulate_engine not in SIMULATE_ENGINES:
+        raise UsageError(f"--simulate-engine {config.simulate_engine!r}: use one of {', '.join(SIMULATE_ENGINES)}")
+    names = {s.name: i for i, s in enumerate(specs)}
+    for name, kv in config.kv_cache_by_candidate.items():
+        if name not in names:
+            raise UsageError(f"KV cache type for {name!r}: no candidate has that name (candidates: "
+                             f"{', '.join(names)})")
+        i = names[name]  # a side the candidate leaves unset is the run's
+        specs[i] = replace(specs[i], kv_cache=KVCacheTypes(kv.k or config.kv_cache.k, kv.v or config.kv_cache.v))
+    for spec in specs:
+        _check_kv_types(spec, candidate_kv(spec, config), config.simulate_engine)
+
+
+def _check_kv_types(spec: CandidateSpec, kv: KVCacheTypes, simulate_engine: str) -> None:
+    """A KV cache type the candidate's engine does not have is refused before anything is loaded."""
+    if not kv.given or spec.runner is not None:
+        return
+    from qcheck.eval.emulation import engine_for
+    from qcheck.eval.emulation.kv import canonical_kv_type
+
+    path = Path(spec.path or "")
+    if spec.backend == "llamacpp":
+        engine = "llama.cpp"
+    elif spec.backend == DEFAULT_BACKEND:
+        engine = engine_for(simulate_engine, path.suffix == ".gguf" or (path.is_dir() and any(path.glob("*.gguf"))))
+        if engine == "weights":
+            raise UsageError(f"candidate {spec.name}: a KV cache type is emulated as an engine stores it; choose the "
+                             "engine with --simulate-engine auto|llama.cpp|vllm|sglang, not weights")
+    else:
+        return  # an endpoint's cache is the server's own: recorded as declared
+    for side in (kv.k, kv.v):
+        if side is not None:
+            try:
+                canonical_kv_type(engine, side)
+            except UsageError as exc:
+                raise UsageError(f"candidate {spec.name}: {exc}") from None
+
+
 def _candidate_specs(candidates: list[CandidateSpec | str]) -> list[CandidateSpec]:
     specs = [CandidateSpec.parse(c) if isinstance(c, str) else c for c in candidates]
     names = [s.name for s in specs]
@@ -171,3 +232,23 @@ def _remote_reference(config: EvalConfig) -> RemoteReference | None:
         raise UsageError("--noise-floor loads the reference's weights in another dtype: it needs a local reference "
                          "directory, not an endpoint")
     return remote
+
+
+def parse_kv_flags(both: tuple[str, ...] | list[str], k: tuple[str, ...] | list[str] = (),
+                   v: tuple[str, ...] | list[str] = ()) -> tuple[KVCacheTypes, dict[str, KVCacheTypes]]:
+    """``--kv-cache-dtype [NAME=]T|K,V``, ``--cache-type-k [NAME=]T``, ``--cache-type-v [NAME=]T`` (each repeatable)
+    as the run's KV cache types and per-candidate ones (a value with ``NAME=`` applies to that candidate only)."""
+    values: dict[str | None, dict[str, str | None]] = {}
+    for flag, texts in (("both", both), ("k", k), ("v", v)):
+        for text in texts:
+            name, sep, value = text.partition("=")
+            target = name.strip() if sep else None
+            if sep and not target:
+                raise UsageError(f"KV cache type {text!r}: use T, K,V or NAME=T")
+            entry = values.setdefault(target, {"both": None, "k": None, "v": None})
+            if entry[flag] is not None:
+                where = f" for {target}" if target else ""
+                raise UsageError(f"two {'--kv-cache-dtype' if flag == 'both' else '--cache-type-' + flag} values{where}")
+            entry[flag] = (value if sep else text).strip()
+    parsed = {target: KVCacheTypes.parse(e["both"], e["k"], e["v"]) for target, e in values.items()}
+    return parsed.pop(None, KVCacheTypes()), {str(n): kv for n, kv in parsed.items()}

@@ -44,6 +44,7 @@ _CHECKS: dict[str, tuple[str, str, str | None, tuple[float, float]]] = {
     "max_flips_c_to_i": ("flips_c_to_i", "max", None, (0.0, 1.0)),
     "min_greedy_agreement": ("greedy_agreement", "min", "low", (0.0, 1.0)),
     "min_answer_agreement": ("answer_agreement", "min", None, (0.0, 1.0)),
+    "max_kld_kv_only": ("kv_only_kld_mean", "max", "high", (0.0, math.inf)),
 }
 
 
@@ -63,6 +64,8 @@ class Thresholds:
     max_flips_c_to_i: float | None = None
     min_greedy_agreement: float | None = None
     min_answer_agreement: float | None = None
+    #: the KV cache's cost alone (reference weights with the candidate's KV cache type; ``qcheck.eval.kv_split``)
+    max_kld_kv_only: float | None = None
     #: gate on the unfavourable end of each 95 % interval instead of the point estimate
     use_intervals: bool = False
     #: the tier the defaults came from, for the report

@@ -54,14 +54,14 @@ def _processor_config(meta: dict[str, Any], arch: str, updated: str, reference: 
     return config
 
 
-def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: Any
-                    ) -> tuple[dict[str, Any], list[str]]:
+def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: Any,
+                    weight_types: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Every parameter tensor of a single-file GGUF as float32 torch tensors under ``model``'s parameter names
     (``model`` is the reference architecture, on the meta device), converted as transformers converts them.
 
     ``read_tensor(fh, info)`` returns one tensor's values as a float32 numpy array in GGUF (row-major) order.
     Raises ``InputError`` for architectures transformers cannot load from GGUF and for tensors that map to no
-    parameter of the reference.
+    parameter of the reference. ``weight_types`` (when given) receives parameter name -> GGUF tensor type.
     """
     import numpy as np
     import torch
@@ -123,6 +123,8 @@ def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: A
                 unmapped.append(info.name)
                 continue
             hf_name = mapping[result.name]
+            if weight_types is not None:
+                weight_types[hf_name] = info.dtype
             weights = np.ascontiguousarray(result.weights, dtype=np.float32)
             parsed["tensors"][hf_name] = torch.from_numpy(_fit_unit_dims(weights, shapes.get(hf_name)))
     if unmapped:
@@ -130,6 +132,8 @@ def gguf_state_dict(gguf_file: Path, checkpoint: Any, model: Any, read_tensor: A
                          f"{', '.join(unmapped[:5])}", path=path)
     state: dict[str, Any] = {k: v.float() for k, v in parsed["tensors"].items()}
     _fill_output_head(state, mapping, model, notes)
+    if weight_types is not None:
+        _output_head_type(weight_types, mapping, checkpoint.tensors)
     histogram = ", ".join(f"{k} x{v}" for k, v in sorted(types.items()))
     label = "" if processor_class is TensorProcessor else f"; converted by transformers' {processor_class.__name__}"
     notes.insert(0, f"GGUF ({arch}): {sum(types.values())} tensors dequantised with gguf-py [{histogram}]{label}")
@@ -172,6 +176,12 @@ def _consumed_by_processor(processor: Any, name: str, mapping: dict[str, str]) -
     """Whether a tensor absent from the name map is one the processor maps itself: stacked MoE experts are
     mapped under their name without ``.weight`` and stored by the processor."""
     return name.rsplit(".", 1)[0] in mapping
+
+
+def _output_head_type(weight_types: dict[str, str], mapping: dict[str, str], tensors: dict[str, Any]) -> None:
+    """A GGUF without ``output.weight`` multiplies the output by ``token_embd`` (llama.cpp), in its type."""
+    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+        weight_types[mapping.get("output.weight") or "lm_head.weight"] = tensors["token_embd.weight"].dtype
 
 
 def _fill_output_head(state: dict[str, Any], mapping: dict[str, str], model: Any, notes: list[str]) -> None:

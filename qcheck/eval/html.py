@@ -236,8 +236,10 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
         for n in c.get("notes", []):
             blocks.append(f'<li class="note">{_e(n)}</li>')
         flipped = c.get("flipped") or []
-        if blocks or flipped:
+        details = _candidate_details(c)
+        if blocks or flipped or details:
             out.append(f"<h2>{_e(c['name'])}</h2>")
+            out.extend(details)
             if blocks:
                 out.append("<ul>" + "".join(blocks) + "</ul>")
             if flipped:
@@ -255,6 +257,40 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
                "Wilson (agreement, flips), paired normal (accuracy delta), paired bootstrap (recovery).</p>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _candidate_details(c: dict[str, Any]) -> list[str]:
+    """The engine arithmetic simulated, the KV cache's cost split and the loss by position of one candidate."""
+    out: list[str] = []
+    sim = c.get("simulation")
+    if sim:
+        kv = (sim.get("kv_cache") or {}).get("description")
+        out.append(f"<p>Simulated as {_e(sim['engine'])} computes: activations {_e(sim['activations'])}"
+                   + (f"; {_e(kv)}" if kv else "") + ".</p>")
+        if sim.get("effects_left_out"):
+            out.append("<p class='muted'>The number leaves out: " + _e("; ".join(sim["effects_left_out"])) + ".</p>")
+    split = (c.get("kv_cache") or {}).get("split")
+    if split:
+        rows = ["<table><tr><th>KV cache cost split</th><th>mean KLD (95% CI)</th><th>top-1</th><th>what</th></tr>"]
+        for key, name in (("weights", "weights alone"), ("kv", "KV cache alone"), ("both", "both")):
+            part = split.get(key) or {}
+            value = (_num(part["kld_mean"]) + _ci(part.get("kld_mean_interval"))) if part.get("kld_mean") is not None \
+                else _e(part.get("unavailable") or part.get("error") or "-")
+            rows.append(f"<tr><td>{name}</td><td>{value}</td><td>{_pct(part.get('top1_agreement'))}</td>"
+                        f"<td>{_e(part.get('label', ''))}</td></tr>")
+        out.append("".join(rows) + "</table>")
+    buckets = c.get("by_position") or []
+    if len(buckets) > 1:
+        rows = ["<table><tr><th>positions</th><th>tokens</th><th>mean KLD (95% CI)</th><th>top-1</th>"
+                "<th>PPL ratio (95% CI)</th></tr>"]
+        for b in buckets:
+            span = f"{b['from']}-{b['to'] if b.get('to') is not None else b['max_position'] + 1}"
+            rows.append(f"<tr><td>{span}</td><td>{b['tokens']:,}</td>"
+                        f"<td>{_num(b.get('kld_mean'))}{_ci(b.get('kld_mean_interval'))}</td>"
+                        f"<td>{_pct(b.get('top1_agreement'))}</td>"
+                        f"<td>{_num(b.get('ppl_ratio'))}{_ci(b.get('ppl_ratio_interval'))}</td></tr>")
+        out.append("".join(rows) + "</table>")
+    return out
 
 
 #: summary rows: (label, metric key, formatter, interval formatter or None)

@@ -29,6 +29,9 @@ from qcheck.eval.cache import RefRows
 from qcheck.eval.runners.base import Generation, TokenScores
 from qcheck.eval.tasks import TaskItem
 
+#: position buckets of the per-position report: [from, to) tokens of context before the predicted token
+#: (None: to the end of the model's context)
+POSITION_BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 512), (512, 2048), (2048, 8192), (8192, None))
 #: log-probs below this are treated as this (float32 exp underflows near −103.9)
 LOG_FLOOR = -103.0
 #: smallest candidate rest-bucket mass in the bucketed KL (docs/research/evals.md §5.7: q_R = max(ε, ...))
@@ -196,15 +199,23 @@ class CandidateMetrics:
         self._cand: list[np.ndarray] = []
         self._rest: list[np.ndarray] = []
         self._docs: list[np.ndarray] = []
+        self._pos: list[np.ndarray] = []
+        self._top1_pos: list[np.ndarray] = []
         self._doc_ids: dict[str, int] = {}
         self.exact = True
         self.items: list[ItemOutcome] = []
         self.choice_variants: dict[str, list[tuple[bool, bool]]] = {m: [] for m in CHOICE_METRICS}
 
-    def add_rows(self, doc: str, rows: RowComparison) -> None:
+    def add_rows(self, doc: str, rows: RowComparison, positions: np.ndarray | None = None) -> None:
+        """One request's rows; ``positions`` (tokens of context before each predicted token) feed the
+        per-position report (-1: unknown)."""
         doc_index = self._doc_ids.setdefault(doc, len(self._doc_ids))
+        pos = np.full(rows.kld.shape[0], -1, dtype=np.int64) if positions is None else \
+            np.asarray(positions, dtype=np.int64)
         self._kld.append(rows.kld)
+        self._pos.append(pos)
         self._top1.append(rows.top1 if rows.top1_known is None else rows.top1[rows.top1_known])
+        self._top1_pos.append(pos if rows.top1_known is None else pos[rows.top1_known])
         self._ref.append(rows.ref_logp)
         self._cand.append(rows.cand_logp)
         self._docs.append(np.full(rows.kld.shape[0], doc_index, dtype=np.int64))
@@ -244,7 +255,8 @@ class CandidateMetrics:
 
         return {"kld": cat(self._kld, np.float64), "top1": cat(self._top1, bool), "ref": cat(self._ref, np.float64),
                 "cand": cat(self._cand, np.float64), "doc": cat(self._docs, np.int64),
-                "rest": cat(self._rest, np.float64)}
+                "rest": cat(self._rest, np.float64), "pos": cat(self._pos, np.int64),
+                "top1_pos": cat(self._top1_pos, np.int64)}
 
     def summary(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(metrics, intervals) as plain JSON-ready dicts; absent measurements are None."""
@@ -290,6 +302,37 @@ class CandidateMetrics:
                 metrics[key] = None
         self._task_summary(metrics, intervals)
         return metrics, intervals
+
+    def by_position(self) -> list[dict[str, Any]]:
+        """Mean KLD, top-1 agreement and PPL ratio per ``POSITION_BUCKETS`` bucket that has scored tokens, each with
+        its 95 % interval (documents resampled within the bucket; Wilson for top-1). Positions count the tokens of
+        context before the scored token, within the window it was scored in."""
+        a = self.token_arrays()
+        kw = {"n_boot": self.n_boot, "seed": self.seed}
+        out: list[dict[str, Any]] = []
+        for lo, hi in POSITION_BUCKETS:
+            sel = (a["pos"] >= lo) & (a["pos"] < (hi if hi is not None else np.iinfo(np.int64).max))
+            count = int(sel.sum())
+            if not count:
+                continue
+            kld, docs = a["kld"][sel], a["doc"][sel]
+            dnll = a["ref"][sel] - a["cand"][sel]
+            ln_ci = stats.cluster_bootstrap_mean(dnll, docs, **kw)
+            t_sel = (a["top1_pos"] >= lo) & (a["top1_pos"] < (hi if hi is not None else np.iinfo(np.int64).max))
+            top1 = a["top1"][t_sel]
+            out.append({
+                "from": lo, "to": hi, "tokens": count, "documents": int(np.unique(docs).size),
+                "max_position": int(a["pos"][sel].max()),
+                "kld_mean": float(kld.mean()),
+                "kld_mean_interval": stats.cluster_bootstrap_mean(kld, docs, **kw).to_json(),
+                "top1_agreement": float(top1.mean()) if top1.size else None,
+                "top1_agreement_interval": stats.wilson(int(top1.sum()), int(top1.size)).to_json() if top1.size
+                else None,
+                "ppl_ratio": _safe_exp(float(dnll.mean())),
+                "ppl_ratio_interval": stats.Interval(_exp_or_nan(ln_ci.low), _exp_or_nan(ln_ci.high),
+                                                     "cluster-bootstrap").to_json(),
+            })
+        return out
 
     def _task_summary(self, metrics: dict[str, Any], intervals: dict[str, Any]) -> None:
         items = self.items

@@ -36,10 +36,17 @@ class CandidateResult:
     activations: str | None = None
     #: wall time, tokens/s and peak RSS of this candidate (``qcheck.eval.perf.Phase.to_json``)
     performance: dict[str, Any] = field(default_factory=dict)
+    #: simulated candidates: the engine arithmetic emulated and the effects left out (None: weights alone)
+    simulation: dict[str, Any] | None = None
+    #: the KV cache the candidate ran with and, when a type was given, the cost split (weights / KV / both)
+    kv_cache: dict[str, Any] | None = None
+    #: mean KLD, top-1 and PPL ratio per position bucket, with intervals (``CandidateMetrics.by_position``)
+    by_position: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend, "path": self.path, "quantization": self.quantization,
-                "activations": self.activations,
+                "activations": self.activations, "simulation": self.simulation, "kv_cache": self.kv_cache,
+                "by_position": self.by_position,
                 "metrics": self.metrics, "intervals": self.intervals, "gate": self.gate.to_json(),
                 "per_task": self.per_task, "distribution": self.distribution, "flipped": self.flipped,
                 "notes": self.notes, "warnings": self.warnings, "performance": self.performance}

@@ -112,4 +112,7 @@ def _settings_json(config: EvalConfig, work: Workload) -> dict[str, Any]:
     return {"max_length": config.max_length, "stride": work.encoder.stride, "windows": config.windows,
             "choice_metric": config.choice_metric,
             "bootstrap": config.bootstrap, "seed": config.seed, "activation_quant": config.activation_quant,
-            "max_items": config.max_items, "candidate_dtype": config.reference_dtype}
+            "max_items": config.max_items, "candidate_dtype": config.reference_dtype,
+            "simulate_engine": config.simulate_engine, "kv_cache": config.kv_cache.to_json(),
+            "kv_cache_by_candidate": {n: kv.to_json() for n, kv in config.kv_cache_by_candidate.items()},
+            "kv_split": config.kv_split}

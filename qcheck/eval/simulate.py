@@ -76,14 +76,15 @@ def expected_parameters(reference_config: Any) -> tuple[dict[str, tuple[int, ...
 
 # ------------------------------------------------------------------------------------------ entry point
 
-def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits = DEFAULT_LIMITS
-                         ) -> tuple[dict[str, Any], list[str]]:
+def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits = DEFAULT_LIMITS,
+                         weight_types: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Dequantise every weight of ``candidate`` (a local GGUF file, safetensors file or model directory) to
     float32 under the reference architecture's parameter names; returns (state dict, notes).
 
     Raises ``InputError`` naming them when the candidate lacks parameters of the reference, has tensors the
     reference does not know, or a tensor's shape differs. gpt-oss MXFP4 expert blocks (stored [E, out, in])
-    are transposed to the HF parameter layout [E, in, out], as transformers' own decoder does.
+    are transposed to the HF parameter layout [E, in, out], as transformers' own decoder does. For a GGUF,
+    ``weight_types`` (when given) receives each parameter's GGUF tensor type (what llama.cpp multiplies with).
     """
 
     from qcheck.classify import classify_weights
@@ -110,7 +111,7 @@ def simulated_state_dict(candidate: str, reference_config: Any, limits: Limits =
             raise InputError(f"a split GGUF ({len(ggufs)} files) must be merged with llama-gguf-split --merge "
                              "before it can be simulated", path=candidate)
         gguf_file = path if path.is_file() else path / ggufs[0]
-        state, notes = gguf_state(gguf_file, checkpoint, reference_config)
+        state, notes = gguf_state(gguf_file, checkpoint, reference_config, weight_types)
     else:
         root = path if path.is_dir() else path.parent
         state, notes = _safetensors_state(root, checkpoint, weights, inspection)
@@ -141,7 +142,8 @@ def _check_against(state: dict[str, Any], expected: dict[str, tuple[int, ...]], 
 
 # ------------------------------------------------------------------------------------------ GGUF
 
-def gguf_state(gguf_file: Path, checkpoint: Any, reference_config: Any) -> tuple[dict[str, Any], list[str]]:
+def gguf_state(gguf_file: Path, checkpoint: Any, reference_config: Any,
+               weight_types: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Every parameter tensor of a single-file GGUF dequantised to float32 under the reference's parameter names,
     converted back exactly as transformers' own GGUF loader converts it (``qcheck.eval.gguf_convert``).
 
@@ -158,7 +160,7 @@ def gguf_state(gguf_file: Path, checkpoint: Any, reference_config: Any) -> tuple
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return gguf_state_dict(gguf_file, checkpoint, model,
-                           lambda fh, info: _gguf_tensor(fh, info, str(gguf_file)))
+                           lambda fh, info: _gguf_tensor(fh, info, str(gguf_file)), weight_types)
 
 
 def _gguf_tensor(fh: Any, info: Any, path: str) -> Any:
@@ -216,6 +218,11 @@ class _Loader:
             return handle.get_tensor(name)
         except Exception as exc:
             raise InputError(f"cannot read tensor data: {exc}", where=f"tensor {name}") from None
+
+
+def read_tensor(root: Path, checkpoint: Any, name: str) -> Any:
+    """One tensor of a safetensors checkpoint under ``root`` (its shard resolved inside the model directory)."""
+    return _Loader(root, checkpoint).get(name)
 
 
 def _safetensors_state(root: Path, checkpoint: Any, weights: list[Any], inspection: Any
@@ -411,9 +418,11 @@ def _activation_scales(inspection: Any, limits: Limits) -> tuple[set[str], dict[
     return quantised, static
 
 
-def apply_activation_fake_quant(model: Any, inspection: Any, limits: Limits = DEFAULT_LIMITS) -> str | None:
+def apply_activation_fake_quant(model: Any, inspection: Any, limits: Limits = DEFAULT_LIMITS,
+                                handles: list[Any] | None = None) -> str | None:
     """Fake-quantise the inputs of the candidate's quantised Linear layers the way its format does at run
-    time (forward pre-hooks). Returns what was applied, or None when the format quantises weights only.
+    time (forward pre-hooks, appended to ``handles`` when given so they can be removed). Returns what was applied,
+    or None when the format quantises weights only.
 
     FP8 W8A8: static per-tensor with the stored ``input_scale``, else dynamic per token (per token and 128
     channels for 2-D block FP8). NVFP4 W4A4: E4M3 scales per 16 with the stored global input scale. MXFP4 /
@@ -452,7 +461,9 @@ def apply_activation_fake_quant(model: Any, inspection: Any, limits: Limits = DE
         fn = make_hook(name)
         if fn is None:
             return f"activation dtype {act} has no fake-quant in qcheck; not applied"
-        module.register_forward_pre_hook(lambda _m, args, fn=fn: (fn(args[0]), *args[1:]))
+        handle = module.register_forward_pre_hook(lambda _m, args, fn=fn: (fn(args[0]), *args[1:]))
+        if handles is not None:
+            handles.append(handle)
         hooked += 1
         statics += name in static
     if not hooked:

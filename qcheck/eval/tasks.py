@@ -113,10 +113,15 @@ def bundled_names() -> list[str]:
         return []
 
 
+#: bundled sets run only when named (``--tasks long_context``): their items need ``--max-length`` in the thousands
+OPT_IN = frozenset({"long_context"})
+
+
 def resolve_task_paths(specs: list[str] | tuple[str, ...]) -> list[Path]:
-    """Turn ``--tasks`` values into files: a path, or the name of a bundled set; none given = all bundled sets."""
+    """Turn ``--tasks`` values into files: a path, or the name of a bundled set; none given = all bundled sets
+    except the opt-in ones (``OPT_IN``)."""
     if not specs:
-        paths = sorted(bundled_dir().glob("*.jsonl"))
+        paths = sorted(p for p in bundled_dir().glob("*.jsonl") if p.stem not in OPT_IN)
         if not paths:
             raise UsageError("no --tasks given and no bundled task sets are installed")
         return paths

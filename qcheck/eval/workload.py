@@ -68,6 +68,8 @@ class Workload:
     log: Callable[[str], None]
     #: what the report says about windows and truncation
     notes: list[str] = field(default_factory=list)
+    #: KV-cache-alone measurements (``qcheck.eval.kv_split``) by emulation, shared by the candidates that ask the same
+    kv_only: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
 
     @property
     def truncated(self) -> int:

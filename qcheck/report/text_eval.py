@@ -75,6 +75,49 @@ def _summary_row(c: dict[str, Any], gate: str) -> list[str]:
             _pct(m.get("delta_p_rms"), 2), acc, flips, _pct(m.get("greedy_agreement"), 0), gate]
 
 
+def _simulation(c: dict[str, Any]) -> list[str]:
+    """What engine arithmetic a simulated candidate reproduced, and what its number leaves out."""
+    sim = c.get("simulation")
+    if not sim:
+        return []
+    lines = [f"  simulated as {sim['engine']} computes: activations {sim['activations']}"]
+    kv = sim.get("kv_cache") or {}
+    if kv.get("description"):
+        lines.append(f"  KV cache: {kv['description']}")
+    if sim.get("effects_left_out"):
+        lines.append("  the number leaves out: " + "; ".join(sim["effects_left_out"]))
+    return lines
+
+
+def _kv_split(c: dict[str, Any]) -> list[str]:
+    """The KV cache's cost apart from the weights' (weights alone, KV alone, both)."""
+    split = (c.get("kv_cache") or {}).get("split")
+    if not split:
+        return []
+    lines = ["  cost split (mean KLD [95% CI], top-1):"]
+    for key, name in (("weights", "weights alone"), ("kv", "KV cache alone"), ("both", "both")):
+        part = split.get(key) or {}
+        if part.get("kld_mean") is not None:
+            value = (_num(part["kld_mean"]) + _ci(part.get("kld_mean_interval")) + f", {_pct(part.get('top1_agreement'))}")
+        else:
+            value = f"not measured: {part.get('unavailable') or part.get('error') or 'no tokens'}"
+        lines.append(f"    {name:15s} {value}  ({part.get('label', '')})")
+    return lines
+
+
+def _by_position(c: dict[str, Any]) -> list[str]:
+    """Mean KLD, top-1 and PPL ratio per position bucket, when more than one bucket was scored."""
+    buckets = c.get("by_position") or []
+    if len(buckets) < 2:
+        return []
+    rows = [["positions", "tokens", "KLD mean [95% CI]", "top-1", "PPL ratio [95% CI]"]]
+    for b in buckets:
+        span = f"{b['from']}-{b['to']}" if b.get("to") is not None else f"{b['from']}-{b['max_position'] + 1}"
+        rows.append([span, f"{b['tokens']:,}", _num(b.get("kld_mean")) + _ci(b.get("kld_mean_interval")),
+                     _pct(b.get("top1_agreement")), _num(b.get("ppl_ratio")) + _ci(b.get("ppl_ratio_interval"))])
+    return ["  by position (tokens of context before the scored token):", *("    " + r for r in _table(rows))]
+
+
 def _mb(n: Any) -> str:
     return "-" if n is None else f"{n / 1e6:,.0f} MB"
 
@@ -159,7 +202,7 @@ def render(result: Any) -> str:
         lines.extend("  " + line for line in _table(trows))
 
     for c in data["candidates"]:
-        extra = []
+        extra = [*_simulation(c), *_kv_split(c), *_by_position(c)]
         for f in c["gate"]["failures"]:
             extra.append(f"  FAIL {f['message']}")
         for w in c.get("warnings", []):

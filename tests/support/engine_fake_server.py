@@ -54,6 +54,8 @@ class Behaviour:
     max_logprobs: int | None = None
     #: prompt_logprobs above this are answered with this many, silently (a server or proxy that caps quietly)
     quiet_cap: int | None = None
+    #: the answer to GET /server_info (vLLM with dev endpoints, SGLang); None: 404
+    server_info: dict[str, Any] | None = None
 
 
 class FakeEngine:
@@ -154,6 +156,8 @@ class FakeServer:
                     self._send(200, {"object": "list", "data": [
                         {"id": server.behaviour.model, "object": "model",
                          "owned_by": owner.get(server.behaviour.style, "x")}]})
+                elif self.path.split("?")[0] == "/server_info" and server.behaviour.server_info is not None:
+                    self._send(200, server.behaviour.server_info)
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 

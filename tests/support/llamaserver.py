@@ -94,7 +94,9 @@ def llama_server(model: str | Path, *, alias: str = "tiny", n_ctx: int = 512, ap
             port = free_port()
             cmd = [sys.executable, "-c", _SERVER_WITHOUT_REPACKING, "--model", str(model), "--model_alias", alias,
                    "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--logits_all", "True",
-                   "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "False", "--use_mlock", "False"]
+                   "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "False", "--use_mlock", "False",
+                   # flash attention on, as qcheck's in-process llama.cpp backend runs (llama.cpp's own default)
+                   "--flash_attn", "True"]
             if api_key:
                 cmd += ["--api_key", api_key]
             log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115

@@ -15,6 +15,7 @@ from typing import Any
 from qcheck.errors import UsageError
 from qcheck.eval.runners.base import CandidateRunner, VocabInfo
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.request import KVCacheTypes
 
 #: backend name -> "module:function" building a runner
 BACKENDS: dict[str, str] = {
@@ -39,6 +40,10 @@ class RunnerContext:
     limits: Limits = DEFAULT_LIMITS
     #: tokens per item (--max-length): engine backends size their context from it
     max_length: int = 512
+    #: simulated candidates: whose arithmetic around the weights (``--simulate-engine``)
+    simulate_engine: str = "weights"
+    #: the KV cache types this candidate runs with (None: the engine's default)
+    kv_cache: KVCacheTypes | None = None
 
 
 @dataclass
@@ -51,6 +56,10 @@ class BuiltRunner:
     quantization: dict[str, Any] | None = None
     #: what was done about activation quantisation (simulated candidates)
     activations: str | None = None
+    #: simulated candidates: the engine emulation (``qcheck.eval.emulation.EmulationRecord``), None otherwise
+    simulation: Any = None
+    #: the KV cache the candidate ran with, as the backend knows it (``{"k", "v", "source", ...}``), None if unknown
+    kv_cache: dict[str, Any] | None = None
 
 
 def build_runner(backend: str, name: str, target: str, context: RunnerContext) -> BuiltRunner:

@@ -31,6 +31,8 @@ from qcheck.eval.runners.base import (
 PREFIX = "llamacpp:"
 #: extra context beyond the longest request (the harness truncates items to --max-length)
 CTX_MARGIN = 8
+#: llama.cpp's --cache-type-k/-v names -> ggml type ids (ggml/include/ggml.h:390-420, llama.cpp b11312)
+GGML_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -83,8 +85,19 @@ class LlamaCppRunner:
     capabilities = Capabilities(has_full_logprobs=True, has_prompt_logprobs=True, can_generate=True)
 
     def __init__(self, path: str, name: str, *, n_ctx: int = 2048, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, seed: int = 0):
+                 n_gpu_layers: int = 0, seed: int = 0, cache: tuple[str, str] = ("f16", "f16"),
+                 flash_attn: bool = True):
+        """``cache`` is the KV cache's (K, V) types (llama.cpp's ``--cache-type-k/-v`` names); ``flash_attn`` is
+        llama.cpp's own default (``--flash-attn auto`` resolves to on for the CPU backend, src/llama-context.cpp:
+        557-560; llama-cpp-python alone defaults to off) and a quantised V cache requires it."""
         llama_cpp = require("llama_cpp", "llamacpp", "the llama.cpp candidate backend")
+        unknown = [t for t in cache if t not in GGML_KV_TYPES]
+        if unknown:
+            from qcheck.errors import UsageError
+
+            raise UsageError(f"llama.cpp has no KV cache type {unknown[0]!r}; it takes {', '.join(GGML_KV_TYPES)}")
+        self.cache = cache
+        self.flash_attn = flash_attn
         p = Path(path)
         if not p.is_file():
             raise InputError("no such GGUF file", path=path)
@@ -97,7 +110,9 @@ class LlamaCppRunner:
             with without_weight_repacking():
                 self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx,
                                            n_batch=min(n_ctx, 512), n_threads=threads, n_threads_batch=threads,
-                                           n_gpu_layers=n_gpu_layers, seed=seed, verbose=False)
+                                           n_gpu_layers=n_gpu_layers, seed=seed, verbose=False,
+                                           flash_attn=flash_attn, type_k=GGML_KV_TYPES[cache[0]],
+                                           type_v=GGML_KV_TYPES[cache[1]])
         except (ValueError, RuntimeError, OSError) as exc:
             raise InputError(f"llama.cpp cannot load the GGUF: {str(exc).strip().splitlines()[0] if str(exc) else exc}",
                              path=path) from None
@@ -230,15 +245,17 @@ def build(name: str, target: str, context: Any) -> Any:
     from qcheck.eval.runners import BuiltRunner
 
     max_length = int(getattr(context, "max_length", 512) or 512)
-    runner = LlamaCppRunner(target, name, n_ctx=max(256, max_length + CTX_MARGIN),
+    kv = getattr(context, "kv_cache", None)
+    cache = (_kv_name(kv.k if kv else None), _kv_name(kv.v if kv else None))
+    runner = LlamaCppRunner(target, name, n_ctx=max(256, max_length + CTX_MARGIN), cache=cache,
                             n_gpu_layers=-1 if getattr(context, "device", "cpu") != "cpu" else 0)
     tok = getattr(context, "tokenizer", None)
     if tok is not None:
         samples = [(text, tuple(tok(text, add_special_tokens=True)["input_ids"])) for text in TOKENIZER_PROBES]
         runner.check_tokenizer(samples)
     notes = ["llama.cpp kernels in process (llama-cpp-python): full-vocabulary logits, exact KL divergence; "
-             "activations are quantised as llama.cpp's kernels do, which the simulated candidate does not "
-             "reproduce (docs/engines.md)"]
+             f"KV cache {cache[0] if cache[0] == cache[1] else f'K {cache[0]}, V {cache[1]}'}, flash attention "
+             f"{'on' if runner.flash_attn else 'off'} (docs/engines.md)"]
     scale_note = attention_scale_note(context.reference_config) if getattr(context, "reference_config", None) \
         is not None else None
     if scale_note:
@@ -254,4 +271,14 @@ def build(name: str, target: str, context: Any) -> Any:
     except (QcheckError, ImportError) as exc:  # inspection only adds detail to the report
         notes.append(f"qcheck inspect could not classify the GGUF ({str(exc)[:120]}); quantisation not reported")
     return BuiltRunner(runner=runner, notes=notes, quantization=quantization,
-                       activations="quantised by llama.cpp's kernels (real engine)")
+                       activations="quantised by llama.cpp's kernels (real engine)",
+                       kv_cache={"k": cache[0], "v": cache[1], "source": "set (llama.cpp type_k/type_v)",
+                                 "flash_attn": runner.flash_attn})
+
+
+def _kv_name(name: str | None) -> str:
+    """llama.cpp's name for a KV cache type spelling (None: its default f16)."""
+    if name is None:
+        return "f16"
+    return {"float16": "f16", "fp16": "f16", "half": "f16", "float32": "f32", "fp32": "f32",
+            "bfloat16": "bf16"}.get(name, name)

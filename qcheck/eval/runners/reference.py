@@ -159,6 +159,8 @@ class TransformersRunner:
         self._whole: tuple[ScoreRequest, Any] | None = None
         #: called with the model when the runner closes (the simulated backend keeps it for the next candidate)
         self.on_close: Callable[[Any], None] | None = None
+        #: a simulated candidate's engine emulation (``qcheck.eval.emulation.EmulationRecord``), None otherwise
+        self.simulation: Any = None
         self.notes: list[str] = []
         #: counters for tests and benchmarks
         self.forward_calls = 0
