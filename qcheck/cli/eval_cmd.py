@@ -44,6 +44,21 @@ THRESHOLD_FLAGS = {
                          "Fail when the share of correct->incorrect items exceeds this."),
     "min_greedy_agreement": ("--min-greedy-agreement", FRACTION,
                              "Fail when the share of identical greedy generations is below this."),
+    "min_length_ratio": ("--min-length-ratio", float,
+                         "Fail when generated tokens (candidate / reference, generate items) fall below this."),
+    "max_length_ratio": ("--max-length-ratio", float,
+                         "Fail when generated tokens (candidate / reference, generate items) exceed this."),
+    "max_termination_drop": ("--max-termination-drop", FRACTION,
+                             "Fail when the share of generations ending with end-of-sequence drops by more than "
+                             "this (0.05 or 5% = 5 points)."),
+    "max_repetition_increase": ("--max-repetition-increase", FRACTION,
+                                "Fail when the repeated 4-gram share of generation tails rises by more than this."),
+    "min_json_valid": ("--min-json-valid", FRACTION,
+                       "Fail when the share of json items whose output parses and fits its schema is below this."),
+    "max_json_validity_drop": ("--max-json-validity-drop", FRACTION,
+                               "Fail when that share drops by more than this against the reference."),
+    "min_coverage": ("--min-coverage", FRACTION,
+                     "Fail when the candidate was measured on less than this share of the items or tokens."),
 }
 
 

@@ -44,6 +44,15 @@ _CHECKS: dict[str, tuple[str, str, str | None, tuple[float, float]]] = {
     "max_flips_c_to_i": ("flips_c_to_i", "max", None, (0.0, 1.0)),
     "min_greedy_agreement": ("greedy_agreement", "min", "low", (0.0, 1.0)),
     "min_answer_agreement": ("answer_agreement", "min", None, (0.0, 1.0)),
+    # generation behaviour (qcheck.eval.generation): generate items, reference against candidate
+    "min_length_ratio": ("length_ratio", "min", "low", (0.0, 1e6)),
+    "max_length_ratio": ("length_ratio", "max", "high", (0.0, 1e6)),
+    "max_termination_drop": ("termination_drop", "max", "high", (0.0, 1.0)),
+    "max_repetition_increase": ("repetition_increase", "max", "high", (0.0, 1.0)),
+    "min_json_valid": ("json_valid", "min", "low", (0.0, 1.0)),
+    "max_json_validity_drop": ("json_validity_drop", "max", "high", (0.0, 1.0)),
+    # what share of the task set the candidate could be measured on (an endpoint that cannot score some items)
+    "min_coverage": ("coverage", "min", None, (0.0, 1.0)),
 }
 
 
@@ -63,6 +72,19 @@ class Thresholds:
     max_flips_c_to_i: float | None = None
     min_greedy_agreement: float | None = None
     min_answer_agreement: float | None = None
+    #: generated length, Σ candidate / Σ reference tokens over generate items (``min`` catches truncation,
+    #: ``max`` run-on output)
+    min_length_ratio: float | None = None
+    max_length_ratio: float | None = None
+    #: share of generate items the reference ends with end-of-sequence and the candidate does not (net, points)
+    max_termination_drop: float | None = None
+    #: mean rise of the repeated 4-gram share in the generations' tails
+    max_repetition_increase: float | None = None
+    #: ``json`` items: share of candidate outputs that parse and satisfy their schema, and its drop (points)
+    min_json_valid: float | None = None
+    max_json_validity_drop: float | None = None
+    #: the smaller of the shares of items and of tokens the candidate was measured on
+    min_coverage: float | None = None
     #: gate on the unfavourable end of each 95 % interval instead of the point estimate
     use_intervals: bool = False
     #: the tier the defaults came from, for the report
@@ -131,8 +153,10 @@ def _check_value(key: str, value: Any) -> float:
         raise UsageError(f"threshold {key} must be a number, not {value!r}")
     lo, hi = _CHECKS[key][3]
     value = float(value)
-    if not (lo <= value <= hi) or math.isnan(value):
-        raise UsageError(f"threshold {key}={value} is outside [{lo}, {hi}]")
+    if not math.isfinite(value):
+        raise UsageError(f"threshold {key}={value} must be a finite number")
+    if not lo <= value <= hi:
+        raise UsageError(f"threshold {key}={value} is outside [{lo:g}, {hi:g}]")
     return value
 
 

@@ -36,13 +36,19 @@ class CandidateResult:
     activations: str | None = None
     #: wall time, tokens/s and peak RSS of this candidate (``qcheck.eval.perf.Phase.to_json``)
     performance: dict[str, Any] = field(default_factory=dict)
+    #: the items and tokens it was measured on (``qcheck.eval.coverage.Coverage.to_json``)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    #: generate items whose output lost end-of-sequence, JSON validity or turned repetitive
+    #: (``qcheck.eval.generation.regressions``)
+    generation: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend, "path": self.path, "quantization": self.quantization,
                 "activations": self.activations,
                 "metrics": self.metrics, "intervals": self.intervals, "gate": self.gate.to_json(),
                 "per_task": self.per_task, "distribution": self.distribution, "flipped": self.flipped,
-                "notes": self.notes, "warnings": self.warnings, "performance": self.performance}
+                "notes": self.notes, "warnings": self.warnings, "performance": self.performance,
+                "coverage": self.coverage, "generation_regressions": self.generation}
 
 
 @dataclass

@@ -75,6 +75,29 @@ def _summary_row(c: dict[str, Any], gate: str) -> list[str]:
             _pct(m.get("delta_p_rms"), 2), acc, flips, _pct(m.get("greedy_agreement"), 0), gate]
 
 
+def _pair(m: dict[str, Any], key: str, fmt: Any = _pct) -> str:
+    """``reference→candidate`` of a metric measured on both sides (``KEY_reference`` and ``KEY``)."""
+    if m.get(key) is None:
+        return "-"
+    return f"{fmt(m.get(key + '_reference'))}→{fmt(m.get(key))}"
+
+
+def _generation_table(candidates: list[dict[str, Any]]) -> list[str]:
+    """Generation behaviour of generate items (``qcheck.eval.generation``), when any candidate generated."""
+    shown = [c for c in candidates if c["metrics"].get("generate_items")]
+    if not shown:
+        return []
+    rows = [["generation (reference→candidate)", "items", "length ratio [95% CI]", "ended (EOS)",
+             "repetition (tail)", "JSON valid"]]
+    for c in shown:
+        m, iv = c["metrics"], c["intervals"]
+        json_cell = "-" if not m.get("json_items") else f"{_pair(m, 'json_valid')} of {m['json_items']}"
+        rows.append([c["name"], str(m["generate_items"]),
+                     _num(m.get("length_ratio"), 3) + _ci(iv.get("length_ratio"), lambda x: _num(x, 3)),
+                     _pair(m, "termination"), _pair(m, "repetition", lambda x: _num(x, 3)), json_cell])
+    return ["", *_fitted(rows)]
+
+
 def _mb(n: Any) -> str:
     return "-" if n is None else f"{n / 1e6:,.0f} MB"
 
@@ -144,6 +167,7 @@ def render(result: Any) -> str:
             lines.append(f"noise floor: {noise['description']}. A KLD near this row is what a precision "
                          "change alone costs on these tasks.")
 
+    lines.extend(_generation_table(data["candidates"]))
     tasks_seen = sorted({t for c in data["candidates"] for t in c.get("per_task", {})})
     if len(tasks_seen) > 1:
         lines.append("")
