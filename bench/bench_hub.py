@@ -9,11 +9,14 @@ the target, "a few round trips, not one per shard", is read off the printout. On
 gives the request counts and the 'at 0 ms' column, then ``--rounds`` timed rounds alternate the two tools (wall
 time and this process's CPU time, medians with min-max: the machine may be shared).
 
-``--session`` sends qcheck's requests through huggingface_hub's session (``QCHECK_HUB_SESSION=1``) instead of its
-lean HTTP/1.1 client, to compare the two.
+``--compare-wire`` instead times qcheck against itself: the whole Hub inspection (``load_checkpoint``) through
+``qcheck.net`` (httpx2) against the same run with its GETs on the hand-written HTTP/1.1 client qcheck had in
+``wire.py`` of ``qcheck/hub/`` (read from git at ``--wire-rev``, the last commit that had it; issue #27 removed it
+unless it made the whole inspection 1.5x faster), alternating rounds at each latency of ``--latencies`` (default 0, 50 and 200 ms), all in
+one run against one server. It prints the medians and the ratio wire/httpx2 per latency.
 
     python bench/bench_hub.py [--shards 163] [--latency 0.1] [--tensors 400] [--redirect] [--workers N] [--rounds 5]
-                              [--session]
+    python bench/bench_hub.py --compare-wire [--latencies 0,0.05,0.2] [--rounds 5] [--shards 163] [--tensors 400]
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(HERE, "..", "tests")
+#: the last commit with the hand-written Hub client (main when issue #27 started), and its file there (written in
+#: parts: the repository's path check looks for the files named in it today)
+WIRE_REV = "679239c"
+WIRE_FILE = "/".join(("qcheck", "hub", "wire.py"))
 
 
 def build_repo(shards: int, tensors: int) -> tuple[dict[str, object], int]:
@@ -92,7 +99,10 @@ def main() -> None:
     ap.add_argument("--redirect", action="store_true", help="redirect weight files to a CDN URL, as the Hub does")
     ap.add_argument("--workers", type=int, default=None, help="QCHECK_HUB_WORKERS (default: qcheck's own)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds at --latency, the two tools alternating")
-    ap.add_argument("--session", action="store_true", help="qcheck through huggingface_hub's session (QCHECK_HUB_SESSION=1)")
+    ap.add_argument("--compare-wire", action="store_true",
+                    help="time qcheck through qcheck.net (httpx2) against the removed hand-written client (git)")
+    ap.add_argument("--latencies", default="0,0.05,0.2", help="seconds per request for --compare-wire")
+    ap.add_argument("--wire-rev", default=WIRE_REV, help="the git commit whose wire.py is compared")
     args = ap.parse_args()
 
     ctx = mp.get_context("spawn")
@@ -112,8 +122,11 @@ def main() -> None:
     os.environ.pop("HF_TOKEN", None)
     if args.workers:
         os.environ["QCHECK_HUB_WORKERS"] = str(args.workers)
-    if args.session:
-        os.environ["QCHECK_HUB_SESSION"] = "1"
+    if args.compare_wire:
+        compare_wire(args, call)
+        call("stop")
+        proc.join(5)
+        return
     print(f"repo: {args.shards} shards, {total / 1e9:.0f} GB of weights listed, {header_bytes / 1e6:.1f} MB of "
           f"headers; server latency {args.latency * 1000:.0f} ms per request"
           f"{', CDN redirects' if args.redirect else ''}")
@@ -176,6 +189,95 @@ def main() -> None:
           "duplicate keys).")
     print(f"the fake Hub's own CPU per run (its process, median): {statistics.median(qs):.2f} s serving qcheck, "
           f"{statistics.median(hs):.2f} s serving huggingface_hub (it shares this machine's CPUs with the client).")
+
+def wire_client_class(rev: str):
+    """A stand-in for ``qcheck.net.Client`` in ``HubClient`` that sends plain GETs over ``wire.Wire`` (loaded from git
+    at ``rev``), as qcheck did before issue #27: everything else (the listing with its query) through qcheck.net."""
+    import importlib.util
+    import subprocess
+
+    from qcheck.net import Client, Response
+
+    source = subprocess.run(["git", "-C", HERE, "show", f"{rev}:{WIRE_FILE}"], check=True,
+                            capture_output=True, text=True).stdout
+    path = os.path.join(tempfile.mkdtemp(prefix="qcheck-wire-"), "wire_then.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(source)
+    spec = importlib.util.spec_from_file_location("wire_then", path)
+    assert spec and spec.loader
+    wire = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wire)
+
+    class WireClient:
+        def __init__(self, settings, *, headers, secrets):
+            self.net = Client(settings, headers=headers, secrets=secrets)
+            self.wire = wire.Wire()
+            self.headers, self.timeout = dict(headers), settings.timeout
+
+        def request(self, method, url, call, watch):
+            if call.params:
+                return self.net.request(method, url, call, watch)
+            headers = {**self.headers, **call.headers}
+            if not call.send_auth:
+                headers.pop("Authorization", None)
+            watch.attempt()
+            status, hdrs, body, final = self.wire.exchange(method, url, headers, call.max_bytes, self.timeout,
+                                                           take=watch.received, remaining=watch.remaining,
+                                                           deadline=watch.expired)
+            return Response(status, hdrs, body, final)
+
+        def close(self):
+            self.wire.close()
+            self.net.close()
+
+    return WireClient
+
+
+def compare_wire(args, call) -> None:
+    """Alternating rounds of the whole inspection through qcheck.net and through the old wire client, per latency."""
+    import qcheck.hub.http as hub_http
+    from qcheck.readers import load_checkpoint
+
+    clients = {"httpx2 (qcheck.net)": hub_http.Client, "wire.py": wire_client_class(args.wire_rev)}
+    expected = args.shards * (args.tensors // 3) * 3
+
+    def run(name: str) -> tuple[float, float]:
+        hub_http.Client = clients[name]
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            ck = load_checkpoint("org/big")
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            hub_http.Client = clients["httpx2 (qcheck.net)"]
+        assert len(ck.tensors) == expected
+        return wall, cpu
+
+    for name in clients:  # imports, pools, the parser's first run: not measured
+        run(name)
+    latencies = [float(x) for x in args.latencies.split(",") if x.strip()]
+    print(f"{args.rounds} alternating rounds per latency; wall and client CPU are medians (min-max)")
+    print(f"{'latency':>8s}  {'client':22s}{'wall s':>20s}{'client CPU s':>20s}{'requests':>10s}")
+    for latency in latencies:
+        call("latency", str(latency))
+        walls: dict[str, list[float]] = {n: [] for n in clients}
+        cpus: dict[str, list[float]] = {n: [] for n in clients}
+        counts: dict[str, int] = {}
+        for _ in range(args.rounds):
+            for name in clients:
+                call("clear")
+                wall, cpu = run(name)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+                counts[name] = call("count", "org/big")[0]
+        for name in clients:
+            w, c = walls[name], cpus[name]
+            print(f"{latency * 1000:6.0f}ms  {name:22s}{statistics.median(w):8.2f} ({min(w):.2f}-{max(w):.2f})"
+                  f"{statistics.median(c):8.2f} ({min(c):.2f}-{max(c):.2f}){counts[name]:10d}")
+        net_w, wire_w = walls["httpx2 (qcheck.net)"], walls["wire.py"]
+        per_round = sorted(a / b for a, b in zip(net_w, wire_w, strict=True))
+        print(f"{'':10s}wire.py is {statistics.median(net_w) / statistics.median(wire_w):.2f}x as fast "
+              f"(medians; per round {' '.join(f'{r:.2f}' for r in per_round)}); the bar to keep it: 1.5x")
+
 
 if __name__ == "__main__":
     main()

@@ -66,7 +66,9 @@ def formula_vs_llamacpp(workdir: Path) -> None:
         for fa in (True, False):
             for ctx, ub in grid:
                 b = load_buffers(path, n_ctx=ctx, n_ubatch=ub, n_batch=max(ub, 512), flash_attn=fa)
-                mem = dataclasses.replace(base, params={**base.params, "n_ubatch": ub, "flash_attn": int(fa)})
+                # llama-cpp-python's regime: one sequence, every ubatch token an output row
+                mem = dataclasses.replace(base, params={**base.params, "n_ubatch": ub, "flash_attn": int(fa),
+                                                        "n_seq": 1, "kv_unified": 0, "server_output_rows": 0})
                 est = estimate_memory(ins, Deploy(context=ctx), MemoryTarget("llama.cpp", mem, "RAM"))
                 parts = {p.name: p.bytes / MIB for p in est.parts}
                 c = parts["compute buffer"]

@@ -61,6 +61,7 @@ class CheckResult:
             "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown},
             "warnings": list(self.warnings),
             "explore": self.explore,
+            **({"deployment": self.request.origin.to_json()} if self.request and self.request.origin else {}),
             "exit_code": self.exit_code,
         }
 

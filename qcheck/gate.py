@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import LfsPointerError, QcheckError, UnsafeFileError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.policy import Policy
+from qcheck.policy import Policy, check_quality_inputs
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
@@ -99,6 +99,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
     from qcheck.pipeline import inspect, judge
     from qcheck.request import CheckRequest
 
+    check_quality_inputs(policy)  # before any model is read: a bad reference or task file is not found at the end
     matrix = matrix or load_matrix()
     outcomes: list[ModelOutcome] = []
     inspections: dict[str, Any] = {}
@@ -133,6 +134,10 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
                 data["fails"] = result.fails(verdict) or memory_fails
                 outcome.verdicts.append(data)
         outcomes.append(outcome)
+    if policy.deployments:
+        from qcheck.deploy.gate import judge_deployments
+
+        outcomes.extend(ModelOutcome(**vars(j)) for j in judge_deployments(policy, limits, matrix))
     quality = _run_quality(policy, inspections, limits) if policy.quality else None
     return GateResult(policy=policy, models=outcomes, quality=quality)
 

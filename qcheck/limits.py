@@ -17,6 +17,8 @@ from qcheck.errors import UsageError
 
 @dataclass(frozen=True)
 class Limits:
+    """The bounds every reader checks a count, length or size against (docs/limits.md)."""
+
     #: bytes of header (GGUF KV + tensor infos, or safetensors JSON) read from one file
     max_header_bytes: int = 256 * 1024 * 1024
     #: safetensors JSON header length (the reference reader allows 100 MB)

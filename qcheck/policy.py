@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qcheck import validate
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.request import EngineKnobs
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
@@ -41,10 +42,12 @@ REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
 WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
-TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality")
+TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "lfs-pointers", "memory", "quality",
+            "deployments")
+DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown")
-MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")
+MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
                 "reference-dtype", "device", "cache-dir", "tier", "use-intervals")
 
@@ -94,6 +97,8 @@ class MemorySpec:
     kv_cache_dtype: str | None = None
     #: a model that does not fit fails the gate (otherwise it is only reported)
     enforce: bool = True
+    #: the engine settings (gpu-memory-utilization, n-gpu-layers ...), as qcheck check's flags give them
+    knobs: EngineKnobs = field(default_factory=EngineKnobs)
 
 
 @dataclass
@@ -114,6 +119,21 @@ class QualitySpec:
 
 
 @dataclass
+class DeploymentSpec:
+    """A manifest the gate judges (compose file, Kubernetes/Helm YAML, Modelfile): ``models`` maps a model path
+    inside the container (a mounted volume) to a model path in the repository or a Hub id; ``gpu`` names the GPU
+    when no node label does (compose has none)."""
+
+    file: str  # absolute
+    shown: str  # as the policy writes it
+    models: dict[str, str]
+    gpu: str | None = None
+    key: str = ""
+    #: the model when the command names none qcheck can read (``ollama serve``, a library name)
+    model: str | None = None
+
+
+@dataclass
 class Policy:
     file: str
     models: list[ModelSpec]
@@ -122,6 +142,7 @@ class Policy:
     quality: QualitySpec | None = None
     lfs_pointers: str = "error"
     base_dir: str = "."
+    deployments: list[DeploymentSpec] = dataclasses.field(default_factory=list)
 
     def request_for(self, model: ModelSpec, target: TargetSpec, limits: Limits = DEFAULT_LIMITS) -> CheckRequest:
         """The question the gate asks for one model on one target: the same ``CheckRequest`` ``qcheck check``
@@ -129,7 +150,8 @@ class Policy:
         from qcheck.request import CheckRequest, Deploy, KVCacheTypes
 
         mem = self.memory
-        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype)) if mem else Deploy()
+        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), knobs=mem.knobs) if mem \
+            else Deploy()
         return CheckRequest(model.path, tuple(target.engines), tuple(target.gpus), deploy,
                             require_native=target.require_native, allow_unknown=target.allow_unknown,
                             memory=mem is not None, limits=limits)
@@ -142,8 +164,10 @@ class Policy:
             quality["thresholds"] = self.quality.thresholds.to_json()
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
-                "memory": dataclasses.asdict(self.memory) if self.memory else None, "quality": quality,
-                "lfs_pointers": self.lfs_pointers}
+                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
+                           else None), "quality": quality,
+                "lfs_pointers": self.lfs_pointers,
+                **({"deployments": [dataclasses.asdict(d) for d in self.deployments]} if self.deployments else {})}
 
 
 # ------------------------------------------------------------------------------------------ finding it
@@ -220,6 +244,11 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     defaults = {"require_native": c.boolean(data, "require-native", None, False),
                 "allow_unknown": c.boolean(data, "allow-unknown", None, False)}
     lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
+    deployments = _deployments(c, data.get("deployments", []), base_dir, confine)
+    if deployments and "models" not in data and "targets" not in data:
+        return Policy(file=file, models=[], targets=[], lfs_pointers=lfs, base_dir=str(base_dir),
+                      deployments=deployments,
+                      memory=_memory(c, data["memory"]) if "memory" in data else None)
     if "models" not in data:
         raise PolicyError(file, "models", "missing: list the models to gate (paths, globs or Hub ids)",
                           'models = ["models/*.gguf", "org/name"]')
@@ -239,7 +268,45 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     memory = _memory(c, data["memory"]) if "memory" in data else None
     quality = _quality(c, data["quality"], base_dir, models, confine) if "quality" in data else None
     return Policy(file=file, models=models, targets=targets, memory=memory, quality=quality, lfs_pointers=lfs,
-                  base_dir=str(base_dir))
+                  base_dir=str(base_dir), deployments=deployments)
+
+
+def _deployments(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) -> list[DeploymentSpec]:
+    """``deployments = ["deploy/compose.yaml", {file = "k8s/vllm.yaml", models = {"/models/m" = "models/m"},
+    gpu = "h100"}]``: every file inside the repository; model paths resolved like ``models``."""
+    if not isinstance(raw, list):
+        raise c.fail("deployments", f"must be a list of files or {{file, models, gpu}} tables, not {_type(raw)}")
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"deployments[{i}]"
+        if isinstance(entry, str):
+            entry = {"file": entry}
+        c.keys(entry, DEPLOYMENT_KEYS, key)
+        text = c.string(entry, "file", key, required=True)
+        assert text is not None
+        local = _local_path(c, f"{key}.file", text, base_dir, confine)
+        if not local.is_file():
+            raise c.fail(f"{key}.file", f"{text!r}: no such file (relative to {base_dir})")
+        confine.check(c, f"{key}.file", text, local, walk=False)
+        mapping = entry.get("models", {})
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) and v for v in mapping.values()):
+            raise c.fail(f"{key}.models", "must be a table of container path = model path or Hub id")
+        models = {}
+        for inner, model in mapping.items():
+            target = _local_path(c, f"{key}.models", model, base_dir, confine)
+            if target.exists():
+                confine.check(c, f"{key}.models", model, target)
+                models[str(inner)] = str(target)
+            else:
+                models[str(inner)] = model
+        model = c.string(entry, "model", key)
+        if model is not None:
+            target = _local_path(c, f"{key}.model", model, base_dir, confine)
+            if target.exists():
+                confine.check(c, f"{key}.model", model, target)
+                model = str(target)
+        out.append(DeploymentSpec(str(local), text, models, c.string(entry, "gpu", key), key, model))
+    return out
 
 
 class _Checker:
@@ -508,7 +575,9 @@ def _targets(c: _Checker, raw: Any, defaults: dict[str, bool]) -> list[TargetSpe
 
 
 def _memory(c: _Checker, raw: Any) -> MemorySpec:
-    c.keys(raw, MEMORY_KEYS, "memory")
+    from qcheck.knobs import KNOBS
+
+    c.keys(raw, MEMORY_KEYS + tuple(k.policy_key for k in KNOBS), "memory")
     kv = c.string(raw, "kv-cache-dtype", "memory")
     if kv is not None:
         from qcheck.kvtypes import KV_DTYPE_BYTES
@@ -518,7 +587,32 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
         kv = kv.lower()
     return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
                       batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
-                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True))
+                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw))
+
+
+def _knobs(c: _Checker, raw: dict[str, Any]) -> EngineKnobs:
+    """The ``[memory]`` engine settings, parsed as ``qcheck check``'s flags parse them and validated as a request
+    validates them; a bad one names its key."""
+    from qcheck.knobs import KNOBS, parse_knob
+
+    given: dict[str, Any] = {}
+    for knob in KNOBS:
+        if knob.policy_key not in raw:
+            continue
+        key = f"memory.{knob.policy_key}"
+        value = raw[knob.policy_key]
+        if not isinstance(value, (bool, int, float, str)):
+            raise c.fail(key, f"must be a {'boolean' if knob.kind == 'flag' else 'number or string'}, not "
+                              f"{type(value).__name__}")
+        try:
+            parsed = parse_knob(knob, value)
+            if parsed is not None:
+                EngineKnobs(**{knob.field: parsed})
+                given[knob.field] = parsed
+        except UsageError as exc:
+            raise c.fail(key, str(exc).split(": ", 1)[-1]) from None
+    return EngineKnobs(**given)
+
 
 
 def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], confine: Confinement) -> QualitySpec:
@@ -552,6 +646,11 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
     windows = c.choice(raw, "windows", "quality", WINDOW_MODES, "sliding")
     max_items = c.integer(raw, "max-items", "quality", minimum=1, maximum=10_000_000, default=None)
     thresholds_raw = {k: v for k, v in raw.items() if k in threshold_keys or k in ("tier", "use-intervals")}
+    for key, value in thresholds_raw.items():  # each on its own first, so the error names its key
+        try:
+            Thresholds.from_mapping({key: value})
+        except UsageError as exc:
+            raise c.fail(f"quality.{key}", str(exc)) from None
     try:
         thresholds = Thresholds.from_mapping(thresholds_raw)
     except UsageError as exc:
@@ -568,6 +667,39 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
         reference=reference, tasks=tasks, thresholds=thresholds, backend=backend, models=names,
         max_length=max_length, stride=stride, windows=windows, max_items=max_items,
         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir)
+
+
+def check_quality_inputs(policy: Policy) -> None:
+    """What the quality gate will read, checked before ``qcheck gate`` judges any model (a bad one would otherwise
+    surface after every compatibility check): the reference exists (a local directory or a Hub repo id), no model
+    it evaluates is a Hub repo, every task set loads and validates, and the eval extra is installed. Raises the
+    ``PolicyError`` (or ``DependencyError``) naming the key."""
+    q = policy.quality
+    if q is None:
+        return
+    from qcheck.readers import looks_like_repo_id
+
+    if not os.path.exists(q.reference) and not looks_like_repo_id(q.reference):
+        raise PolicyError(policy.file, "quality.reference", f"{q.reference!r}: no such directory, and not a Hub repo id")
+    chosen = [m for m in policy.models if (m.name in q.models if q.models is not None else not m.hub)]
+    hub = [m.name for m in chosen if m.hub]
+    if hub:
+        raise PolicyError(policy.file, "quality.models", f"{', '.join(hub)} is a Hub repo; the quality gate needs "
+                          "local model files")
+    from qcheck.errors import QcheckError
+    from qcheck.eval.tasks import load_tasks
+
+    try:
+        load_tasks(list(q.tasks))
+    except QcheckError as exc:
+        raise PolicyError(policy.file, "quality.tasks", str(exc)) from None
+    import importlib.util
+
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            from qcheck.errors import DependencyError
+
+            raise DependencyError(module, "eval", f"the policy's [quality] gate ({policy.file})")
 
 
 def quality_backends() -> tuple[str, ...]:
@@ -656,7 +788,9 @@ def starter_policy(directory: str | Path = ".") -> str:
         st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
     lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
-              "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true", "",
+              "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true",
+              "# engine settings, named as qcheck check's flags: gpu-memory-utilization = 0.9, max-num-seqs = 256,",
+              '# mem-fraction-static = 0.85, n-gpu-layers = 30, parallel = 1, flash-attn = "on", fit = "off" ...', "",
               "# Optional: a quality gate against the unquantised reference (needs qcheck's eval extra).",
               "# [quality]", '# reference = "path/to/bf16-model"', '# tasks = ["arithmetic", "prose"]',
               '# tier = "good"            # or thresholds: max-kld = 0.03, min-top1 = 0.92, max-accuracy-drop = 0.02',

@@ -167,11 +167,12 @@ def hub_branches(repo_id: str, limits: Limits) -> list[str]:
 
     from qcheck.errors import InputError, RemoteError
     from qcheck.hub.http import HubClient, hub_endpoint
+    from qcheck.net import Call
     from qcheck.readers.jsonfile import loads_document
 
     client = HubClient.from_env()
     url = f"{client.endpoint or hub_endpoint()}/api/models/{repo_id}/refs"
-    resp = client.request("GET", url, repo_id=repo_id, what="repo refs", max_bytes=limits.max_json_bytes + 1)
+    resp = client.request("GET", url, Call(max_bytes=limits.max_json_bytes + 1), repo_id=repo_id, what="repo refs")
     where = f"{repo_id} (repo refs)"
     if len(resp.body) > limits.max_json_bytes:
         raise InputError(f"repo refs are over {limits.max_json_bytes} bytes (limit max_json_bytes)", path=where)
@@ -232,7 +233,7 @@ def render_text(table: QuantTable) -> str:
     lines.append("")
     lines.append("memory at context " + ", ".join(str(c) for c in sorted(ctxs)) + " (docs/memory.md); max context: "
                  "the largest that fits one GPU at the batch (or the GPUs it needs); * decode: an upper bound from memory bandwidth "
-                 "(estimate)")
+                 "and the engine's per-step floor (estimate)")
     for note in table.notes:
         lines.append(note)
     lines.append(f"--all shows each model's detail; {len(table.quants)} row(s) (exit {table.exit_code})")

@@ -23,9 +23,11 @@ from qcheck.errors import UsageError
 from qcheck.kvtypes import normalise_kv
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
-__all__ = ["CheckRequest", "Deploy", "EngineKnobs", "KVCacheTypes", "Parallel"]
+__all__ = ["CheckRequest", "CommandFinding", "Deploy", "EngineKnobs", "KVCacheTypes", "Origin", "Parallel",
+           "SettingRead"]
 
 _KV_NAME = re.compile(r"[a-z0-9][a-z0-9_.]*")
+_KNOB_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ class EngineKnobs:
     no_mmap: bool | None = None
     fit: bool | None = None  # --fit on/off (None: the build's default)
     n_cpu_moe: int | None = None
+    # every engine that has them (vLLM/SGLang --dtype, --quantization): carried as the engine spells them
+    dtype: str | None = None  # the activation/weight dtype asked for (vLLM --dtype half)
+    quantization: str | None = None  # a quantisation method forced over the checkpoint's own (vLLM -q fp8)
 
     def __post_init__(self) -> None:
         for name in ("gpu_memory_utilization", "mem_fraction_static"):
@@ -144,6 +149,10 @@ class EngineKnobs:
         _check_int(self.n_ubatch, "n_ubatch", 1, 1 << 20)
         _check_int(self.n_batch, "n_batch", 1, 1 << 24)
         _check_int(self.n_cpu_moe, "n_cpu_moe", 0, 1 << 16)
+        for name in ("dtype", "quantization"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not _KNOB_WORD.fullmatch(value)):
+                raise UsageError(f"{name} must be a method or dtype name (letters, digits, _ . -), not {value!r}")
 
     def given(self) -> dict[str, Any]:
         """The knobs set, by name."""
@@ -151,6 +160,31 @@ class EngineKnobs:
 
     def to_json(self) -> dict[str, Any]:
         return self.given()
+
+
+@dataclass(frozen=True)
+class CommandFinding:
+    """What an engine does with one setting of the deployment as written, before any model is read: it refuses
+    it (``unsupported``: an unknown flag, a value its parser or config check rejects, worded as the engine words
+    it) or qcheck cannot judge what it changes (``unknown``: e.g. a quantisation override). Built by
+    ``qcheck.deploy`` from a command line or a manifest, judged by the ``command-line`` dimension."""
+
+    engine: str  # the matrix's engine id
+    status: str  # "unsupported" | "unknown"
+    flag: str
+    value: str | None
+    message: str
+    source: str  # where the engine's behaviour was read (file and line at a release)
+    version: str  # the engine version that source was read at
+    #: the flag itself is not one the engine has (at ``version``: another release may have it)
+    unknown_flag: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in ("unsupported", "unknown"):
+            raise UsageError(f"command finding status must be unsupported or unknown, not {self.status!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -163,14 +197,70 @@ class Deploy:
     kv_cache: KVCacheTypes = field(default_factory=KVCacheTypes)
     parallel: Parallel = field(default_factory=Parallel)
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
+    #: what the engine refuses (or qcheck cannot judge) in the deployment as written (an engine command line)
+    findings: tuple[CommandFinding, ...] = ()
 
     def __post_init__(self) -> None:
         _check_int(self.context, "--context", 1, 1 << 30)
         _check_int(self.batch, "--batch", 1, 1 << 20)
+        if not isinstance(self.findings, tuple):
+            object.__setattr__(self, "findings", tuple(self.findings))
+
+    def replace_batch(self, batch: int = 1) -> Deploy:
+        """This deployment with another batch (a front end compares what was set apart from the batch)."""
+        return dataclasses.replace(self, batch=batch)
 
     def to_json(self) -> dict[str, Any]:
-        return {"context": self.context, "batch": self.batch, "kv_cache": self.kv_cache.to_json(),
-                "parallel": self.parallel.to_json(), "knobs": self.knobs.to_json()}
+        out: dict[str, Any] = {"context": self.context, "batch": self.batch, "kv_cache": self.kv_cache.to_json(),
+               "parallel": self.parallel.to_json(), "knobs": self.knobs.to_json()}
+        if self.findings:
+            out["findings"] = [f.to_json() for f in self.findings]
+        return out
+
+
+@dataclass(frozen=True)
+class SettingRead:
+    """One setting of a deployment as qcheck read it: a flag (or environment variable, Modelfile PARAMETER,
+    manifest key) as written, its value, where it was written, and what qcheck judged it as (``None``: not
+    judged, i.e. qcheck does not model what it changes; it is listed, never dropped)."""
+
+    flag: str
+    value: str | None
+    where: str  # "argv", "env", "Modelfile:3", "deploy.yaml:12"
+    judged_as: str | None = None  # "context", "tp", "kv_cache.k", "knobs.gpu_memory_utilization" ...
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a request came from when it was not typed as qcheck flags: an engine command line or a deployment
+    manifest. Reported beside the verdicts (JSON ``deployment``) so a reader sees what was judged and what not."""
+
+    kind: str  # "command" | "manifest"
+    engine: str  # the matrix's engine id
+    program: str  # "vllm serve", "llama-server", "ollama run" ...
+    command: str  # the command as judged, secrets masked
+    flags_source: str  # where the engine's flags were read (release and file)
+    settings: tuple[SettingRead, ...] = ()
+    file: str | None = None
+    line: int | None = None
+    image: str | None = None  # a manifest's container image
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.settings, tuple):
+            object.__setattr__(self, "settings", tuple(self.settings))
+
+    @property
+    def not_judged(self) -> tuple[SettingRead, ...]:
+        return tuple(s for s in self.settings if s.judged_as is None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "engine": self.engine, "program": self.program, "command": self.command,
+                "file": self.file, "line": self.line, "image": self.image, "flags_source": self.flags_source,
+                "judged": [s.to_json() for s in self.settings if s.judged_as is not None],
+                "not_judged": [s.to_json() for s in self.not_judged]}
 
 
 @dataclass(frozen=True)
@@ -193,6 +283,8 @@ class CheckRequest:
     #: said on every result (e.g. how ``--gpu auto`` found the GPUs)
     notes: tuple[str, ...] = ()
     limits: Limits = DEFAULT_LIMITS
+    #: an engine command line or manifest the request was read from (None: typed as qcheck flags)
+    origin: Origin | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or not self.target:

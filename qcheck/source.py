@@ -28,6 +28,8 @@ class ByteSource(Protocol):
 
 @dataclass(frozen=True)
 class FileEntry:
+    """One file of a FileSet: its path and size."""
+
     name: str  # POSIX path relative to the file set's root
     size: int | None
 

@@ -8,7 +8,10 @@ skips (``-rs`` lists them).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +36,14 @@ TEST_SETTINGS = ("QCHECK_TEST_CACHE", "QCHECK_LLAMACPP_SOURCE")
 # one of these sets it itself with monkeypatch.
 for _name in [*CALLER_ENV, *(k for k in os.environ if k.startswith("QCHECK_") and k not in TEST_SETTINGS)]:
     os.environ.pop(_name, None)
+# qcheck's caches (eval references; the data cache of qcheck/datacache.py) go to a directory of this run, never the
+# home directory; subprocesses inherit it. Removed when the run ends. The data cache (parsed matrix files, GGUF
+# headers) is off: every test parses what it reads (a test that monkeypatches a reader must not get an earlier
+# test's result back); the tests of the cache itself turn it on.
+_CACHE_DIR = tempfile.mkdtemp(prefix="qcheck-test-cache-")
+os.environ["QCHECK_CACHE_DIR"] = _CACHE_DIR
+os.environ["QCHECK_CACHE"] = "off"
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
 pytest_plugins = ["pytester"]  # test_ci_guards runs small suites under this conftest
 

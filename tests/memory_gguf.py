@@ -159,8 +159,14 @@ _KEEP: list[Any] = []
 
 
 def load_buffers(path: Path, n_ctx: int, n_ubatch: int = 512, n_batch: int | None = None,
-                 flash_attn: bool | None = None, n_seq: int = 1) -> Buffers:
-    """Load ``path`` with llama-cpp-python on the CPU and return the buffer sizes llama.cpp logged."""
+                 flash_attn: bool | None = None, n_seq: int = 1, *, kv_unified: bool = False,
+                 n_outputs_max: int = 0) -> Buffers:
+    """Load ``path`` with llama.cpp (llama-cpp-python's bindings) on the CPU and return the buffer sizes it logged.
+
+    The context is built as the front end under test builds it: ``n_seq`` sequences (``n_seq_max``), one KV pool
+    shared by all of them (``kv_unified``, llama-server's -np auto) or one stream each, and ``n_outputs_max`` output
+    rows (0: n_batch, llama-cpp-python's default; llama-server sets its slot count). ``swa_full`` is off as
+    llama-server sets it, and weight repacking off as on a GPU."""
     import llama_cpp
 
     lines: list[str] = []
@@ -171,22 +177,34 @@ def load_buffers(path: Path, n_ctx: int, n_ubatch: int = 512, n_batch: int | Non
 
     _KEEP.append(on_log)  # the C side holds the pointer for the process lifetime
     llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
-    # swa_full False as llama-server/llama-cli set it (the C API's default is a full-size SWA cache)
-    kwargs: dict[str, Any] = {"n_ctx": n_ctx, "n_ubatch": n_ubatch, "n_batch": n_batch or max(n_ubatch, 512),
-                              "n_gpu_layers": 0, "verbose": True, "n_threads": 1, "swa_full": False}
-    if n_seq > 1:
-        kwargs["n_seq_max"] = n_seq
-    if flash_attn is not None:
-        kwargs["flash_attn"] = flash_attn
-    # no repacked CPU copies of the weights (AMX / CPU_REPACK): a GPU holds the tensors as stored
     from qcheck.eval.runners.llamacpp import without_weight_repacking
 
+    llama_cpp.llama_backend_init()
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 0
     with without_weight_repacking():
-        llm = llama_cpp.Llama(model_path=str(path), **kwargs)
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}: {''.join(lines)[-2000:]}")
     try:
-        text = "".join(lines)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx, cparams.n_ubatch = n_ctx, n_ubatch
+        cparams.n_batch = n_batch or max(n_ubatch, 512)
+        cparams.n_seq_max = n_seq
+        cparams.n_threads = cparams.n_threads_batch = 1
+        cparams.swa_full = False
+        cparams.kv_unified = kv_unified
+        cparams.n_outputs_max = n_outputs_max
+        if flash_attn is not None:
+            cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                                       else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise RuntimeError(f"llama.cpp could not create a context for {path}: {''.join(lines)[-2000:]}")
+        llama_cpp.llama_free(ctx)
     finally:
-        llm.close()
+        llama_cpp.llama_model_free(model)
+    text = "".join(lines)
     out = Buffers(log=text)
     for line in text.splitlines():
         m = _BUFFER.search(line)

@@ -131,7 +131,7 @@ def test_bundled_structured_output_set_loads_and_its_answers_are_correct():
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 def test_thresholds_must_be_finite(value):
-    with pytest.raises(UsageError, match="must be a finite number"):
+    with pytest.raises(UsageError, match="is not a finite number"):
         Thresholds.from_mapping({"max-length-ratio": value})
 
 
@@ -152,12 +152,12 @@ def test_generation_thresholds_are_policy_keys_and_validated(tmp_path, monkeypat
     assert quality.thresholds.active() == {"max_termination_drop": 0.05, "min_json_valid": 1.0, "max_length_ratio": 1.5,
                                            "min_length_ratio": 0.5, "max_repetition_increase": 0.1,
                                            "max_json_validity_drop": 0.0, "min_coverage": 0.9}
-    for bad, message in (("inf", "min_coverage=inf must be a finite number"), ("nan", "must be a finite number"),
-                         ("1.5", "min_coverage=1.5 is outside [0, 1]")):
+    for bad, message in (("inf", "min-coverage=inf is not a finite number"), ("nan", "is not a finite number"),
+                         ("1.5", "min-coverage=1.5 is outside [0.0, 1.0]")):
         policy.write_text(policy.read_text().rsplit("min-coverage", 1)[0] + f"min-coverage = {bad}\n")
         with pytest.raises(UsageError, match=re.escape(message)) as err:
             load_policy(policy)
-        assert str(err.value).startswith(f"{policy}: quality: ")
+        assert str(err.value).startswith(f"{policy}: quality.min-coverage: ")
 
 
 # ---------------------------------------------------------------------------------------- real models

@@ -212,8 +212,13 @@ def test_vocab_and_bos_mismatch_stop_the_run():
 def test_thresholds_from_mapping_rejects_unknown_keys_by_name():
     with pytest.raises(UsageError, match="unknown eval threshold\\(s\\): max_kl, min_top_1"):
         Thresholds.from_mapping({"max-kl": 0.1, "min_top_1": 0.9})
-    with pytest.raises(UsageError, match=r"min_top1=1\.5 is outside"):
+    with pytest.raises(UsageError, match=r"min-top1=1\.5 is outside"):
         Thresholds.from_mapping({"min-top1": 1.5})
+    for bad in (float("inf"), float("-inf"), float("nan"), 10**400):  # 10**400: an integer beyond any float
+        with pytest.raises(UsageError, match=r"max-kld=(-?inf|nan) is not a finite number; leave it out"):
+            Thresholds.from_mapping({"max-kld": bad})
+        with pytest.raises(UsageError, match="is not a finite number"):
+            Thresholds(max_kld=bad)  # the Python API is checked too
     with pytest.raises(UsageError, match="must be a number"):
         Thresholds.from_mapping({"max-kld": "small"})
     with pytest.raises(UsageError, match="unknown tier"):

@@ -66,7 +66,8 @@ def test_memory_on_a_cpu_is_ram():
     lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("memory:")]
     assert len(lines) == 2
     gpu = next(line for line in lines if "on one GPU" in line)
-    assert gpu.startswith("memory:    needs 0.0 GiB on one GPU (") and "fits in 23.0 GiB usable" in gpu
+    # an RTX 4090 as the driver reports it (23.65 GiB) less the CUDA context and --fit's 1 GiB margin
+    assert gpu.startswith("memory:    needs 0.0 GiB on one GPU (") and "fits in 22.1 GiB usable" in gpu
     ram = next(line for line in lines if line is not gpu)
     assert ram.startswith("memory:    needs 0.0 GiB in RAM (weights ") and "GPU" not in ram
 

@@ -87,10 +87,60 @@ def test_quality_gate_pass_and_fail(project, monkeypatch):
     assert "\nquality:\n" in human and "quality FAILED: gate FAILED (exit 1)" in human
 
 
-def test_quality_gate_that_cannot_run_is_exit_2(project):
+def test_a_missing_reference_stops_the_gate_before_any_model_is_read(project):
+    """The policy is checked in full first: a reference that does not exist is one line naming the key, not a
+    finding after every compatibility check (it was QC122 in the report, after the models were judged)."""
     (project / "qcheck.toml").write_text(POLICY.replace('reference = "ref"', 'reference = "no-such-ref"')
+                                         + 'tier = "good"\n')
+    proc = qcheck("gate", "--format", "sarif", cwd=project)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("qcheck: error: qcheck.toml: quality.reference: 'no-such-ref': no such directory, "
+                                   "and not a Hub repo id")
+
+
+@pytest.mark.parametrize(("extra", "key", "problem"), [
+    ("max-kld = inf\n", "quality.max-kld", "threshold max-kld=inf is not a finite number"),
+    ("max-kld = 1e309\n", "quality.max-kld", "threshold max-kld=inf is not a finite number"),
+    ("max-ppl-ratio = -inf\n", "quality.max-ppl-ratio", "threshold max-ppl-ratio=-inf is not a finite number"),
+    ("min-top1 = nan\n", "quality.min-top1", "threshold min-top1=nan is not a finite number"),
+    ("min-recovery = 1.7976931348623157e308\nmax-kld = 0.1\n", None, None),  # finite: accepted
+])
+def test_every_threshold_is_finite_before_the_eval_runs(project, extra, key, problem):
+    (project / "qcheck.toml").write_text(POLICY.replace('tasks = ["tasks.jsonl"]', 'tasks = ["missing.jsonl"]')
+                                         + extra)
+    proc = qcheck("gate", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    if key is None:  # the thresholds pass; the task file is the next thing checked, still before any model
+        assert "qcheck.toml: quality.tasks: --tasks missing.jsonl: no such file" in proc.stderr
+    else:
+        assert proc.stderr.strip().startswith(f"qcheck: error: qcheck.toml: {key}: {problem}")
+
+
+def test_a_bad_task_file_stops_the_gate_before_any_model_is_read(project):
+    (project / "bad.jsonl").write_text('{"id": "a", "kind": "text", "text": "ok"}\n{"id": "b", "kind": "choice"\n')
+    (project / "qcheck.toml").write_text(POLICY.replace('tasks = ["tasks.jsonl"]', 'tasks = ["bad.jsonl"]')
+                                         + "max-kld = 0.1\n")
+    proc = qcheck("gate", "--format", "json", cwd=project)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qcheck: error: qcheck.toml: quality.tasks: ")
+    assert "bad.jsonl:2" in lines[0]
+
+
+def test_a_quality_gate_that_cannot_run_is_exit_2_in_the_report(project):
+    """What only the run can find (here every model fails to load) is still a QC122 finding in the report."""
+    (project / "broken.gguf").write_bytes(b"GGUF" + b"\xff" * 20)
+    (project / "qcheck.toml").write_text(POLICY.replace('models = ["q8.gguf", "q4.gguf"]', 'models = ["broken.gguf"]')
                                          + 'tier = "good"\n')
     proc = qcheck("gate", "--format", "sarif", cwd=project)
     assert proc.returncode == 2
     assert '"ruleId": "QC122"' in proc.stdout
-    assert "quality: reference no-such-ref: no such directory" in proc.stdout
+    assert "quality: no local model could be evaluated" in proc.stdout
+
+
+@pytest.mark.parametrize("flag", [["--max-kld", "inf"], ["--max-kld", "1e309"], ["--min-top1", "nan%"]])
+def test_qcheck_eval_refuses_a_threshold_flag_that_is_not_finite_before_any_work(project, flag):
+    proc = qcheck("eval", "-r", "ref", "-t", "tasks.jsonl", *flag, cwd=project)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().endswith("is not a finite number; leave it out to not check that metric")
+    assert "computing the reference" not in proc.stderr

@@ -259,12 +259,12 @@ def test_the_offline_hint_is_header_only(monkeypatch, tmp_path):
 
 
 def test_an_unresolvable_host_is_never_retried(monkeypatch):
-    import qcheck.hub.http as http
+    import qcheck.net.client as client
 
     def no_sleep(seconds: float) -> None:
         raise AssertionError(f"waited {seconds} s to retry a host that does not resolve")
 
-    monkeypatch.setattr(http.time, "sleep", no_sleep)
+    monkeypatch.setattr(client.time, "sleep", no_sleep)
     monkeypatch.setenv("HF_ENDPOINT", "http://qcheck-test-host.invalid")
     monkeypatch.setenv("QCHECK_HUB_RETRIES", "5")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

@@ -1,5 +1,6 @@
-"""What keeps a many-shard Hub read cheap: kept-alive connections, one range request per shard, no helper thread
-per request. Counts only (requests, connections, threads), never wall-clock times: bench/bench_hub.py times it."""
+"""What keeps a many-shard Hub read cheap and safe: kept-alive connections, one range request per shard, CDN
+redirects without the token, TLS verified. Counts only (requests, connections), never wall-clock times:
+bench/bench_hub.py times it."""
 
 from __future__ import annotations
 
@@ -7,17 +8,21 @@ import json
 import ssl
 from pathlib import Path
 
-import httpx2
 import pytest
-from huggingface_hub.utils import close_session, set_client_factory
-from huggingface_hub.utils._http import default_client_factory
 
-from qcheck.budget import Budget
-from qcheck.hub.wire import Unsupported, Wire, plain_session, usable
+from qcheck.hub import NetworkError
+from qcheck.net import Call, Client, NetError, Settings
 from qcheck.readers import load_checkpoint
 from support.hubserver import CONFIG, TOKEN, FakeHub, sharded_repo
 
 TLS = Path(__file__).parent / "support" / "tls"
+
+
+@pytest.fixture(autouse=True)
+def _idle_connections_kept(monkeypatch):
+    """Idle connections kept 600 s instead of 5: a stalled machine must not expire one between two reads and turn a
+    count of connections into a different number."""
+    monkeypatch.setattr("qcheck.net.transport.KEEPALIVE_EXPIRY", 600.0)
 
 
 def test_shard_reads_reuse_kept_alive_connections(hub, monkeypatch):
@@ -40,106 +45,66 @@ def _tensors(ck):
     return sorted((name, t.dtype, tuple(t.shape), t.file) for name, t in ck.tensors.items())
 
 
-@pytest.mark.parametrize("redirect", [False, True])
-def test_the_lean_path_and_the_session_read_the_same_bytes_the_same_way(redirect, hub, monkeypatch):
-    # the lean HTTP/1.1 path (default) against huggingface_hub's session (QCHECK_HUB_SESSION=1): the same
-    # requests (method, path, range, status, token or not: none to the CDN), the same checkpoint
+def test_cdn_redirects_read_the_same_bytes_and_never_carry_the_token(hub, monkeypatch):
+    # the Hub answers each weight request with a 302 to its CDN (another origin): the first read of a file
+    # follows it, the token stays on the Hub's origin, and the checkpoint is the one read without redirects
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    hub.redirect_lfs = redirect
     hub.add_repo("org/four", sharded_repo(4))
-    lean = load_checkpoint("org/four")
-    lean_log, lean_connections = _log(hub), hub.connections
+    plain = load_checkpoint("org/four")
+    plain_log = _log(hub)
     hub.clear_log()
-    monkeypatch.setenv("QCHECK_HUB_SESSION", "1")
-    session = load_checkpoint("org/four")
-    assert _tensors(lean) == _tensors(session) and len(lean.tensors) == 4 * 18
-    assert lean_log == _log(hub)
-    assert len(lean_log) == 3 + 4 * (2 if redirect else 1)
-    assert all(not auth for _m, path, _r, _s, auth in lean_log if path.startswith("/cdn/"))
-    assert lean_connections <= len(lean_log)
-
-
-def test_a_custom_client_factory_carries_every_request(hub):
-    # a user's set_client_factory (proxy, certificates, transport) is honoured: nothing bypasses that client
-    seen: list[str] = []
-    set_client_factory(lambda: httpx2.Client(event_hooks={"request": [lambda r: seen.append(r.url.path)]},
-                                             follow_redirects=True, timeout=None))
-    try:
-        hub.add_repo("org/three", sharded_repo(3))
-        assert len(load_checkpoint("org/three").tensors) == 3 * 18
-    finally:
-        set_client_factory(default_client_factory)
-    assert sorted(seen) == sorted(r.path for r in hub.requests())
-    assert len(seen) == 6
-
-
-def test_the_lean_path_only_where_the_session_would_do_the_same(hub, monkeypatch):
-    url = f"{hub.endpoint}/org/x/resolve/abc/model.safetensors"
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
-                "no_proxy", "QCHECK_HUB_SESSION"):
-        monkeypatch.delenv(var, raising=False)
-    assert plain_session()
-    assert usable("GET", url, None) and usable("HEAD", url, None)
-    assert not usable("GET", url, {"blobs": "true"}) and not usable("POST", url, None)
-    assert not usable("GET", "ftp://example.org/x", None)
-    for var in ("https_proxy", "HTTP_PROXY", "all_proxy"):
-        monkeypatch.setenv(var, "http://proxy.example:3128")
-        assert not plain_session(), var
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("QCHECK_HUB_SESSION", "1")
-    assert not plain_session()
-    monkeypatch.setenv("QCHECK_HUB_SESSION", "0")
-    assert plain_session()
+    hub.redirect_lfs = True
+    redirected = load_checkpoint("org/four")
+    assert _tensors(plain) == _tensors(redirected) and len(plain.tensors) == 4 * 18
+    log = _log(hub)
+    assert len(plain_log) == 3 + 4 and len(log) == 3 + 4 * 2
+    cdn = [entry for entry in log if entry[1].startswith("/cdn/")]
+    assert len(cdn) == 4 and not any(auth for *_, auth in cdn)
+    assert all(auth for _m, path, *_, auth in log if not path.startswith("/cdn/"))
 
 
 def test_a_kept_alive_connection_the_server_dropped_is_replaced_once(hub):
     hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
     sha = hub.repos["org/one"].refs["main"]
     url = f"{hub.endpoint}/org/one/resolve/{sha}/config.json"
-    wire = Wire(keepalive=600)  # a stalled machine must not expire the idle connection before the second read
-    budget = Budget(seconds=600)
-    kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
-    first = wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
+    client = Client(Settings(retries=1, backoff=0.0))
+    first = client.request("GET", url, Call(max_bytes=10_000))
     hub.inject(r"config\.json$", "reset", times=1)  # the server closes the kept-alive connection unanswered
-    second = wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
-    assert first[0] == second[0] == 200 and first[2] == second[2] == json.dumps(CONFIG).encode()
+    second = client.request("GET", url, Call(max_bytes=10_000))
+    assert first.status == second.status == 200 and first.body == second.body == json.dumps(CONFIG).encode()
+    assert second.attempts == 1  # sent again on a new connection within the attempt, as browsers do
     assert len(hub.requests(r"config\.json$")) == 3 and hub.connections == 2
-    hub.inject(r"config\.json$", "reset", times=1)  # on a new connection the same drop is an error to retry
-    wire.close()
-    with pytest.raises(httpx2.RemoteProtocolError):
-        wire.exchange("GET", url, {}, 10_000, 5.0, **kw)
+    hub.inject(r"config\.json$", "reset", times=100)  # a server that always drops: retried, then one line
+    with pytest.raises(NetError, match=r"closed the connection before the answer was complete.*\(2 attempts\)"):
+        client.request("GET", url, Call(max_bytes=10_000))
+    client.close()
 
 
-def test_a_chunked_answer_is_read_through_the_session(hub):
+def test_a_chunked_answer_is_read_in_one_request(hub):
     hub.chunked = True
     hub.add_repo("org/chunked", sharded_repo(2))
     ck = load_checkpoint("org/chunked")
     assert len(ck.tensors) == 2 * 18 and ck.configs["config.json"]["num_hidden_layers"] == 6
-    # each chunked shard answer is asked once on the lean path (its body left unread) and once through the session
     for i in (1, 2):
-        assert [r.status for r in hub.requests(rf"model-0000{i}-of-00002\.safetensors$")] == [206, 206]
+        assert [r.status for r in hub.requests(rf"model-0000{i}-of-00002\.safetensors$")] == [206]
 
 
-def test_a_redirect_the_lean_path_cannot_spell_is_left_to_the_session(hub):
-    hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
-    hub.inject(r"config\.json$", 302, headers={"Location": "/org/one/resolve/main/con fig.json"})
-    url = f"{hub.endpoint}/org/one/resolve/main/config.json"
-    budget = Budget(seconds=600)
-    with pytest.raises(Unsupported):
-        Wire().exchange("GET", url, {}, 10_000, 5.0, take=lambda n: None, remaining=budget.remaining,
-                        deadline=lambda: budget.deadline_error("x", "y", "z"))
-    assert len(hub.requests()) == 1  # nothing sent for the redirect target
+def test_a_redirect_to_a_url_with_a_space_is_followed_percent_encoded(hub):
+    hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode(), "con fig.json": b"{}"})
+    hub.inject(r"/config\.json$", 302, headers={"Location": "/org/one/resolve/main/con fig.json"})
+    with Client() as client:
+        resp = client.request("GET", f"{hub.endpoint}/org/one/resolve/main/config.json", Call(max_bytes=100))
+    assert resp.status == 200 and resp.body == b"{}" and resp.url.endswith("/con%20fig.json")
 
 
 @pytest.mark.parametrize("value", ["hf_abc\r\nX-Injected: 1", "hf_abc\nHost: elsewhere", "hf_abc\x00"])
-def test_a_header_with_a_line_break_is_never_written_by_the_lean_path(hub, value):
+def test_a_header_with_a_line_break_is_never_written(hub, value):
     hub.add_repo("org/one", {"config.json": json.dumps(CONFIG).encode()})
     url = f"{hub.endpoint}/org/one/resolve/main/config.json"
-    budget = Budget(seconds=600)
-    with pytest.raises(Unsupported):
-        Wire().exchange("GET", url, {"Authorization": f"Bearer {value}"}, 10_000, 5.0, take=lambda n: None,
-                        remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
-    assert hub.requests() == []  # nothing sent: the session refuses such a value in its own words
+    with Client() as client, pytest.raises(NetError) as info:
+        client.request("GET", url, Call(max_bytes=100, headers={"Authorization": f"Bearer {value}"}))
+    assert info.value.kind == "request" and "hf_abc" not in str(info.value)
+    assert hub.requests() == []  # nothing sent
 
 
 @pytest.fixture
@@ -160,28 +125,25 @@ def tls_hub(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    close_session()  # the shared session reads SSL_CERT_FILE when it is made
     try:
         yield server, endpoint, str(cert)
     finally:
-        close_session()
         server.stop()
 
 
-def test_https_is_verified_and_kept_alive_on_the_lean_path(tls_hub, monkeypatch):
-    server, endpoint, cert = tls_hub
+def test_https_is_verified_and_kept_alive(tls_hub, monkeypatch):
+    server, _endpoint, cert = tls_hub
     sha = server.add_repo("org/tls", sharded_repo(3))
-    budget = Budget(seconds=600)
-    kw = dict(take=lambda n: None, remaining=budget.remaining, deadline=lambda: budget.deadline_error("x", "y", "z"))
-    with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted: refused
-        Wire().exchange("GET", f"{endpoint}/org/tls/resolve/{sha}/config.json", {}, 10_000, 5.0, **kw)
+    with pytest.raises(NetworkError, match=r"cannot connect to https://127\.0\.0\.1:\d+ securely: .*CERTIFICATE_VERIFY"
+                                           r".*SSL_CERT_FILE"):  # not trusted: refused, in one line, not retried
+        load_checkpoint("org/tls")
+    assert server.requests() == []
     monkeypatch.setenv("SSL_CERT_FILE", cert)  # trusted, as httpx's default context trusts it
     monkeypatch.setenv("QCHECK_HUB_WORKERS", "1")  # one worker: its reads share one kept-alive TLS connection
-    close_session()
     ck = load_checkpoint("org/tls")
     assert len(ck.tensors) == 3 * 18 and ck.revision == sha
     assert len(server.requests(r"\.safetensors$")) == 3 and len(server.requests()) == 6
-    # the session's (listing) and the worker's (5 reads), and the main thread's if it reads a shard before the
-    # worker gets to it; 6 if nothing were kept alive (a refused handshake is never counted)
+    # one pool for the run: the main thread's (listing) and the worker's (5 reads), and another if the main thread
+    # reads a shard while the worker holds one; 6 if nothing were kept alive (a refused handshake is never counted)
     assert server.connections <= 3, server.connections
     assert not server.httpd.errors

@@ -65,10 +65,18 @@ def write_engine(root: Path, body: str, name: str = "eng") -> None:
     (root / "engines" / f"{name}.toml").write_text(textwrap.dedent(body), encoding="utf-8")
 
 
-def error_of(root: Path) -> MatrixDataError:
-    with pytest.raises(MatrixDataError) as info:
-        load_matrix(root)
-    return info.value
+def error_of(root: Path, engine: str = "eng") -> MatrixDataError:
+    """The error of a broken matrix: the same when the engine is used and when every file is validated
+    (engine files are validated when first used, so both ways are asked)."""
+    clear_cache()
+    with pytest.raises(MatrixDataError) as used:
+        load_matrix(root).engine(engine)
+    clear_cache()
+    with pytest.raises(MatrixDataError) as validated:
+        load_matrix(root).validate()
+    clear_cache()
+    assert str(validated.value) == str(used.value)
+    return used.value
 
 
 def test_test_matrix_loads() -> None:
@@ -186,7 +194,7 @@ def test_engine_alias_collision_across_files(mdir: Path) -> None:
     write_engine(mdir, HEAD.replace('name = "Eng"', 'name = "Eng"\naliases = ["shared"]') + GOOD_RULE)
     write_engine(mdir, HEAD.replace('id = "eng"', 'id = "two"').replace('name = "Eng"', 'name = "Two"\naliases = ["Shared"]')
                  + GOOD_RULE, name="two")
-    err = error_of(mdir)
+    err = error_of(mdir, "shared")  # an alias: every file's names are read, and the clash is found
     assert err.check == "duplicate-name" and "'Shared'" in str(err)
 
 

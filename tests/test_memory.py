@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -13,11 +14,14 @@ from qcheck.memory import GIB
 from qcheck.model import AttentionLayout as KVLayout
 from qcheck.model import Inspection, Quantization
 from qcheck.model_shape import layout_from_config, layout_from_gguf
+from qcheck.request import EngineKnobs
 from support.memory_helpers import estimate
 
 LLAMA_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
             "torch_dtype": "bfloat16"}
+#: an "80 GB" H100 as the CUDA driver reports it (matrices/gpus.toml capacity)
+H100 = 79.19
 LLAMA_70B = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
              "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}
 QWEN3_8B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
@@ -73,10 +77,16 @@ def test_mla_caches_the_latent_and_is_replicated_under_tensor_parallelism():
     assert est.kv_cache_bytes == 61 * 576 * 2 * 32768
     assert est.fits is False and est.gpus_needed == 8  # 689 GB / 8 = 80 GiB + the whole 2.1 GiB latent per GPU
     assert est.per_gpu_bytes is not None
-    assert est.per_gpu_bytes - 689_000_000_000 // 8 - est.activation_bytes - est.fixed_bytes == est.kv_cache_bytes
+    # each of the 8 GPUs holds the whole latent: half the context takes exactly half the latent off every GPU
+    half = estimate(_ins(DEEPSEEK_V3, size=689_000_000_000), context=16384, config=DEEPSEEK_V3,
+                    kv_cache_dtype="bf16", engine="vllm", gpu_memory_gib=141)
+    assert est.per_gpu_bytes - half.per_gpu_bytes == 61 * 576 * 2 * 16384
+    # the engine's buffers at 8 GPUs (activation peak, non-torch with all-reduce buffers, CUDA graphs)
+    buffers8 = est.per_gpu_bytes - 689_000_000_000 // 8 - est.kv_cache_bytes
+    assert buffers8 >= est.activation_bytes
     # max context at those 8 GPUs, each holding the whole latent of every cached token
     assert est.max_context_gpus == 8 and est.max_context is not None
-    per_gpu_at_max = 689_000_000_000 // 8 + est.activation_bytes + est.fixed_bytes + 61 * 576 * 2 * est.max_context
+    per_gpu_at_max = 689_000_000_000 // 8 + buffers8 + 61 * 576 * 2 * est.max_context
     assert per_gpu_at_max <= est.usable_bytes < per_gpu_at_max + 61 * 576 * 2
 
 
@@ -86,10 +96,14 @@ def test_sliding_window_layers_cache_only_the_window():
     est = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B)
     per_layer = 16 * 2 * 128 * 2
     assert est.kv_cache_bytes == per_layer * (10 * 131072 + 52 * 1024)
-    # llama.cpp keeps n_swa + n_ubatch (512) tokens in a sliding-window layer's cache
+    # llama.cpp keeps n_swa x n_seq_max + n_ubatch (512) tokens in a sliding-window layer's cache: llama-server's
+    # default 4 slots share one pool (n_swa x 4 + 512), one slot (-np 1) keeps n_swa + 512
     cpp = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B,
-                          engine="llama.cpp", kv_cache_dtype="bf16")
-    assert cpp.kv_cache_bytes == per_layer * (10 * 131072 + 52 * (1024 + 512))
+                   engine="llama.cpp", kv_cache_dtype="bf16")
+    assert cpp.kv_cache_bytes == per_layer * (10 * 131072 + 52 * (1024 * 4 + 512))
+    one = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=131072, config=GEMMA3_27B,
+                   engine="llama.cpp", kv_cache_dtype="bf16", knobs=EngineKnobs(n_parallel=1))
+    assert one.kv_cache_bytes == per_layer * (10 * 131072 + 52 * (1024 + 512))
     # short contexts: the window does not matter
     short = estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=512, config=GEMMA3_27B)
     assert short.kv_cache_bytes == per_layer * 62 * 512
@@ -183,20 +197,41 @@ def test_dequantising_fallback_counts_bf16_weights():
 
 def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
-    est = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=80)
+    # an H100 as CUDA reports it (gpus.toml capacity), vLLM 0.33's defaults
+    est = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=H100)
     vllm = load_matrix().engine("vllm").memory
-    assert est.usable_bytes == int(80 * GIB * vllm.get("gpu_memory_utilization"))  # 0.92
+    assert est.usable_bytes == math.ceil(int(H100 * GIB) * vllm.get("gpu_memory_utilization"))  # 0.92
     kv = 2 * 80 * 8 * 128 * 2 * 8192  # 2.5 GiB
     assert est.kv_cache_bytes == kv
-    per = vllm.get("activation_bytes_per_token_hidden")
-    assert est.activation_bytes == int(8192 * 8192 * per + 1024 * 128256 * 4)  # 8192 tokens, 1024 seqs >= 70 GiB
-    assert est.fixed_bytes == (vllm.get("runtime_mib") + vllm.get("cuda_graph_mib")) * 2**20
-    assert est.fits is False and est.gpus_needed == 2 and est.parallelism == "tensor"
-    assert est.per_gpu_bytes == 141_100_000_000 // 2 + kv // 2 + est.activation_bytes + est.fixed_bytes
+    parts = {p.name: p.bytes for p in est.parts}
+    # the profile run at the >= 70 GiB defaults (8192 tokens, 1024 sequences): the sampler's 1024 rows x vocab, or the
+    # forward pass at 8192 tokens when larger (here: ff 4 x 8192 = 32768 at one GPU)
+    sampler = int(1024 * 128256 * vllm.get("sampler_bytes_per_row"))
+    forward = int(8192 * (vllm.get("forward_bytes_per_token_hidden") * 8192
+                          + vllm.get("forward_bytes_per_token_ff") * 32768))
+    assert parts["activation peak"] == max(sampler, forward) == est.activation_bytes
+    assert parts["non-torch"] == vllm.get("non_torch_mib") * 2**20
+    assert parts["CUDA graphs"] == 80 * vllm.get("graph_mib_per_layer") * 2**20
+    assert est.fixed_bytes == parts["non-torch"] + parts["CUDA graphs"]
+    # at 2 GPUs each holds half the weights and KV heads, the sampler's peak and the all-reduce buffers: 1.3 GiB
+    # short of gpu_memory_utilization 0.92, so 4 (vLLM 0.33 would log a KV pool smaller than one 8k request)
+    assert est.fits is False and est.gpus_needed == 4 and est.parallelism == "tensor"
+    two = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=H100, tp=2)
+    at2 = 141_100_000_000 // 2 + kv // 2 + sampler + vllm.get("non_torch_mib_multi_gpu") * 2**20 + parts["CUDA graphs"]
+    assert two.per_gpu_bytes == at2 and two.fits is False
+    # with --gpu-memory-utilization 0.95 two GPUs do
+    from qcheck.request import EngineKnobs
+
+    roomier = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=H100, tp=2,
+                       knobs=EngineKnobs(gpu_memory_utilization=0.95))
+    assert roomier.fits is True and roomier.usable_bytes == math.ceil(int(H100 * GIB) * 0.95)
     # 4 KV heads only: tensor parallelism stops at 4 GPUs, which is not enough on a 24 GiB card
     few_heads = dict(LLAMA_70B, num_key_value_heads=4)
     est = estimate(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
-    assert est.activation_bytes == int(2048 * 8192 * per + 256 * 128256 * 4)  # smaller batch defaults < 70 GiB
+    small_forward = int(2048 * (vllm.get("forward_bytes_per_token_hidden") * 8192
+                                + vllm.get("forward_bytes_per_token_ff") * 32768))
+    small_sampler = int(256 * 128256 * vllm.get("sampler_bytes_per_row"))
+    assert est.activation_bytes == max(small_forward, small_sampler)  # 2048 tokens, 256 sequences below 70 GiB
     assert est.fits is False and est.gpus_needed is None and est.max_gpus == 4
     assert "not even on 4" in est.summary()
 
@@ -206,9 +241,10 @@ def test_llama_cpp_splits_by_layers_with_any_gpu_count():
     est = estimate(ins, context=8192, config=LLAMA_70B, engine="llama.cpp", gpu_memory_gib=16)
     assert est.parallelism == "layer-split"
     total = est.weights_bytes + est.kv_cache_bytes
-    assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + buffers < 15 GiB; 2 would not do
+    assert est.gpus_needed == 3  # (39.6 + 2.5) / 3 = 14.0 GiB + buffers < 14.5 GiB; 2 would not do
     assert est.per_gpu_bytes == -(-total // 3) + est.activation_bytes + est.fixed_bytes
-    assert est.usable_bytes == 15 * GIB  # llama.cpp's --fit keeps 1 GiB free per device
+    # llama.cpp's --fit keeps 1 GiB free per device, beside the CUDA context it finds in use
+    assert est.usable_bytes == 16 * GIB - 522 * 2**20 - 1024 * 2**20
 
 
 def test_without_a_gpu_memory_the_need_is_still_reported_as_json():
@@ -253,10 +289,14 @@ def test_apply_memory_fills_each_verdict_on_hardware():
     ]
     apply_memory(verdicts, ins, Deploy(context=8192), load_matrix(), {"h100": 80.0}.get)
     h100, ampere, hosted, marlin = verdicts
-    assert h100.memory.gpus_needed == 2 and h100.memory.fits is False
+    # the H100 as the CUDA driver reports it (79.19 GiB), vLLM 0.33's gpu_memory_utilization 0.92 of that: at 2 GPUs
+    # the per-GPU weights, KV heads, sampler peak, all-reduce buffers and CUDA graphs are 0.3 GiB too many
+    assert h100.memory.gpus_needed == 4 and h100.memory.fits is False
     assert h100.memory.kv_cache_bytes == 2 * 80 * 8 * 128 * 2 * 8192
-    assert "memory: needs 138.1 GiB, more than one h100 (73.6 GiB usable); 2 GPUs would (tensor)" in h100.warnings
-    assert h100.memory.summary().startswith("needs 138.1 GiB on one GPU")
+    assert "memory: needs 138.3 GiB, more than one h100 (72.9 GiB usable); 4 GPUs would (tensor)" in h100.warnings
+    assert h100.memory.summary().startswith("needs 138.3 GiB on one GPU")
+    assert h100.memory.capacity.startswith("79.19 GiB as the driver reports a h100 (81,559 MiB in nvidia-smi)")
+    assert h100.memory.capacity_basis == "driver" and h100.memory.engine_version == "0.33.0"
     assert ampere.memory.fits is None and "GPU product" in ampere.memory.note
     assert ampere.memory.weights_basis == "dequantized-bf16" and ampere.memory.parallelism == "layer-split"
     assert ampere.memory.weights_bytes == 70_550_000_000 * 2 and ampere.memory.weights_loaded_as == "bfloat16"
@@ -286,7 +326,9 @@ def test_check_fills_verdict_memory_from_the_cli(tmp_path):
     # K+V x layers x kv heads x dim x f16 x (ctx x batch = 2000 cells, padded to 2048 as llama.cpp does)
     assert mem["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 2 * 2048
     assert mem["kv_cache_dtype"] == "f16" and mem["fits"] is True and mem["gpus_needed"] == 1
-    assert mem["gpu_memory_bytes"] == 24 * GIB and mem["parallelism"] == "layer-split"
+    # an RTX 4090 as the CUDA driver reports it (23.65 GiB, not the marketed 24)
+    assert mem["gpu_memory_bytes"] == int(23.65 * GIB) and mem["parallelism"] == "layer-split"
+    assert mem["capacity_basis"] == "driver" and mem["engine_version"] == "b11312"
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype",
                           "q8_0", "--json")
     assert code == 0, err

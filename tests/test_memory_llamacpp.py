@@ -9,6 +9,10 @@ buffers. The stated tolerance (docs/memory.md):
 * weights (model buffer, CPU repacking off as on a GPU): within 0.5% + 1 MiB (tensor alignment);
 * compute buffer: within COMPUTE_REL of the measured size + COMPUTE_ABS MiB, with and without flash
   attention (the largest error is qwen3-style attention with flash attention at a short context: -28%).
+
+Each load is built as a front end builds its context (tests/memory_gguf.py, llama.cpp's C API): llama-cpp-python's
+(one sequence, every ubatch token an output row), llama-server's default at b11312 (4 slots on one KV pool, one
+output row per slot: ``-np`` auto) and an explicit ``-np 2`` (two streams), with flash attention on and off.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from memory_gguf import MIB, Arch, load_buffers, write_model
 from qcheck.matrix import load_matrix
 from qcheck.memory import llamacpp_compute_bytes
 from qcheck.model_shape import shape_from
+from qcheck.request import EngineKnobs
 from support.memory_helpers import estimate
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -54,7 +59,9 @@ def _predict(path, n_ctx: int, n_ubatch: int, flash_attn: bool = True):
     ck = load_checkpoint(str(path))
     ins = classify(ck)
     mem = load_matrix().engine("llama.cpp").memory
-    mem = dataclasses.replace(mem, params={**mem.params, "n_ubatch": n_ubatch, "flash_attn": int(flash_attn)})
+    # llama-cpp-python's regime: one sequence, every ubatch token an output row (n_outputs_max 0 = n_batch)
+    mem = dataclasses.replace(mem, params={**mem.params, "n_ubatch": n_ubatch, "flash_attn": int(flash_attn),
+                                           "n_seq": 1, "kv_unified": 0, "server_output_rows": 0})
     # the Inspection's own shape record (what classify read from the headers): the path every command takes
     est = estimate(ins, context=n_ctx, engine="llama.cpp", engine_memory=mem, device="RAM")
     parts = {p.name: p.bytes for p in est.parts}
@@ -97,3 +104,62 @@ def test_shape_reads_per_layer_and_expert_bytes(models):
     # one token reads 2 of the 8 experts: 6/8 of the expert bytes are not read
     assert shape.total_bytes - shape.active_bytes_per_token() == pytest.approx(
         shape.embed_bytes + 2 * expert * 6 / 8, abs=2)
+
+
+def _predict_server(path, ctx: int, knobs: EngineKnobs):
+    """qcheck's estimate with llama-server's defaults at b11312 (4 slots on one KV pool, one output row per slot)."""
+    from qcheck.classify import classify
+    from qcheck.readers import load_checkpoint
+
+    ins = classify(load_checkpoint(str(path)))
+    est = estimate(ins, context=ctx, engine="llama.cpp", device="RAM", knobs=knobs)
+    return est, {p.name: p.bytes for p in est.parts}
+
+
+SERVER_LOADS = [(4096, True), (4096, False)]
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.label())
+@pytest.mark.parametrize(("n_ctx", "flash_attn"), SERVER_LOADS)
+def test_llama_server_defaults_match_llamacpp_buffers(models, arch, n_ctx, flash_attn):
+    """llama-server with no -np: 4 slots sharing one pool of n_ctx cells (a sliding-window cache of n_swa x 4 +
+    n_ubatch), one output row per slot (n_outputs_max = 4): the context as llama-server builds it."""
+    path = models[arch.label()]
+    measured = load_buffers(path, n_ctx=n_ctx, n_ubatch=512, flash_attn=flash_attn, n_seq=4, kv_unified=True,
+                            n_outputs_max=4)
+    est, parts = _predict_server(path, n_ctx, EngineKnobs(flash_attn=flash_attn))
+    assert est.kv_cache_bytes / MIB == pytest.approx(measured.kv, abs=0.01)
+    assert parts["output buffer"] / MIB == pytest.approx(measured.output, abs=0.01)
+    got = parts["compute buffer"] / MIB
+    assert abs(got - measured.compute) <= COMPUTE_REL * measured.compute + COMPUTE_ABS, \
+        f"compute buffer: formula {got:.2f} MiB, llama.cpp {measured.compute:.2f} MiB"
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.label())
+@pytest.mark.parametrize("flash_attn", [True, False])
+def test_explicit_np_splits_the_context_into_streams(models, arch, flash_attn):
+    """-np 2 without -kvu: -c holds both streams (n_ctx / 2 cells each, each with its own window cache), and the
+    graph attends over one stream."""
+    path = models[arch.label()]
+    measured = load_buffers(path, n_ctx=2 * 2048, n_ubatch=512, flash_attn=flash_attn, n_seq=2, n_outputs_max=2)
+    est, parts = _predict_server(path, 2048, EngineKnobs(flash_attn=flash_attn, n_parallel=2))
+    assert est.kv_cache_bytes / MIB == pytest.approx(measured.kv, abs=0.01)
+    assert parts["output buffer"] / MIB == pytest.approx(measured.output, abs=0.01)
+    got = parts["compute buffer"] / MIB
+    assert abs(got - measured.compute) <= COMPUTE_REL * measured.compute + COMPUTE_ABS, \
+        f"compute buffer: formula {got:.2f} MiB, llama.cpp {measured.compute:.2f} MiB"
+
+
+def test_llama_server_reserves_fewer_output_rows_than_the_library(tmp_path):
+    """A 32,000-entry vocabulary: llama-cpp-python (every ubatch token an output row) reserves the logits of 512
+    rows; llama-server since b9460 (one row per slot) does not, and its compute buffer is several times smaller.
+    Both measured, both predicted: the server build (b11312) and a build before b9460."""
+    arch = Arch("llama", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=32000)
+    path = write_model(tmp_path / "wide-vocab.gguf", arch)
+    library = load_buffers(path, n_ctx=2048, n_ubatch=512, flash_attn=True)
+    server = load_buffers(path, n_ctx=2048, n_ubatch=512, flash_attn=True, n_seq=4, kv_unified=True, n_outputs_max=4)
+    assert library.compute > 4 * server.compute
+    _, new = _predict_server(path, 2048, EngineKnobs(flash_attn=True))
+    old = _predict(path, 2048, 512, True)[1]
+    for got, want in ((new["compute buffer"], server.compute), (old["compute buffer"], library.compute)):
+        assert abs(got / MIB - want) <= COMPUTE_REL * want + COMPUTE_ABS, (got / MIB, want)

@@ -223,3 +223,45 @@ def test_a_hub_model_answers_as_the_local_copy(models: dict[str, Path], hub: Any
         assert _same_question(q1, q2)
         assert _answer(local_answer) == _answer(hub_answer), (engine, gpu)
         assert hub_answer.inspection.shape == local_answer.inspection.shape
+
+
+#: engine settings as each front end spells them: check/hook flags, the gate policy's [memory] keys, the API's knobs
+KNOB_FLAGS = ["--gpu-memory-utilization", "0.85", "--max-num-seqs", "128", "--max-num-batched-tokens", "4K",
+              "--mem-fraction-static", "0.8", "-np", "2", "-ub", "256", "-fa", "off", "-ngl", "3", "--fit", "off"]
+KNOB_POLICY = ('gpu-memory-utilization = 0.85\nmax-num-seqs = 128\nmax-num-batched-tokens = "4K"\n'
+               'mem-fraction-static = 0.8\nparallel = 2\nubatch-size = 256\nflash-attn = "off"\nn-gpu-layers = 3\n'
+               'fit = "off"\n')
+
+
+@pytest.mark.parametrize("engine,gpu", COMBOS)
+def test_engine_settings_reach_the_pipeline_alike_from_every_front_end(models: dict[str, Path], engine: str,
+                                                                        gpu: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The knobs users set (vLLM, SGLang and llama.cpp names) build the same EngineKnobs from check, hook, the gate
+    policy and the API, and change the answer the same way."""
+    from qcheck.request import Deploy, EngineKnobs
+
+    rec = Recorder(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    knobs = EngineKnobs(gpu_memory_utilization=0.85, max_num_seqs=128, max_num_batched_tokens=4096,
+                        mem_fraction_static=0.8, n_parallel=2, n_ubatch=256, flash_attn=False, n_gpu_layers=3,
+                        fit=False)
+    for name in ("gqa-bf16", "gguf-llama"):
+        model = models[name]
+        _cli("check", str(model), "-e", engine, "-g", gpu, "--context", str(CONTEXT), "--json", *KNOB_FLAGS)
+        _cli("hook", str(model), "-e", engine, "-g", gpu, "--context", str(CONTEXT), *KNOB_FLAGS)
+        policy = tmp_path / "qcheck.toml"
+        policy.write_text(f'models = [{{ path = "{model}" }}]\n[[targets]]\nengine = ["{engine}"]\ngpu = ["{gpu}"]\n'
+                          f"[memory]\ncontext = {CONTEXT}\nbatch = 1\n{KNOB_POLICY}")
+        _cli("gate", "--policy", str(policy), "--allow-outside", "--json")
+        pipeline.run(CheckRequest(str(model), (engine,), (gpu,), Deploy(context=CONTEXT, batch=1, knobs=knobs),
+                                  memory=True))
+        (q_check, a_check), (q_hook, a_hook), (q_gate, a_gate), (q_api, a_api) = rec.take()
+        for front, question, answer in (("check", q_check, a_check), ("hook", q_hook, a_hook),
+                                        ("gate", q_gate, a_gate)):
+            assert question.deploy.knobs == knobs, (name, front)
+            assert _same_question(question, q_api), (name, front)
+            assert _answer(answer) == _answer(a_api), (name, front)
+        plain = pipeline.run(CheckRequest(str(model), (engine,), (gpu,), Deploy(context=CONTEXT, batch=1), memory=True))
+        rec.take()
+        assert _answer(plain) != _answer(a_api), (name, engine)  # the settings changed the estimate

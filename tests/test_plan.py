@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from qcheck.matrix import load_matrix
@@ -107,13 +109,20 @@ def test_an_engine_without_memory_data_gets_unknown_overhead_not_vllms():
 
 def test_llamacpp_fit_margin_and_vllm_reservation_are_in_the_memory_line():
     cpp = estimate(_ins(), context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24)
-    assert cpp.usable_bytes == 23 * GIB
-    assert "fits in 23.0 GiB usable (24.0 GiB - llama.cpp's 1.0 GiB --fit margin)" in cpp.summary()
-    # the Llama-3-8B compute buffer llama.cpp logs at 8k with flash attention: 266.5 MiB (output stage)
+    # --fit keeps 1 GiB free beside the CUDA context it finds in use
+    assert cpp.usable_bytes == 24 * GIB - 522 * 2**20 - 1024 * 2**20
+    assert "fits in 22.5 GiB usable (24.0 GiB - 0.51 GiB CUDA context - 1.0 GiB --fit margin)" in cpp.summary()
+    # llama-server (b9460 on) reserves one output row per slot (4 with -np auto): the FFN stage sets the compute
+    # buffer, 512 x (3 x 14336 + 4 x 4096) x 4 B + the F16 mask over 8192 cells
     compute = next(p for p in cpp.parts if p.name == "compute buffer")
-    assert compute.bytes == 512 * (128256 + 2 * 4096) * 4 and compute.basis == "formula"
+    assert compute.bytes == 512 * (3 * 14336 + 4 * 4096) * 4 + 8192 * 512 * 2 and compute.basis == "formula"
+    # before b9460 every ubatch token is an output row: the 266.5 MiB llama.cpp logged for Llama-3-8B at 8k
+    old = estimate(_ins(), context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=24, version="b9000")
+    compute = next(p for p in old.parts if p.name == "compute buffer")
+    assert compute.bytes == 512 * (128256 + 2 * 4096) * 4
     vllm = estimate(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=24)
-    assert vllm.usable_bytes == int(24 * GIB * 0.92) and "gpu_memory_utilization 0.92 x 24.0 GiB" in vllm.summary()
+    assert vllm.usable_bytes == math.ceil(24 * GIB * 0.92) and "gpu_memory_utilization 0.92 x 24.00 GiB" in \
+        vllm.summary()
     olla = estimate(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=16)
     assert olla.context == 4096 and "ollama's default for a GPU of 16 GiB" in " ".join(olla.assumptions)
     assert estimate(_ins(), config=LLAMA_8B, engine="ollama", gpu_memory_gib=40).context == 32768
@@ -134,20 +143,52 @@ def test_max_context_and_max_batch_are_the_edges_of_fitting(engine):
                                gpu_memory_gib=24).fits
 
 
-def test_llamacpp_offload_counts_layers_that_fit_beside_the_buffers():
-    layers, per = 32, 1 * GIB
-    tensors = _tensors(layers, per, embd=500 * 2**20, out=800 * 2**20)
+def _gpu_bytes(k: int, output_first: bool, *, layers: int, per: int, out: int, kv_layer: int, buffers: int) -> int:
+    """GPU bytes of -ngl k, counted as llama.cpp's load_tensors counts at a build (i_gpu_start, act_gpu_layers)."""
+    if output_first:  # the output layer, then k - 1 repeating layers
+        return (out if k else 0) + min(max(k - 1, 0), layers) * (per + kv_layer) + buffers
+    return min(k, layers) * (per + kv_layer) + (out if k > layers else 0) + buffers
+
+
+@pytest.mark.parametrize(("build", "output_first"), [("b11312", True), ("b7698", True), ("b7347", False),
+                                                     ("b6000", False)])
+def test_llamacpp_offload_counts_layers_that_fit_beside_the_buffers(build, output_first):
+    """-ngl N as the build counts it: since PR #18148 (in b7698, not in b7347) the output layer goes first, then the
+    last N-1 repeating layers; before, the last N repeating layers and the output layer only above n_layer."""
+    layers, per, out = 32, 1 * GIB, 800 * 2**20
+    tensors = _tensors(layers, per, embd=500 * 2**20, out=out)
     ins = _ins(size=layers * per + 1300 * 2**20)
     est = estimate(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=16,
-                          tensors=tensors)
+                   tensors=tensors, version=build)
     assert est.fits is False and est.host_bytes == 500 * 2**20  # token_embd stays in RAM
     off = est.offload
-    kv_layer = 2 * 8 * 128 * 2 * 8192  # per layer at 8k, f16
-    buffers = est.activation_bytes + est.fixed_bytes
+    sizes = dict(layers=layers, per=per, out=out, kv_layer=2 * 8 * 128 * 2 * 8192,  # per layer at 8k, f16
+                 buffers=est.activation_bytes + est.fixed_bytes)
     n = off.ngl
-    assert n * (per + kv_layer) + buffers <= 15 * GIB < (n + 1) * (per + kv_layer) + buffers
-    assert off.summary.startswith(f"offload {n} of 32 layers: -ngl {n}")
-    assert "does not fit 15.0 GiB usable" in est.summary()
+    assert _gpu_bytes(n, output_first, **sizes) <= est.usable_bytes < _gpu_bytes(n + 1, output_first, **sizes)
+    assert off.gpu_bytes == _gpu_bytes(n, output_first, **sizes)
+    assert off.rule == ("output-first" if output_first else "output-last") and off.output_on_gpu is output_first
+    assert off.summary.startswith(f"offload {n} of 33 layers: -ngl {n} of 33")
+    assert f"does not fit {est.usable_bytes / GIB:.1f} GiB usable" in est.summary()
+
+
+def test_llamacpp_offload_between_the_builds_fits_both_countings():
+    """b7347 < build < b7698: the merge build of PR #18148 is not established, so the plan fits both countings."""
+    layers, per, out = 32, 1 * GIB, 800 * 2**20
+    tensors = _tensors(layers, per, embd=500 * 2**20, out=out)
+    ins = _ins(size=layers * per + 1300 * 2**20)
+    est = estimate(ins, context=8192, config=LLAMA_8B, engine="llama.cpp", gpu_memory_gib=16, tensors=tensors,
+                   version="b7500")
+    off = est.offload
+    sizes = dict(layers=layers, per=per, out=out, kv_layer=2 * 8 * 128 * 2 * 8192,
+                 buffers=est.activation_bytes + est.fixed_bytes)
+
+    def both(k: int) -> int:
+        return max(_gpu_bytes(k, True, **sizes), _gpu_bytes(k, False, **sizes))
+
+    assert off.rule == "either" and off.output_on_gpu is None
+    assert off.gpu_bytes == both(off.ngl) <= est.usable_bytes < both(off.ngl + 1)
+    assert "(either counting)" in off.summary
 
 
 def test_moe_offload_keeps_experts_of_the_first_layers_in_ram():
@@ -196,8 +237,9 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     assert marlin.memory.speed.summary.startswith("estimate: decode <= ")
     # every figure used says where it was read; a figure nobody could source is unknown, and said so
     assert f.source.startswith("bandwidth_gbs: https://") and "; bf16: https://" in f.source
-    # a ceiling, not a prediction: the measured calibration is stated, not applied
-    assert "48-80%" in f.calibration and "48-80%" in f.summary
+    # a ceiling, not a prediction: the engine's own published calibration is stated, not applied
+    assert "vLLM single-stream decode" in f.calibration and f.calibration in f.summary
+    assert "llama.cpp" not in f.calibration  # vLLM's line never carries llama.cpp's calibration
     gguf = Inspection(path="m.gguf", container="gguf", size_bytes=4 * 10**9, parameters=8 * 10**9, num_layers=32,
                       hidden_size=4096, num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
                       quantization=Quantization(method="gguf"))
@@ -218,7 +260,7 @@ def test_a_chosen_tensor_parallel_size_is_judged_per_gpu():
     assert f"with --tp 2: {two.per_gpu_bytes / GIB:.1f} GiB per GPU; fits in 73.6 GiB usable" in two.summary()
     assert two.max_context and two.max_context > 8192  # at 2 GPUs there is room for more context
     four_small = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=24, tp=4)
-    assert four_small.fits is False and "does not fit 22.1 GiB usable (gpu_memory_utilization 0.92 x 24.0 GiB) at " \
+    assert four_small.fits is False and "does not fit 22.1 GiB usable (gpu_memory_utilization 0.92 x 24.00 GiB) at " \
         "--tp 4" in four_small.summary()
 
 
@@ -254,9 +296,11 @@ def test_tensor_parallel_max_context_counts_each_ranks_share_of_kv_heads():
     ins = _ins(size=141_100_000_000, container="safetensors", num_layers=80, hidden_size=8192,
                num_attention_heads=64)
     est = estimate(ins, context=8192, config=l70, engine="vllm", gpu_memory_gib=80)
+    assert est.gpus_needed == 2
     c = est.max_context
     kv_whole = 2 * 80 * 8 * 128 * 2 * c  # bf16, all heads
-    overhead = est.activation_bytes + est.fixed_bytes
+    # the engine's buffers on each of the 2 GPUs (at 8192 tokens: they do not depend on the context)
+    overhead = est.per_gpu_bytes - (-(-est.weights_bytes // 2)) - 2 * 80 * 4 * 128 * 2 * 8192
     per_gpu = -(-est.weights_bytes // 2) + kv_whole // 2 + overhead
     assert per_gpu <= est.usable_bytes < per_gpu + 2 * 80 * 4 * 128 * 2  # within one token of a rank's share
 
@@ -311,3 +355,28 @@ def test_transformers_activations_count_the_feed_forward_width_as_measured():
     wide = estimate(_ins(container="safetensors", size=16_060_000_000), context=4096,
                            config=dict(LLAMA_8B, intermediate_size=28672), engine="transformers", gpu_memory_gib=80)
     assert wide.activation_bytes - est.activation_bytes == 4096 * 14336 * 8
+
+
+@pytest.mark.parametrize(("versions", "check"), [
+    ([{"versions": "<0.21", "gpu_memory_utilization": 0.9, "sources": ["a"]}], None),
+    ([{"versions": "nope", "gpu_memory_utilization": 0.9, "sources": ["a"]}], "bad-version"),
+    ([{"versions": "<0.21", "gpu_memory_utilization": 0.9, "sources": ["b"]}], "unknown-source"),
+    ([{"versions": "<0.21", "sources": ["a"]}], "missing-key"),
+    ([{"versions": "<0.21", "formula": "sglang", "sources": ["a"]}], "unknown-key"),
+    ([{"versions": "<0.21", "gpu_memory_utilization": 1.5, "sources": ["a"]}], "bad-value"),
+    ([{"versions": "<0.21", "ngl_rule": "middle-out", "sources": ["a"]}], "bad-value"),
+    ([{"versions": "<0.21", "extensible_kv": 2, "sources": ["a"]}], "bad-value"),
+])
+def test_memory_version_entries_are_validated_and_applied_in_order(versions, check):
+    from packaging.version import Version
+
+    raw = {"formula": "vllm", "placement": "tensor", "gpu_memory_utilization": 0.92, "sources": {"a": {"ref": "r", "version": "1"}},
+           "versions": versions}
+    if check is not None:
+        with pytest.raises(MatrixDataError, match=rf"\[{check}\]"):
+            parse_memory(raw, "x", "engines/x.toml")
+        return
+    mem = parse_memory(raw, "x", "engines/x.toml")
+    assert mem.at(Version("0.19.0")).get("gpu_memory_utilization") == 0.9
+    assert mem.at(Version("0.21.0")).get("gpu_memory_utilization") == 0.92
+    assert mem.at(Version("0.19.0")).version == "0.19.0" and mem.at(None) is mem

@@ -22,7 +22,7 @@ from support.contract import SCHEMAS, schema, validate
 from support.memory_helpers import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate"]
+NAMES = ["inspection", "check", "inspection-set", "check-set", "matrix", "eval", "gate", "probe"]
 
 
 def test_every_output_has_a_schema_file() -> None:
@@ -111,7 +111,8 @@ def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFix
     (model.Judgement, "check", ("$defs", "judgement"), set()),
     (model.Source, "check", ("$defs", "source"), set()),
     (MemoryEstimate, "check", ("$defs", "memory"), {"weights_gib", "kv_cache_gib", "total_gib", "gpu_memory_gib",
-                                                    "usable_gib", "per_gpu_gib", "summary", "speed_summary"}),
+                                                    "usable_gib", "per_gpu_gib", "kv_available_gib", "summary",
+                                                    "speed_summary"}),
     (OffloadPlan, "check", ("$defs", "offload"), set()),
     (Part, "check", ("$defs", "memory_part"), set()),
     (SpeedEstimate, "check", ("$defs", "speed"), set()),

@@ -23,6 +23,7 @@ COMMANDS = {
     "eval": "eval_cmd",
     "gate": "gate_cmd",
     "hook": "hook_cmd",
+    "probe": "probe_cmd",
 }
 DEFAULT_COMMAND = "check"
 

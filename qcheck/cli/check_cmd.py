@@ -9,8 +9,20 @@ from qcheck.limits import Limits
 from qcheck.request import Deploy
 
 
-@click.command("check")
-@click.argument("target", metavar="PATH")
+class _CheckCommand(click.Command):
+    """``qcheck check [PATH] --gpu G -- ENGINE-COMMAND...``: everything after the first ``--`` is the engine
+    command line (qcheck.deploy), kept apart before click parses qcheck's own options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["qcheck.engine_command"] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@click.command("check", cls=_CheckCommand)
+@click.argument("target", metavar="PATH", required=False)
 @click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
               help="Engine to judge against, repeatable: NAME, NAME==VERSION (default: newest version the matrix "
                    "knows), NAME:BACKEND to pick a compute backend (llama.cpp:vulkan; default: the backend "
@@ -27,7 +39,7 @@ from qcheck.request import Deploy
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
-def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
+def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
             allow_unknown: bool, deploy: Deploy, memory_asked: bool, all_models: bool, output_spec: OutputSpec,
             limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
@@ -56,9 +68,19 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
       2  the input could not be judged (unreadable or hostile file, usage error)
     With --all: the worst over the models (2 > 1 > 0).
 
+    \b
+    Engine command lines (docs/deploy.md):
+      qcheck check --gpu h100 -- vllm serve org/model --max-model-len 32768 -tp 2
+    judges exactly that command (vllm serve, python -m sglang.launch_server,
+    llama-server, ollama run/create, trtllm-serve, mlx_lm.server, lms load);
+    PATH, when given, replaces the command's model.
+
     `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
     """
-    if not engines and not gpus:  # nothing to judge against: say what PATH is, and how to judge it
+    engine_command = click.get_current_context().meta.get("qcheck.engine_command")
+    if target is None and engine_command is None:
+        raise click.UsageError("Missing argument 'PATH'.")
+    if not engines and not gpus and engine_command is None and target is not None:  # nothing to judge against: say what PATH is, and how to judge it
         from qcheck.cli.inspect_cmd import run_inspect
 
         code = run_inspect(target, all_models, output_spec, limits)
@@ -77,6 +99,13 @@ def command(target: str, engines: tuple[str, ...], gpus: tuple[str, ...], requir
         ids, free, notes = auto_gpus(load_matrix().gpus)
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
         detected = tuple(free.items())
+    if engine_command is not None:
+        from qcheck.deploy.front import QcheckFlags, request_from_command
+
+        request = request_from_command(engine_command, QcheckFlags(
+            target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes)))
+        return finish(answer(request), output_spec)
+    assert target is not None
     request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
                            memory=memory_asked or bool(detected), all_models=all_models, gpu_memory_gib=detected,
                            notes=tuple(notes), limits=limits)

@@ -82,43 +82,64 @@ def limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """How the model is deployed, as every judging command asks it: ``--context``, ``--batch``, the KV-cache types
-    (``--kv-cache-dtype T|K,V``, ``-ctk``, ``-ctv``) and ``--tp/--pp/--ep``. The command gets ``deploy`` (a
-    ``qcheck.request.Deploy``) and ``memory_asked`` (whether any memory question was asked)."""
+    (``--kv-cache-dtype T|K,V``, ``-ctk``, ``-ctv``), ``--tp/--pp/--ep`` and the engine settings named as the
+    engines name them (``--gpu-memory-utilization``, ``--mem-fraction-static``, ``-ngl``, ``-np`` ...:
+    ``qcheck.knobs.KNOBS``). The command gets ``deploy`` (a ``qcheck.request.Deploy``) and ``memory_asked`` (whether
+    any memory question was asked)."""
+    from qcheck.knobs import KNOBS, parse_knob
 
-    @click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
-                  help="Estimate memory (weights + KV cache + overhead) for N tokens of context, per verdict "
-                       "(docs/memory.md); default with --batch/--kv-cache-dtype: the engine's default context.")
-    @click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
-                  help="Concurrent sequences for the memory estimate (default 1).")
-    @click.option("--kv-cache-dtype", default=None, metavar="T|K,V",
-                  help="KV cache type, for K and V (T) or each (K,V, e.g. q8_0,q4_0): judged per engine x GPU x "
-                       "version (a value the engine does not accept, or cannot run on the GPU, fails the verdict) and "
-                       "used for the memory estimate: auto, bfloat16, fp8, fp8_e4m3, nvfp4, f16, q8_0, q4_0 ... "
-                       "(default: what the checkpoint declares, else the model's dtype; f16 for GGUF).")
-    @click.option("--cache-type-k", "-ctk", "cache_type_k", default=None, metavar="T",
-                  help="KV cache type for K alone (llama.cpp's -ctk); overrides --kv-cache-dtype for K.")
-    @click.option("--cache-type-v", "-ctv", "cache_type_v", default=None, metavar="T",
-                  help="KV cache type for V alone (llama.cpp's -ctv); overrides --kv-cache-dtype for V.")
-    @click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
-                  help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must divide "
-                       "over N ranks where the engine checks them (vLLM, SGLang, TensorRT-LLM, MLX, ExLlamaV2; "
-                       "llama.cpp and ExLlamaV3 split without shape checks; Ollama has no --tp).")
-    @click.option("--pp", type=click.IntRange(min=1), default=None, metavar="N",
-                  help="Pipeline-parallel size to judge.")
-    @click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
-                  help="Expert-parallel size to judge (needs a MoE model).")
     @functools.wraps(func)
     def wrapper(*args: Any, context: int | None, batch: int | None, kv_cache_dtype: str | None,
                 cache_type_k: str | None, cache_type_v: str | None, tp: int | None, pp: int | None,
                 ep: int | None, **kwargs: Any) -> Any:
-        from qcheck.request import Deploy, KVCacheTypes, Parallel
+        from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 
+        given: dict[str, Any] = {}
+        for knob in KNOBS:
+            raw = kwargs.pop(f"knob_{knob.field}")
+            if raw is not None and raw is not False:
+                value = parse_knob(knob, raw)
+                if value is not None:
+                    given[knob.field] = value
         kv = KVCacheTypes.parse(kv_cache_dtype, cache_type_k, cache_type_v)
-        kwargs["deploy"] = Deploy(context, batch or 1, kv, Parallel(tp, pp, ep))
-        kwargs["memory_asked"] = any(x is not None for x in (context, batch, kv_cache_dtype, cache_type_k,
-                                                              cache_type_v))
+        kwargs["deploy"] = Deploy(context, batch or 1, kv, Parallel(tp, pp, ep), EngineKnobs(**given))
+        kwargs["memory_asked"] = bool(given) or any(x is not None for x in (context, batch, kv_cache_dtype,
+                                                                             cache_type_k, cache_type_v))
         return func(*args, **kwargs)
 
+    options = [
+        click.option("--context", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Estimate memory (weights + KV cache + overhead) for N tokens of context, per verdict "
+                          "(docs/memory.md); default with --batch/--kv-cache-dtype: the engine's default context."),
+        click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
+                     help="Concurrent sequences for the memory estimate (default 1)."),
+        click.option("--kv-cache-dtype", default=None, metavar="T|K,V",
+                     help="KV cache type, for K and V (T) or each (K,V, e.g. q8_0,q4_0): judged per engine x GPU x "
+                          "version (a value the engine does not accept, or cannot run on the GPU, fails the verdict) "
+                          "and used for the memory estimate: auto, bfloat16, fp8, fp8_e4m3, nvfp4, f16, q8_0, q4_0 ... "
+                          "(default: what the checkpoint declares, else the model's dtype; f16 for GGUF)."),
+        click.option("--cache-type-k", "-ctk", "cache_type_k", default=None, metavar="T",
+                     help="KV cache type for K alone (llama.cpp's -ctk); overrides --kv-cache-dtype for K."),
+        click.option("--cache-type-v", "-ctv", "cache_type_v", default=None, metavar="T",
+                     help="KV cache type for V alone (llama.cpp's -ctv); overrides --kv-cache-dtype for V."),
+        click.option("--tp", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Tensor-parallel size to judge: heads, KV heads, FP8 blocks and AWQ/GPTQ groups must "
+                          "divide over N ranks where the engine checks them (vLLM, SGLang, TensorRT-LLM, MLX, "
+                          "ExLlamaV2; llama.cpp and ExLlamaV3 split without shape checks; Ollama has no --tp)."),
+        click.option("--pp", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Pipeline-parallel size to judge."),
+        click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Expert-parallel size to judge (needs a MoE model)."),
+    ]
+    for knob in KNOBS:
+        if knob.kind == "flag":
+            options.append(click.option(*knob.flags, f"knob_{knob.field}", is_flag=True, default=False,
+                                        help=knob.help + "."))
+        else:
+            options.append(click.option(*knob.flags, f"knob_{knob.field}", default=None, metavar=knob.metavar,
+                                        help=knob.help + "."))
+    for option in reversed(options):
+        wrapper = option(wrapper)
     return wrapper
 
 

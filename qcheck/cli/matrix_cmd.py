@@ -52,6 +52,7 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
         from qcheck.matrix.architectures import validate_all
         from qcheck.matrix.audit import audit
 
+        matrix.validate()  # every engine file (a check reads only the engines it judges)
         report = audit(matrix)
         click.echo(f"matrix data OK: {len(matrix.engines)} engines, "
                    f"{sum(len(e.rules) for e in matrix.engines.values())} rules, "

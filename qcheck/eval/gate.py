@@ -45,8 +45,8 @@ _CHECKS: dict[str, tuple[str, str, str | None, tuple[float, float]]] = {
     "min_greedy_agreement": ("greedy_agreement", "min", "low", (0.0, 1.0)),
     "min_answer_agreement": ("answer_agreement", "min", None, (0.0, 1.0)),
     # generation behaviour (qcheck.eval.generation): generate items, reference against candidate
-    "min_length_ratio": ("length_ratio", "min", "low", (0.0, 1e6)),
-    "max_length_ratio": ("length_ratio", "max", "high", (0.0, 1e6)),
+    "min_length_ratio": ("length_ratio", "min", "low", (0.0, math.inf)),
+    "max_length_ratio": ("length_ratio", "max", "high", (0.0, math.inf)),
     "max_termination_drop": ("termination_drop", "max", "high", (0.0, 1.0)),
     "max_repetition_increase": ("repetition_increase", "max", "high", (0.0, 1.0)),
     "min_json_valid": ("json_valid", "min", "low", (0.0, 1.0)),
@@ -89,6 +89,13 @@ class Thresholds:
     use_intervals: bool = False
     #: the tier the defaults came from, for the report
     tier: str | None = None
+
+    def __post_init__(self) -> None:
+        """Thresholds built directly (the Python API) are checked as the policy's and the flags' are."""
+        for name in self.names():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, _check_value(name, value))
 
     @classmethod
     def names(cls) -> list[str]:
@@ -149,14 +156,20 @@ class Thresholds:
 
 
 def _check_value(key: str, value: Any) -> float:
+    """A threshold as a float: a finite number in its range. ``inf`` (TOML's ``inf``, ``1e309``, ``--max-kld inf``) has
+    no meaning a gate could honour: to not check a metric, leave its threshold out."""
+    name = key.replace("_", "-")  # as the policy key and the flag spell it
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"threshold {key} must be a number, not {value!r}")
+        raise UsageError(f"threshold {name} must be a number, not {value!r}")
     lo, hi = _CHECKS[key][3]
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        value = math.inf
     if not math.isfinite(value):
-        raise UsageError(f"threshold {key}={value} must be a finite number")
+        raise UsageError(f"threshold {name}={value} is not a finite number; leave it out to not check that metric")
     if not lo <= value <= hi:
-        raise UsageError(f"threshold {key}={value} is outside [{lo:g}, {hi:g}]")
+        raise UsageError(f"threshold {name}={value} is outside [{lo}, {'any finite number' if hi == math.inf else hi}]")
     return value
 
 

@@ -82,7 +82,7 @@ def _gold(value: Any, at: validate.At, choices: list[str], labels: list[str] | N
         text = value.strip()
         if labels is not None and text in labels:
             return labels.index(text)
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             value = int(text)
         elif len(text) == 1 and text.upper() in _LETTERS[: len(choices)] and labels is None:
             value = _LETTERS.index(text.upper())

@@ -277,6 +277,11 @@ def _validate(obj: Any, where: str, default_task: str, lineno: int = 0) -> TaskI
         delimiter = _string(obj, "delimiter", where, required=False, allow_empty=True, default=" ")
         return TaskItem(context=context, choices=tuple(choices), answer=answer, delimiter=delimiter or "", **common)
 
+    return _generate_item(obj, where, common)
+
+
+def _generate_item(obj: dict[str, Any], where: str, common: dict[str, Any]) -> TaskItem:
+    """A ``generate`` item's own fields (``common``: id, kind, task, doc, source)."""
     prompt = _string(obj, "prompt", where)
     match = validate.choice(obj.get("match", "exact"), _at(where).key("match"), MATCH_RULES)
     if match == "json":

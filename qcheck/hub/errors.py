@@ -6,12 +6,14 @@ never reach the terminal, even when a server echoes the Authorization header bac
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qcheck.errors import RemoteError
+from qcheck.net import errors as net
 
-_TOKEN_RE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|api_org_[A-Za-z0-9]{8,})\b")
-_BEARER_RE = re.compile(r"(?i)(bearer\s+)\S+")
+if TYPE_CHECKING:
+    from qcheck.net import NetError
 
 
 class GatedRepoError(RemoteError):
@@ -31,17 +33,34 @@ class NetworkError(RemoteError):
 
 
 def redact(text: str, token: str | None = None) -> str:
-    """Remove a token (the given one, anything shaped like an HF token, any bearer value) from ``text``."""
-    if token:
-        text = text.replace(token, "***")
-    text = _BEARER_RE.sub(r"\1***", text)
-    return _TOKEN_RE.sub("***", text)
+    """Remove a token (the given one, anything shaped like an HF or provider key, any bearer value, a password
+    in a URL) from ``text``: ``qcheck.net.redact``."""
+    return net.redact(text, token)
 
 
-def http_error(status: int, *, repo_id: str, what: str, endpoint: str, error_code: str | None = None,
-               server_message: str | None = None, token: str | None = None, had_token: bool = False,
-               revision: str | None = None, attempts: int = 1, retry_after: float | None = None) -> RemoteError:
+def offline_error(endpoint: str) -> RemoteError:
+    """What a request says when ``HF_HUB_OFFLINE`` is set: nothing is sent."""
+    return RemoteError(f"HF_HUB_OFFLINE is set, so qcheck does not contact {endpoint}; unset it to read the Hub "
+                       "(only headers are read, by range requests)")
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    """What the Hub answered with a final error status: the status, its ``X-Error-Code`` and
+    ``X-Error-Message`` headers, a ``Retry-After`` in seconds, and how many attempts were made."""
+
+    status: int
+    error_code: str | None = None
+    server_message: str | None = None
+    retry_after: float | None = None
+    attempts: int = 1
+
+
+def http_error(reply: StatusReply, *, repo_id: str, what: str, endpoint: str, token: str | None = None,
+               had_token: bool = False, revision: str | None = None) -> RemoteError:
     """The RemoteError for a final (non-retried) HTTP error status on ``what`` (a file name or 'repo info')."""
+    status, error_code, server_message = reply.status, reply.error_code, reply.server_message
+    attempts, retry_after = reply.attempts, reply.retry_after
     page = f"{endpoint.rstrip('/')}/{repo_id}"
     detail = ""
     if server_message:
@@ -77,21 +96,22 @@ def http_error(status: int, *, repo_id: str, what: str, endpoint: str, error_cod
     return RemoteError(redact(f"{endpoint} answered HTTP {status} on {what} in {repo_id}{detail}", token))
 
 
-def network_error(exc: BaseException, *, repo_id: str, what: str, endpoint: str, timeout: float | None,
+def network_error(exc: NetError, *, repo_id: str, what: str, endpoint: str, timeout: float | None,
                   attempts: int, token: str | None = None) -> RemoteError:
-    """The RemoteError for a transport failure (after retries): timeout, refused, DNS, broken connection."""
-    name = type(exc).__name__
-    text = str(exc).lower()
-    if "timeout" in name.lower() or "timed out" in text:
+    """The RemoteError for a transport failure (after retries), worded for the Hub by the failure's kind."""
+    plural = "" if attempts == 1 else "s"
+    if exc.kind == net.TIMEOUT:
         msg = (f"timed out after {timeout:g} s reading {what} from {endpoint} ({repo_id}), {attempts} attempts; "
                "raise it with QCHECK_HUB_TIMEOUT=SECONDS") if timeout else f"timed out reading {what} from {endpoint}"
-    elif "refused" in text:
-        msg = (f"cannot connect to {endpoint}: connection refused ({attempts} attempt{'' if attempts == 1 else 's'}); "
+    elif exc.kind == net.REFUSED:
+        msg = (f"cannot connect to {endpoint}: connection refused ({attempts} attempt{plural}); "
                "check HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the local Hugging Face cache")
-    elif "name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text \
-            or "name resolution" in text:
+    elif exc.kind == net.DNS:
         msg = (f"cannot resolve the host of {endpoint} (no network?); set HF_HUB_OFFLINE=1 to use the local "
                "Hugging Face cache")
-    else:
-        msg = f"network error reading {what} in {repo_id} from {endpoint} after {attempts} attempts: {name}: {exc}"
+    elif exc.kind == net.TLS:
+        msg = (f"cannot connect to {endpoint} securely: {exc.detail}; if a proxy or private CA signs its "
+               "certificate, point SSL_CERT_FILE at that CA")
+    else:  # closed mid-answer, malformed, undecodable, a redirect loop: qcheck.net's own words, with the file
+        msg = f"reading {what} in {repo_id}: {exc}"
     return NetworkError(redact(" ".join(msg.split()), token))

@@ -22,6 +22,7 @@ from qcheck.errors import InputError, RemoteError
 from qcheck.hub.http import HubClient, HubPool, hub_endpoint
 from qcheck.hub.source import HubFileSource
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.net import Call
 from qcheck.source import ByteSource, FileEntry, LocalFileSet, LocalFileSource
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -50,7 +51,7 @@ def _safe_name(name: str, where: str) -> str:
 
 def _workers() -> int:
     raw = os.environ.get("QCHECK_HUB_WORKERS", "")
-    return max(1, min(256, int(raw))) if raw.isdigit() else 64
+    return max(1, min(256, int(raw[:4]))) if raw.isascii() and raw.isdigit() else 64  # isdigit alone takes '²'
 
 
 class HubFileSet:
@@ -132,8 +133,8 @@ class HubFileSet:
                 if src.size is not None and src.size > max_bytes:
                     raise InputError(f"file is {src.size} bytes, over the {max_bytes}-byte limit", path=where)
                 return src.read_at(0, max_bytes + 1)
-        resp = self.client.request("GET", self.url(name), repo_id=self.repo_id, what=name,
-                                   max_bytes=max_bytes + 1, revision=self.revision)
+        resp = self.client.request("GET", self.url(name), Call(max_bytes=max_bytes + 1), repo_id=self.repo_id,
+                                   what=name, revision=self.revision)
         if len(resp.body) > max_bytes:
             raise InputError(f"file is over the {max_bytes}-byte limit for side files", path=where)
         return resp.body
@@ -317,8 +318,8 @@ def fetch_listing(client: HubClient, repo_id: str, revision: str | None, limits:
     endpoint = client.endpoint or hub_endpoint()
     url = (f"{endpoint}/api/models/{repo_id}" if revision is None
            else f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}")
-    resp = client.request("GET", url, repo_id=repo_id, what="repo info", max_bytes=limits.max_json_bytes + 1,
-                          params={"blobs": "true"}, revision=revision)
+    resp = client.request("GET", url, Call(max_bytes=limits.max_json_bytes + 1, params={"blobs": "true"}),
+                          repo_id=repo_id, what="repo info", revision=revision)
     where = f"{repo_id} (repo info)"
     if len(resp.body) > limits.max_json_bytes:
         raise InputError(f"repo info is over {limits.max_json_bytes} bytes (limit max_json_bytes)", path=where)

@@ -17,13 +17,14 @@ import threading
 from qcheck.errors import InputError, RemoteError
 from qcheck.hub.http import HubClient, same_origin
 from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.net import Call
 
 FIRST_READ = 100_001  # bytes=0-100000, huggingface_hub's parse_safetensors_file_metadata
 GROWTH = 2
 MAX_CHUNK = 16 * 1024 * 1024
 #: reads at least this long are served exactly: the caller is doing its own chunking
 CALLER_CHUNK = 64 * 1024
-_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
+_CONTENT_RANGE = re.compile(r"^bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)$")  # ASCII digits, as sent
 
 
 class HubFileSource:
@@ -144,9 +145,10 @@ class HubFileSource:
         return data
 
     def _range_get(self, url: str, start: int, end: int, auth: bool):
-        resp = self.client.request("GET", url, repo_id=self.repo_id, what=self.filename, max_bytes=end - start,
-                                   headers={"Range": f"bytes={start}-{end - 1}"}, revision=self.revision,
-                                   send_auth=auth, raise_for_status=False)
+        call = Call(max_bytes=end - start, headers={"Range": f"bytes={start}-{end - 1}"}, send_auth=auth,
+                    identity=True)
+        resp = self.client.request("GET", url, call, repo_id=self.repo_id, what=self.filename, revision=self.revision,
+                                   raise_for_status=False)
         if resp.status >= 400 and resp.status != 416:
             raise self.client.status_error(resp.status, resp.headers, self.repo_id, self.filename, self.revision,
                                            resp.attempts)
@@ -157,7 +159,7 @@ class HubFileSource:
     def _check(self, resp, start: int, end: int) -> bytes:
         if resp.status == 416:  # the range starts at or past the end: an empty read, as at end of file
             if self.size is None:
-                m = re.match(r"^bytes\s+\*/(\d+)$", resp.headers.get("content-range", "").strip())
+                m = re.match(r"^bytes\s+\*/([0-9]{1,19})$", resp.headers.get("content-range", "").strip())
                 self.size = int(m.group(1)) if m else start
             return b""
         if resp.status == 206:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.schema import METHODS, MatrixDataError, Where, check_keys
 from qcheck.matrix.versions import SCHEMES, parse_version
+from qcheck.matrix.vocab import METHODS, MatrixDataError, Where, check_keys
 from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:

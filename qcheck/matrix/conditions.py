@@ -71,6 +71,8 @@ _OPS: dict[str, Callable[[int, int], bool]] = {
 
 @dataclass(frozen=True)
 class MatchCondition:
+    """One key of a rule's ``match`` table, compiled."""
+
     key: str
     kind: str  # str | int | bool | types
     #: accepted values (lower-cased strings, ints, bools; None for "null"), or the type list
@@ -129,6 +131,8 @@ class MatchCondition:
 
 @dataclass(frozen=True)
 class HardwareCondition:
+    """One key of a rule's ``hardware`` table, compiled."""
+
     key: str
     values: frozenset[str] = frozenset()
     spec: SpecifierSet | None = None

@@ -70,10 +70,11 @@ DIMENSIONS: list[Dimension] = [_architecture]
 
 def _builtin() -> None:
     from qcheck.matrix.builds import judge_build
+    from qcheck.matrix.command import judge_command
     from qcheck.matrix.kvcache import judge_kv_cache
     from qcheck.matrix.parallel import judge_parallel
 
-    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_parallel])
+    DIMENSIONS.extend([judge_build, judge_kv_cache, judge_parallel, judge_command])
 
 
 _builtin()

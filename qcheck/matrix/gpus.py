@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from qcheck.errors import UsageError
+from qcheck.matrix.gpu_capacity import CapacityRules, parse_capacity, parse_rules
 from qcheck.matrix.schema import (
     ARCH_KEYS,
     FORMATS,
@@ -79,6 +80,10 @@ class GpuTable:
         #: [[perf]] by gpu id and the [unified_memory] ids (qcheck.matrix.gpu_perf), filled by build_gpu_table
         self.perf: dict[str, Any] = {}
         self.unified: frozenset[str] = frozenset()
+        #: how a product's missing driver figure is estimated ([capacity]), filled by build_gpu_table
+        self.capacity_rules = CapacityRules()
+        #: per engine family: speed floor and calibration ([[speed_engine]], qcheck.matrix.gpu_perf.SpeedEngine)
+        self.speed_engines: dict[str, Any] = {}
         for gpu in gpus:
             for name in (gpu.id, *gpu.names):
                 self._names.setdefault(normalise(name), ("gpu", gpu.id))
@@ -155,46 +160,60 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
     """Validate the parsed ``gpus.toml`` and build the lookup table."""
     fail = Where(file).fail
     for key in raw:
-        if key not in ("arch", "gpu", "perf", "unified_memory"):
-            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], [unified_memory])")
+        if key not in ("arch", "gpu", "perf", "unified_memory", "capacity", "speed_engine"):
+            fail("unknown-key", f"unknown top-level key {key!r} (allowed: [[arch]], [[gpu]], [[perf]], "
+                 "[unified_memory], [capacity], [[speed_engine]])")
     raw_archs = raw.get("arch", [])
     raw_gpus = raw.get("gpu", [])
     if not isinstance(raw_archs, list) or not raw_archs:
         fail("missing-key", "no [[arch]] entries")
     if not isinstance(raw_gpus, list):
         fail("bad-type", "[[gpu]] must be an array of tables")
+    names = _Names()
+    archs = _build_archs(raw_archs, file, names)
+    gpus = _build_gpus(raw_gpus, file, {a.id: a for a in archs}, names)
+    table = GpuTable(archs, gpus)
+    from qcheck.matrix.gpu_perf import parse_perf
+
+    table.perf, table.unified = parse_perf(raw, file, {g.id for g in gpus}, {a.id for a in archs})
+    table.capacity_rules = parse_rules(raw.get("capacity"), file)
+    from qcheck.matrix.gpu_perf import parse_speed_engines
+    from qcheck.matrix.memory_params import FORMULAS
+
+    table.speed_engines = parse_speed_engines(raw, file, FORMULAS)
+    return table
+
+
+class _Names:
+    """Every name (normalised) an arch or product answers to, and its owner: two owners of one name are an error."""
+
+    def __init__(self) -> None:
+        self._owners: dict[str, str] = {}
+
+    def claim(self, name: str, owner: str, ctx: Where) -> None:
+        key = normalise(name)
+        if self._owners.setdefault(key, owner) != owner:
+            ctx.fail("duplicate-name", f"name {name!r} is used by both {self._owners[key]} and {owner}")
+
+
+def _build_archs(raw_archs: list[Any], file: str, names: _Names) -> list[Arch]:
+    """The ``[[arch]]`` entries, each vendor's in order (``order`` counts per vendor, oldest first)."""
     archs: list[Arch] = []
     orders: dict[str, int] = {}
-    seen_names: dict[str, str] = {}
-
-    def claim(name: str, owner: str, ctx: Where) -> None:
-        key = normalise(name)
-        if key in seen_names and seen_names[key] != owner:
-            ctx.fail("duplicate-name", f"name {name!r} is used by both {seen_names[key]} and {owner}")
-        seen_names[key] = owner
-
     for i, entry in enumerate(raw_archs):
         ctx, ident = _entry("arch", i, entry, ARCH_KEYS, {"id", "vendor", "native_formats", "source"},
                             file, {a.id for a in archs})
         vendor = require_str(entry, "vendor", ctx)
         if vendor not in VENDORS:
             ctx.fail("unknown-vendor", f"vendor {vendor!r} is not one of {', '.join(VENDORS)}")
-        ccs_raw = entry.get("compute_capability")
-        ccs: tuple[str, ...] = ()
-        if ccs_raw is not None:
-            ccs = tuple(_as_str_list(ccs_raw, "compute_capability", ctx))
-            for cc in ccs:
-                if not _CC_TEXT.match(cc):
-                    ctx.fail("bad-type", f"compute_capability {cc!r} must look like '9.0'")
-        elif vendor == "nvidia":
-            ctx.fail("missing-key", "NVIDIA architectures need compute_capability")
+        ccs = _arch_ccs(entry.get("compute_capability"), vendor, ctx)
         formats = _as_str_list(entry["native_formats"], "native_formats", ctx)
         for f in formats:
             if f not in FORMATS:
                 ctx.fail("unknown-format", f"native format {f!r} is not one of {', '.join(FORMATS)}")
         aliases = tuple(_as_str_list(entry.get("aliases", []), "aliases", ctx, allow_empty=True))
         for name in (ident, *aliases):
-            claim(name, f"arch '{ident}'", ctx)
+            names.claim(name, f"arch '{ident}'", ctx)
         explicit = entry.get("explicit_rules", False)
         if not isinstance(explicit, bool):
             ctx.fail("bad-type", "explicit_rules must be true or false")
@@ -202,7 +221,24 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
         archs.append(Arch(id=ident, vendor=vendor, name=str(entry.get("name") or ident), aliases=aliases, ccs=ccs,
                           native_formats=frozenset(formats), source=require_str(entry, "source", ctx),
                           order=orders[vendor], explicit_rules=explicit))
-    arch_by_id = {a.id: a for a in archs}
+    return archs
+
+
+def _arch_ccs(value: Any, vendor: str, ctx: Where) -> tuple[str, ...]:
+    """An architecture's compute capabilities ('9.0'); NVIDIA architectures must have them."""
+    if value is None:
+        if vendor == "nvidia":
+            ctx.fail("missing-key", "NVIDIA architectures need compute_capability")
+        return ()
+    ccs = tuple(_as_str_list(value, "compute_capability", ctx))
+    for cc in ccs:
+        if not _CC_TEXT.match(cc):
+            ctx.fail("bad-type", f"compute_capability {cc!r} must look like '9.0'")
+    return ccs
+
+
+def _build_gpus(raw_gpus: list[Any], file: str, arch_by_id: dict[str, Arch], names: _Names) -> list[Gpu]:
+    """The ``[[gpu]]`` entries: each names a known architecture and one of its compute capabilities."""
     gpus: list[Gpu] = []
     for i, entry in enumerate(raw_gpus):
         ctx, ident = _entry("gpu", i, entry, GPU_KEYS, {"id", "names", "arch", "source"}, file,
@@ -212,28 +248,31 @@ def build_gpu_table(raw: dict[str, Any], file: str) -> GpuTable:
         if arch is None:
             ctx.fail("unknown-arch",
                      f"arch {arch_id!r} is not an [[arch]] id (known: {', '.join(arch_by_id)})")
-        cc = entry.get("compute_capability")
-        if cc is not None:
-            if not isinstance(cc, str) or not _CC_TEXT.match(cc):
-                ctx.fail("bad-type", f"compute_capability {cc!r} must be a string like '8.9'")
-            if cc not in arch.ccs:
-                known = ", ".join(arch.ccs) or "none"
-                ctx.fail("cc-mismatch", f"compute capability {cc} is not one of arch '{arch.id}' ({known})")
-        elif arch.vendor == "nvidia":
-            ctx.fail("missing-key", "NVIDIA GPUs need compute_capability")
-        names = tuple(_as_str_list(entry["names"], "names", ctx))
-        for name in (ident, *names):
-            claim(name, f"gpu '{ident}'", ctx)
+        cc = _gpu_cc(entry.get("compute_capability"), arch, ctx)
+        product_names = tuple(_as_str_list(entry["names"], "names", ctx))
+        for name in (ident, *product_names):
+            names.claim(name, f"gpu '{ident}'", ctx)
         memory = entry.get("memory_gib")
         if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
             ctx.fail("bad-type", f"memory_gib must be a positive number, not {memory!r}")
-        gpus.append(Gpu(id=ident, names=names, arch=arch_id, cc=cc, memory_gib=memory,
-                        source=require_str(entry, "source", ctx)))
-    table = GpuTable(archs, gpus)
-    from qcheck.matrix.gpu_perf import parse_perf
+        capacity = parse_capacity(entry["capacity"], ctx) if "capacity" in entry else None
+        gpus.append(Gpu(id=ident, names=product_names, arch=arch_id, cc=cc, memory_gib=memory,
+                        source=require_str(entry, "source", ctx), capacity=capacity))
+    return gpus
 
-    table.perf, table.unified = parse_perf(raw, file, {g.id for g in gpus}, {a.id for a in archs})
-    return table
+
+def _gpu_cc(cc: Any, arch: Arch, ctx: Where) -> str | None:
+    """A product's compute capability: one of its architecture's; NVIDIA products must have one."""
+    if cc is None:
+        if arch.vendor == "nvidia":
+            ctx.fail("missing-key", "NVIDIA GPUs need compute_capability")
+        return None
+    if not isinstance(cc, str) or not _CC_TEXT.match(cc):
+        ctx.fail("bad-type", f"compute_capability {cc!r} must be a string like '8.9'")
+    if cc not in arch.ccs:
+        known = ", ".join(arch.ccs) or "none"
+        ctx.fail("cc-mismatch", f"compute capability {cc} is not one of arch '{arch.id}' ({known})")
+    return cc
 
 
 def _entry(kind: str, index: int, entry: Any, allowed: set[str], required: set[str], file: str,

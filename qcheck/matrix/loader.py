@@ -1,7 +1,10 @@
 """Load and validate the matrix data once per process: ``matrices/gpus.toml`` + ``matrices/engines/*.toml``.
 
 Every file is checked against matrices/SCHEMA.md; the first violation raises ``MatrixDataError`` with
-file, rule, check name and problem. The validated, compiled matrix is cached per directory.
+file, rule, check name and problem. The validated, compiled matrix is cached per directory. Engine files are
+read, validated and compiled when an engine is first used (``EngineSet``): a check of one engine reads
+``gpus.toml``, ``suggestions.toml`` and that engine's file; ``Matrix.validate()`` (``qcheck matrix --validate``)
+reads them all.
 """
 
 from __future__ import annotations
@@ -9,14 +12,14 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import UsageError
 from qcheck.formats import REGISTRY
+from qcheck.matrix import files
 from qcheck.matrix.conditions import compile_hardware, compile_match
-from qcheck.matrix.files import display as _display
-from qcheck.matrix.files import read_toml as _read_toml
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
     BACKEND_KEYS,
@@ -65,10 +68,105 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _ENGINE_ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 
 
-class Matrix:
-    """All engines, GPUs and suggestions, validated."""
+class EngineSet(Mapping[str, Engine]):
+    """The engines of a matrix by id (the engine file's stem), each file read, validated and compiled on its first
+    use: a check of one engine reads one engine file. Iterating the ids reads nothing; ``values()``/``items()``
+    (explore mode, listings, ``--validate``) load every engine and check every name once."""
 
-    def __init__(self, root: Path, gpus: GpuTable, engines: dict[str, Engine], suggestions: list[SuggestionRule],
+    def __init__(self, root: Path, files: dict[str, Path], gpus: GpuTable):
+        self._root = root
+        self._files = files
+        self._gpus = gpus
+        self._loaded: dict[str, Engine] = {}
+        self._raw: dict[str, dict[str, Any]] = {}
+        self._names: dict[str, str] | None = None
+        stems: dict[str, str | None] = {}
+        for ident in files:
+            key = normalise(ident)
+            stems[key] = ident if key not in stems else None  # two stems with one key: only the full index knows
+        self._stems = stems
+
+    def __getitem__(self, ident: str) -> Engine:
+        engine = self._loaded.get(ident)
+        if engine is None:
+            raw = self._raw.pop(ident, None)
+            if raw is None:
+                raw = files.read_toml(self._root, self._files[ident])  # KeyError: no such engine
+            engine = self._loaded[ident] = _load_engine(self._root, self._files[ident], self._gpus, raw)
+        return engine
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._files
+
+    def values(self) -> ValuesView[Engine]:
+        self.load_all()
+        return super().values()
+
+    def items(self) -> ItemsView[str, Engine]:
+        self.load_all()
+        return super().items()
+
+    def loaded(self) -> list[str]:
+        """The ids of the engines read and validated so far (for tests and ``--validate``)."""
+        return list(self._loaded)
+
+    def load_all(self) -> None:
+        """Read and validate every engine file, then check that no two engines claim one name."""
+        for ident in self._files:
+            self[ident]
+        self.names()
+
+    def find(self, name: str) -> str | None:
+        """The id of the engine ``name`` (id, display name or alias, normalised) names, or None. An engine's own
+        id is found from the file names alone; a display name or alias needs every file's ``[engine]`` table."""
+        key = normalise(name)
+        if self._names is None and self._stems.get(key) is not None:
+            return self._stems[key]
+        return self.names().get(key)
+
+    def names(self) -> dict[str, str]:
+        """Every normalised id, display name and alias -> engine id; a name claimed by two engines is an error
+        naming the second file."""
+        if self._names is None:
+            owners: dict[str, str] = {}
+            for ident in self._files:
+                name, aliases, where = self._head(ident)
+                for label in (ident, name, *aliases):
+                    key = normalise(label)
+                    if owners.setdefault(key, ident) != ident:
+                        raise MatrixDataError(where, "duplicate-name",
+                                              f"engine name {label!r} is also used by engine '{owners[key]}'")
+            self._names = owners
+        return self._names
+
+    def _head(self, ident: str) -> tuple[str, tuple[str, ...], str]:
+        """(display name, aliases, file as shown) of one engine, from its ``[engine]`` table without validating
+        the rest of the file; a malformed table is validated at once, which names the problem."""
+        engine = self._loaded.get(ident)
+        if engine is None:
+            raw = self._raw.get(ident)
+            if raw is None:
+                raw = self._raw[ident] = files.read_toml(self._root, self._files[ident])
+            head = raw.get("engine")
+            name = head.get("name") if isinstance(head, dict) else None
+            aliases = head.get("aliases", []) if isinstance(head, dict) else None
+            if isinstance(name, str) and isinstance(aliases, list) and all(isinstance(a, str) for a in aliases):
+                return name, tuple(aliases), files.display(self._root, self._files[ident])
+            engine = self[ident]
+        return engine.name, engine.aliases, engine.file
+
+
+class Matrix:
+    """Engines, GPUs and suggestions, validated: the GPU table and the shared suggestions when the matrix is
+    loaded, each engine file when that engine is first used (``engines``, an ``EngineSet``)."""
+
+    def __init__(self, root: Path, gpus: GpuTable, engines: EngineSet, suggestions: list[SuggestionRule],
                  shared_sources: dict[str, SourceSpec]):
         self.root = root
         self.gpus = gpus
@@ -76,30 +174,31 @@ class Matrix:
         #: suggestions from suggestions.toml (engine-independent)
         self.suggestions = suggestions
         self.shared_sources = shared_sources
-        self._engine_names: dict[str, str] = {}
-        for engine in engines.values():
-            for name in (engine.id, engine.name, *engine.aliases):
-                self._engine_names.setdefault(normalise(name), engine.id)
 
     def engine(self, name: str) -> Engine:
         """Find an engine by id, display name or alias (case- and punctuation-insensitive)."""
-        import difflib
-
-        key = normalise(name)
-        ident = self._engine_names.get(key)
+        ident = self.engines.find(name)
         if ident is not None:
             return self.engines[ident]
-        close = difflib.get_close_matches(key, list(self._engine_names), n=4, cutoff=0.5)
-        hint = f"; did you mean: {', '.join(dict.fromkeys(self._engine_names[c] for c in close))}?" if close else ""
+        import difflib
+
+        names = self.engines.names()
+        close = difflib.get_close_matches(normalise(name), list(names), n=4, cutoff=0.5)
+        hint = f"; did you mean: {', '.join(dict.fromkeys(names[c] for c in close))}?" if close else ""
         raise UsageError(f"unknown engine {name!r}{hint} (known: {', '.join(sorted(self.engines))})")
+
+    def validate(self) -> None:
+        """Read and validate every engine file now (``qcheck matrix --validate``, the data tests)."""
+        self.engines.load_all()
 
 
 _CACHE: dict[Path, Matrix] = {}
 
 
 def load_matrix(root: str | Path | None = None) -> Matrix:
-    """The validated matrix under ``root`` (default: ``$QCHECK_MATRICES`` or the shipped ``matrices/``), loaded once
-    per process."""
+    """The matrix under ``root`` (default: ``$QCHECK_MATRICES`` or the shipped ``matrices/``), loaded once per
+    process: ``gpus.toml`` and ``suggestions.toml`` validated now, each engine file when first used
+    (``Matrix.validate()`` validates them all)."""
     if root is None:
         root = os.environ.get("QCHECK_MATRICES") or None
     if root is None:
@@ -124,40 +223,28 @@ def clear_cache() -> None:
 def _load(root: Path) -> Matrix:
     gpu_file = root / "gpus.toml"
     if not gpu_file.is_file():
-        raise MatrixDataError(_display(root, gpu_file), "missing-key", "gpus.toml is missing")
-    gpus = build_gpu_table(_read_toml(root, gpu_file), _display(root, gpu_file))
-    engines: dict[str, Engine] = {}
+        raise MatrixDataError(files.display(root, gpu_file), "missing-key", "gpus.toml is missing")
+    gpus = build_gpu_table(files.read_toml(root, gpu_file), files.display(root, gpu_file))
     engine_dir = root / "engines"
-    for file in sorted(engine_dir.glob("*.toml")) if engine_dir.is_dir() else []:
-        engine = _load_engine(root, file, gpus)
-        engines[engine.id] = engine
-    # engine names and aliases must not collide across files
-    names: dict[str, str] = {}
-    for engine in engines.values():
-        for name in (engine.id, *engine.aliases):
-            key = normalise(name)
-            if key in names and names[key] != engine.id:
-                raise MatrixDataError(engine.file, "duplicate-name",
-                                      f"engine name {name!r} is also used by engine '{names[key]}'")
-            names[key] = engine.id
+    engine_files = {f.stem: f for f in sorted(engine_dir.glob("*.toml"))} if engine_dir.is_dir() else {}
     shared_sources: dict[str, SourceSpec] = {}
     suggestions: list[SuggestionRule] = []
     sfile = root / "suggestions.toml"
     if sfile.is_file():
-        display = _display(root, sfile)
-        raw = _read_toml(root, sfile)
+        display = files.display(root, sfile)
+        raw = files.read_toml(root, sfile)
         for key in raw:
             if key not in SUGGESTIONS_FILE_KEYS:
                 raise MatrixDataError(display, "unknown-key", f"unknown top-level key {key!r} "
                                       f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
         shared_sources = _load_sources(raw.get("sources", {}), display)
         suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
-    return Matrix(root, gpus, engines, suggestions, shared_sources)
+    return Matrix(root, gpus, EngineSet(root, engine_files, gpus), suggestions, shared_sources)
 
 
-def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
-    display = _display(root, file)
-    raw = _read_toml(root, file)
+def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) -> Engine:
+    """One engine file, validated against matrices/SCHEMA.md and compiled."""
+    display = files.display(root, file)
     ctx = Where(display)
     for key in raw:
         if key not in ENGINE_FILE_KEYS:
@@ -167,13 +254,29 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     head = raw.get("engine")
     if not isinstance(head, dict):
         ctx.fail("missing-key", "missing the [engine] table")
+    engine = _engine_head(head, _load_sources(raw.get("sources", {}), display), display, file.stem)
+    _load_rules(raw, engine, gpus)
+    engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, engine.sources, gpus,
+                                           engine)
+    engine.builds = _load_builds(raw.get("build", []), engine)
+    engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
+    engine.parallel = _load_parallel(raw.get("parallel"), engine)
+    if "memory" in raw:
+        from qcheck.matrix.memory_params import parse_memory
+
+        engine.memory = parse_memory(raw["memory"], engine.id, display, engine.scheme)
+    return engine
+
+
+def _engine_head(head: dict[str, Any], sources: dict[str, SourceSpec], display: str, stem: str) -> Engine:
+    """The ``[engine]`` table: id (= the file name), kind, versions, hardware and backends."""
     ectx = Where(display, "[engine]")
     check_keys(head, ENGINE_KEYS, {"id", "name", "kind", "versions"}, ectx)
     ident = require_str(head, "id", ectx)
     if not _ENGINE_ID.match(ident):
         ectx.fail("bad-id", f"engine id {ident!r} must be lower case letters, digits, '.', '+' or '-'")
-    if ident != file.stem:
-        ectx.fail("file-name-mismatch", f"engine id {ident!r} must equal the file name stem {file.stem!r}")
+    if ident != stem:
+        ectx.fail("file-name-mismatch", f"engine id {ident!r} must equal the file name stem {stem!r}")
     kind = require_str(head, "kind", ectx)
     if kind not in KINDS:
         ectx.fail("bad-type", f"kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -181,31 +284,52 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
     if scheme not in SCHEMES:
         ectx.fail("bad-type", f"version_scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
     versions = _str_list(head, "versions", ectx)
+    parsed = _parse_versions(versions, scheme, ectx)
+    hardware, hardware_sources = _engine_hardware(head, kind, sources, ectx)
+    return Engine(
+        id=ident, name=require_str(head, "name", ectx), file=display,
+        aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
+        kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
+        hardware=tuple(hardware), hardware_sources=hardware_sources, backends=_load_backends(head, display),
+        sources=sources, note=head.get("note"), floor=_data_floor(parsed, sources, scheme),
+    )
+
+
+def _parse_versions(versions: list[str], scheme: str, ctx: Where) -> list[Version]:
+    """``versions``, parsed in the engine's scheme and strictly increasing."""
     parsed = []
     for v in versions:
         try:
             parsed.append(parse_version(v, scheme))
         except ValueError as exc:
-            ectx.fail("bad-version", f"versions: {exc}")
+            ctx.fail("bad-version", f"versions: {exc}")
     if any(b <= a for a, b in itertools.pairwise(parsed)):
-        ectx.fail("versions-order", f"versions must be strictly increasing, oldest first: {versions}")
-    sources = _load_sources(raw.get("sources", {}), display)
-    hardware: list[str] = []
-    hardware_sources: tuple[SourceSpec, ...] = ()
-    if kind != "provider":
-        hardware = _str_list(head, "hardware", ectx)
-        for vendor in hardware:
-            if vendor not in VENDORS:
-                ectx.fail("unknown-vendor", f"hardware: {vendor!r} is not one of {', '.join(VENDORS)}")
-        if "hardware_sources" not in head:
-            ectx.fail("missing-source", "hardware needs hardware_sources naming where it was read")
-        hardware_sources = _resolve_sources(_str_list(head, "hardware_sources", ectx), sources, ectx)
-    elif "hardware" in head:
-        ectx.fail("hardware-on-provider", "providers run on the provider's hardware: no 'hardware' list")
+        ctx.fail("versions-order", f"versions must be strictly increasing, oldest first: {versions}")
+    return parsed
+
+
+def _engine_hardware(head: dict[str, Any], kind: str, sources: dict[str, SourceSpec], ctx: Where
+                     ) -> tuple[list[str], tuple[SourceSpec, ...]]:
+    """(vendors, where that was read): a provider runs on its own hardware and names none."""
+    if kind == "provider":
+        if "hardware" in head:
+            ctx.fail("hardware-on-provider", "providers run on the provider's hardware: no 'hardware' list")
+        return [], ()
+    hardware = _str_list(head, "hardware", ctx)
+    for vendor in hardware:
+        if vendor not in VENDORS:
+            ctx.fail("unknown-vendor", f"hardware: {vendor!r} is not one of {', '.join(VENDORS)}")
+    if "hardware_sources" not in head:
+        ctx.fail("missing-source", "hardware needs hardware_sources naming where it was read")
+    return hardware, _resolve_sources(_str_list(head, "hardware_sources", ctx), sources, ctx)
+
+
+def _load_backends(head: dict[str, Any], display: str) -> dict[str, Backend]:
+    """``[engine] backends``: each backend's vendors, and on which of them it is the default (one per vendor)."""
     backends: dict[str, Backend] = {}
     raw_backends = head.get("backends", {})
     if not isinstance(raw_backends, dict):
-        ectx.fail("bad-type", f"backends must be a table, not {type_name(raw_backends)}")
+        Where(display, "[engine]").fail("bad-type", f"backends must be a table, not {type_name(raw_backends)}")
     for name, spec in raw_backends.items():
         bctx = Where(display, f"[engine] backends.{name}")
         if not isinstance(spec, dict):
@@ -215,51 +339,43 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable) -> Engine:
         for vendor in vendors:
             if vendor not in VENDORS:
                 bctx.fail("unknown-vendor", f"vendors: {vendor!r} is not one of {', '.join(VENDORS)}")
-        default = spec.get("default", True)
-        if isinstance(default, bool):
-            default_for = tuple(vendors) if default else ()
-        elif isinstance(default, list) and all(isinstance(v, str) for v in default):
-            default_for = tuple(default)
-            for vendor in default_for:
-                if vendor not in vendors:
-                    bctx.fail("bad-value", f"default: {vendor!r} is not one of this backend's vendors "
-                                           f"({', '.join(vendors)})")
-        else:
-            bctx.fail("bad-type", "default must be true, false or a list of the vendors it is the default for")
+        default_for = _backend_default(spec.get("default", True), vendors, bctx)
         for vendor in default_for:
             other = next((b.name for b in backends.values() if vendor in b.default_for), None)
             if other is not None:
                 bctx.fail("ambiguous-backend", f"both {other} and {name} would be the default backend on {vendor} "
                                                "hardware: set default = false, or default = [vendors], on one")
         backends[name] = Backend(name, tuple(vendors), default_for, spec.get("note"))
-    engine = Engine(
-        id=ident, name=require_str(head, "name", ectx), file=display,
-        aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
-        kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
-        hardware=tuple(hardware), hardware_sources=hardware_sources, backends=backends, sources=sources,
-        note=head.get("note"), floor=_data_floor(parsed, sources, scheme),
-    )
-    seen: dict[str, str] = {}  # rule and modifier ids share one namespace
+    return backends
+
+
+def _backend_default(default: Any, vendors: list[str], ctx: Where) -> tuple[str, ...]:
+    """A backend's ``default``: true (all its vendors), false (none) or the list of vendors it is the default for."""
+    if isinstance(default, bool):
+        return tuple(vendors) if default else ()
+    if isinstance(default, list) and all(isinstance(v, str) for v in default):
+        for vendor in default:
+            if vendor not in vendors:
+                ctx.fail("bad-value", f"default: {vendor!r} is not one of this backend's vendors "
+                                      f"({', '.join(vendors)})")
+        return tuple(default)
+    ctx.fail("bad-type", "default must be true, false or a list of the vendors it is the default for")
+
+
+def _load_rules(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> None:
+    """``[[rule]]`` and ``[[modifier]]`` into ``engine.rules`` / ``engine.modifiers``; ids are unique across both."""
+    seen: dict[str, str] = {}
     for kind, modifier, into in (("rule", False, engine.rules), ("modifier", True, engine.modifiers)):
         raw_rules = raw.get(kind, [])
         if not isinstance(raw_rules, list):
-            ctx.fail("bad-type", f"[[{kind}]] must be an array of tables")
+            Where(engine.file).fail("bad-type", f"[[{kind}]] must be an array of tables")
         for index, entry in enumerate(raw_rules):
             rule = _load_rule(entry, index, engine, gpus, modifier=modifier)
             if rule.id in seen:
-                Where(display, rule.label).fail("duplicate-rule-id",
-                                              f"id {rule.id!r} is also used by {seen[rule.id]}")
+                Where(engine.file, rule.label).fail("duplicate-rule-id",
+                                                    f"id {rule.id!r} is also used by {seen[rule.id]}")
             seen[rule.id] = rule.label
             into.append(rule)
-    engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, sources, gpus, engine)
-    engine.builds = _load_builds(raw.get("build", []), engine)
-    engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
-    engine.parallel = _load_parallel(raw.get("parallel"), engine)
-    if "memory" in raw:
-        from qcheck.matrix.memory_params import parse_memory
-
-        engine.memory = parse_memory(raw["memory"], engine.id, display)
-    return engine
 
 
 def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:

@@ -1,103 +1,63 @@
-"""The vocabulary of the matrix data (matrices/SCHEMA.md) and the typed records it is validated into.
+"""The typed records the matrix data (matrices/SCHEMA.md) is validated into, and its vocabulary.
 
-Everything a data file may say is listed here once: statuses, vendors, methods, formats, keys. The
-loader checks raw TOML against it and raises ``MatrixDataError`` naming file, rule, check and problem,
-so whoever edits the data sees exactly what to fix.
+The vocabulary (statuses, vendors, methods, formats, keys) and ``MatrixDataError`` live in
+``qcheck.matrix.vocab`` and are re-exported here, so every validator imports them from one place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
-from qcheck import validate
-from qcheck.errors import QcheckError
-from qcheck.formats import REGISTRY
+from qcheck.matrix.vocab import (
+    ARCH_KEYS,
+    BACKEND_KEYS,
+    BUILD_KEYS,
+    ENGINE_FILE_KEYS,
+    ENGINE_KEYS,
+    FORMATS,
+    GPU_KEYS,
+    KINDS,
+    KV_CACHE_KEYS,
+    KV_RULE_KEYS,
+    LOADED_DTYPES,
+    METHODS,
+    MODIFIER_KEYS,
+    PARALLEL_KEYS,
+    PLACEHOLDERS,
+    RULE_KEYS,
+    SOURCE_KEYS,
+    STATUSES,
+    SUGGESTION_KEYS,
+    SUGGESTION_PLACEHOLDERS,
+    SUGGESTIONS_FILE_KEYS,
+    VENDORS,
+    MatrixDataError,
+    Where,
+    check_keys,
+    require_str,
+    type_name,
+)
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
+    from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
 
-STATUSES = ("native", "fallback", "unsupported", "unknown")
-VENDORS = ("nvidia", "amd", "intel", "apple", "cpu", "tpu", "qualcomm")
-KINDS = ("engine", "provider", "single-purpose")
-#: canonical methods a rule may name: the format registry's (``qcheck.formats``), in its order
-METHODS = REGISTRY.methods()
-FORMATS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
-PLACEHOLDERS = ("types", "engine", "version", "arch", "gpu", "cc", "method", "file_type", "backend", "path",
-                "adapter_rank", "base_model")
-SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
-
-ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
-             "note"}
-GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "source", "note"}
-ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
-                    "memory"}
-KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "sources", "note"}
-PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
-BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
-ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
-               "backends", "note"}
-BACKEND_KEYS = {"vendors", "default", "note"}
-SOURCE_KEYS = {"ref", "version", "note"}
-RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
-             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as"}
-#: the dtypes a rule may say an engine holds weights in after converting them at load (``weights_loaded_as``)
-LOADED_DTYPES = ("bfloat16", "float16", "float32")
-MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
-                 "sources", "note"}
-SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"dtypes"}
-SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
-
-
-class MatrixDataError(QcheckError):
-    """A matrix data file breaks the schema: names the file, the rule, the check and the problem."""
-
-    def __init__(self, file: str, check: str, problem: str, *, rule: str | None = None):
-        self.file = file
-        self.check = check
-        self.problem = problem
-        self.rule = rule
-        where = f"{file}: {rule}: " if rule else f"{file}: "
-        super().__init__(f"matrix data error: {where}[{check}] {problem}")
-
-
-class Where:
-    """Where a problem is (file, and the rule/entry inside it), so every check raises the same way."""
-
-    def __init__(self, file: str, where: str | None = None) -> None:
-        self.file = file
-        self.where = where
-
-    def fail(self, check: str, problem: str) -> NoReturn:
-        raise MatrixDataError(self.file, check, problem, rule=self.where)
-
-    def at(self, check: str) -> validate.At:
-        """A ``qcheck.validate`` place inside this entry whose failures are MatrixDataErrors of ``check``."""
-        return validate.At(lambda path, problem, allowed: MatrixDataError(
-            self.file, check, (f"{path}: " if path else "") + problem + (f" (allowed: {allowed})" if allowed else ""),
-            rule=self.where))
-
-
-def check_keys(entry: dict[str, Any], allowed: set[str], required: set[str], ctx: Where) -> None:
-    """Every key of a table is known and every required key is there (typos fail loudly, not silently)."""
-    validate.check_keys(entry, sorted(allowed), ctx.at("unknown-key"))
-    for key in sorted(required):
-        if key not in entry:
-            ctx.at("missing-key").key(key).fail("missing required key")
-
-
-def require_str(entry: dict[str, Any], key: str, ctx: Where) -> str:
-    """``entry[key]`` as a non-blank string."""
-    return validate.string(entry.get(key), ctx.at("bad-type").key(key), strip=False)
+__all__ = ["ARCH_KEYS", "BACKEND_KEYS", "BUILD_KEYS", "ENGINE_FILE_KEYS", "ENGINE_KEYS", "FORMATS", "GPU_KEYS",
+           "KINDS", "KV_CACHE_KEYS", "KV_RULE_KEYS", "LOADED_DTYPES", "METHODS", "MODIFIER_KEYS",
+           "PARALLEL_KEYS", "PLACEHOLDERS", "RULE_KEYS", "SOURCE_KEYS", "STATUSES", "SUGGESTIONS_FILE_KEYS",
+           "SUGGESTION_KEYS", "SUGGESTION_PLACEHOLDERS", "VENDORS", "MatrixDataError", "Where", "check_keys",
+           "require_str", "type_name"]
 
 
 @dataclass(frozen=True)
 class Arch:
+    """One GPU architecture of gpus.toml: vendor, compute capabilities, native number formats."""
+
     id: str
     vendor: str
     name: str
@@ -119,12 +79,16 @@ class Arch:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU product of gpus.toml: the names it answers to, its architecture and memory."""
+
     id: str
     names: tuple[str, ...]
     arch: str
     cc: str | None
     memory_gib: float | None
     source: str
+    #: what the driver reports, None when no figure was found (qcheck.matrix.gpu_capacity)
+    capacity: GpuCapacity | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +111,8 @@ class Target:
 
 @dataclass(frozen=True)
 class SourceSpec:
+    """Where a fact was read: a reference and the version it was read at."""
+
     name: str
     ref: str
     version: str
@@ -155,6 +121,8 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class Backend:
+    """One backend of an engine (cuda, rocm, vulkan ...): the vendors it runs on."""
+
     name: str
     vendors: tuple[str, ...]
     #: the vendors whose GPUs this backend judges when none is named (``default``: true = all its vendors); at
@@ -165,6 +133,8 @@ class Backend:
 
 @dataclass
 class Rule:
+    """One ``[[rule]]`` or ``[[modifier]]`` of an engine file, validated and compiled."""
+
     id: str
     file: str
     index: int
@@ -237,6 +207,8 @@ class ParallelSpec:
 
 @dataclass
 class SuggestionRule:
+    """One ``[[suggestion]]``: a way out offered when a verdict is not native."""
+
     id: str
     file: str
     engine: str | None  # None: from suggestions.toml, applies to every engine
@@ -253,6 +225,8 @@ class SuggestionRule:
 
 @dataclass
 class Engine:
+    """One engine file, validated: versions, hardware, backends, rules, suggestions, KV cache, memory."""
+
     id: str
     name: str
     file: str
@@ -310,7 +284,3 @@ class Engine:
             if vendor in backend.default_for:
                 return backend
         return None
-
-
-#: a value's type in messages ("an integer", "a table"): the words every validator uses
-type_name = validate.type_name

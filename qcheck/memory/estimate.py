@@ -30,7 +30,9 @@ from qcheck.errors import UsageError
 from qcheck.kvtypes import KV_DTYPE_BYTES
 from qcheck.matrix.memory_params import EngineMemory
 from qcheck.matrix.schema import Engine, ParallelSpec
-from qcheck.memory.families import EngineFamily, family_for, search_max
+from qcheck.memory.base import search_max
+from qcheck.memory.device import DeviceMemory, plain_device
+from qcheck.memory.families import EngineFamily, family_for
 from qcheck.memory.records import GIB, MemoryEstimate, OffloadPlan, Part, Reserve
 from qcheck.model import AttentionLayout, Inspection, ModelShape
 from qcheck.model_shape import shape_of
@@ -47,6 +49,8 @@ FORMULA = ("per device: weights (/tp) + KV (x ceil(kv_heads/tp)/kv_heads; MLA wh
            "overhead(context, batch) <= usable; KV = batch x (full_layers x context + window_layers x "
            "min(context, window)) x per-layer bytes per token; overhead and usable from the engine's [memory] "
            "data (docs/memory.md)")
+#: the overhead parts that are activations or compute buffers (the rest are fixed: runtime, graphs, reserved)
+ACTIVATION_PARTS = ("compute buffer", "activations", "activation peak")
 IGNORED = ("KV cache paging granularity and allocator fragmentation",
            "recurrent / linear-attention state (constant in context)",
            "vision encoders' activations and speculative-decoding drafts")
@@ -54,21 +58,46 @@ IGNORED = ("KV cache paging granularity and allocator fragmentation",
 
 @dataclass(frozen=True)
 class MemoryTarget:
-    """Where one estimate is judged: the engine and its ``[memory]`` parameters, the device kind (``GPU``, ``RAM``
-    for ``--gpu cpu``, ``unified`` for Apple, GB10, Strix Halo), its memory, and the dtype the engine holds the
-    weights in when it converts them at load (the verdict's ``weights_loaded_as``)."""
+    """Where one estimate is judged: the engine, its version and its ``[memory]`` parameters, the device kind
+    (``GPU``, ``RAM`` for ``--gpu cpu``, ``unified`` for Apple, GB10, Strix Halo), its memory (``device_memory``
+    from the catalogue, or a plain size ``gpu_gib``), and the dtype the engine holds the weights in when it
+    converts them at load (the verdict's ``weights_loaded_as``)."""
 
     engine: str | None = None
     params: EngineMemory | None = None
     device: str = "GPU"
     gpu_gib: float | None = None
     weights_loaded_as: str | None = None
+    #: the engine version judged (the verdict's); selects the ``[[memory.versions]]`` values
+    engine_version: str | None = None
+    #: the device's memory as the driver reports it (qcheck.memory.device); None: ``gpu_gib`` as given
+    device_memory: DeviceMemory | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_gib is not None and not self.gpu_gib > 0:
             raise UsageError(f"GPU memory must be positive, not {self.gpu_gib}")
         if self.weights_loaded_as is not None and self.weights_loaded_as not in LOADED_DTYPE_BYTES:
             raise ValueError(f"weights_loaded_as {self.weights_loaded_as!r}")
+
+    def memory(self) -> DeviceMemory:
+        """The device's memory: the catalogue's driver figures when given, else ``gpu_gib`` as it is."""
+        return self.device_memory if self.device_memory is not None else plain_device(self.device, self.gpu_gib)
+
+    def params_at(self) -> EngineMemory | None:
+        """The ``[memory]`` parameters at the judged version."""
+        if self.params is None or not self.engine_version:
+            return self.params
+        from qcheck.matrix.versions import parse_version
+
+        data = _engine_data(self.engine)
+        scheme = data.scheme if data is not None else ("build" if self.engine_version.startswith("b") else "pep440")
+        try:
+            at = parse_version(self.engine_version, scheme)
+        except ValueError:
+            return self.params
+        if at.is_prerelease:
+            at = parse_version(at.base_version)
+        return self.params.at(at, self.engine_version)
 
     @classmethod
     def for_engine(cls, engine: str | None, *, device: str = "GPU", gpu_gib: float | None = None,
@@ -203,10 +232,26 @@ class _Estimator:
     def overhead(self, ctx: int, batch: int, n: int = 1) -> list[Part]:
         return self.family.overhead(ctx, batch, n) if self.family is not None else []
 
+    def kv_device(self, ctx: int, batch: int, n: int = 1) -> int:
+        """The KV bytes one device holds at (context, batch, n devices)."""
+        return _per_gpu(0, self.kv_at(ctx, batch), self.lay, n, self.placement)
+
     def need(self, ctx: int, batch: int, n: int = 1) -> int:
         kv = math.ceil(self.kv_at(ctx, batch) * self.kv_scale)
+        limit = self.family.kv_limit() if self.family is not None else None
+        if limit is not None:  # a pool the user fixed is allocated whatever the context
+            return _per_gpu(self.dev_weights, 0, self.lay, n, self.placement) + limit + sum(
+                p.bytes for p in self.overhead(ctx, batch, n))
         return _per_gpu(self.dev_weights, kv, self.lay, n, self.placement) + sum(
             p.bytes for p in self.overhead(ctx, batch, n))
+
+    def fits(self, ctx: int, batch: int, n: int, usable: int) -> bool:
+        """Whether (context, batch) fits n devices: the need within the usable memory, and the context's KV within
+        a pool the user fixed."""
+        limit = self.family.kv_limit() if self.family is not None else None
+        if limit is not None and self.kv_device(ctx, batch, n) > limit:
+            return False
+        return self.need(ctx, batch, n) <= usable
 
 
 def _per_gpu(weights: int, kv: int, lay: AttentionLayout, n: int, parallel: str) -> int:
@@ -223,8 +268,7 @@ def _per_gpu(weights: int, kv: int, lay: AttentionLayout, n: int, parallel: str)
     return math.ceil(weights / n) + kv_share
 
 
-def _context(ins: Inspection, family: EngineFamily | None, deploy: Deploy, gpu_gib: float | None
-             ) -> tuple[int, list[str]]:
+def _context(ins: Inspection, family: EngineFamily | None, deploy: Deploy) -> tuple[int, list[str]]:
     """The context judged: the one asked for, else the engine's default capped at the model's own maximum."""
     notes: list[str] = []
     model_ctx = ins.context_length
@@ -232,7 +276,7 @@ def _context(ins: Inspection, family: EngineFamily | None, deploy: Deploy, gpu_g
         if model_ctx and deploy.context > model_ctx:
             notes.append(f"context {deploy.context} is beyond the model's own maximum {model_ctx}")
         return deploy.context, notes
-    default = family.default_context(gpu_gib) if family is not None else None
+    default = family.default_context() if family is not None else None
     if default is None:
         if model_ctx:
             return model_ctx, [f"context {model_ctx} = the model's own maximum"]
@@ -255,11 +299,36 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
     deploy = deploy or Deploy()
     target = target or MemoryTarget()
     shape = shape_of(inspection)
-    mem = target.params
-    family = family_for(mem, shape, target.gpu_gib, target.device, deploy.knobs) if mem is not None else None
-    ctx, notes = _context(inspection, family, deploy, target.gpu_gib)
+    mem = target.params_at()
+    tp = deploy.parallel.tp or 1
+    family = family_for(mem, shape, target.memory(), deploy.knobs, tp) if mem is not None else None
+    ctx, notes = _context(inspection, family, deploy)
     est = _estimator(inspection, shape, deploy, target, family, notes)
+    if family is not None:
+        est.assumptions.extend(family.notes())
+        ctx = _fit_context(est, ctx, deploy)
     return _finish(est, ctx, deploy.batch)
+
+
+def _fit_context(est: _Estimator, ctx: int, deploy: Deploy) -> int:
+    """llama.cpp's ``--fit`` (no ``-c`` given): the context lowered to what fits the free memory less the margin,
+    rounded down to 256 cells per stream, not below ``fit_min_ctx`` (common/fit.cpp; llama.cpp interpolates
+    linearly, which lands within a few hundred tokens of this)."""
+    family = est.family
+    if family is None or deploy.context is not None or not family.fits_context_itself() or est.kv.per_layer is None:
+        return ctx
+    usable = family.reserve().usable_bytes
+    floor = int(family.mem.get("fit_min_ctx", 4096))
+    if usable is None or ctx <= floor or est.fits(ctx, deploy.batch, 1, usable):
+        return ctx
+    step = 256
+    best = search_max(lambda c: est.fits(c * step, deploy.batch, 1, usable), 1, ctx // step)
+    fitted = max(floor, (best or 0) * step)
+    est.assumptions.append(f"--fit: context lowered from {ctx} to {fitted} to fit the free memory less the margin "
+                           f"(llama.cpp does this when -c is not given, down to {floor})"
+                           + ("; even that does not fit, so layers move to the CPU" if best is None or best * step
+                              < floor else ""))
+    return fitted
 
 
 def _estimator(inspection: Inspection, shape: ModelShape, deploy: Deploy, target: MemoryTarget,
@@ -302,15 +371,27 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         if family is not None:
             est.assumptions.extend(family.kv_notes(ctx))
     est.assumptions.extend(_host_notes(est))
-    gpu_bytes = int(target.gpu_gib * GIB) if target.gpu_gib else None
-    reserve = family.reserve(gpu_bytes) if family is not None else Reserve(gpu_bytes, "")
+    device = target.memory()
+    # the memory the engine starts from: the device's total, or what was measured free (--gpu auto); the total and
+    # its source stay in `capacity`
+    start = device.total_bytes
+    if device.free_bytes is not None:
+        start = min(device.free_bytes, start) if start is not None else device.free_bytes
+    gpu_bytes = start if device.kind != "RAM" else None
+    if family is not None:
+        reserve = family.reserve()
+    elif device.free_bytes is not None and gpu_bytes is not None:  # no engine data: what is free, as measured
+        reserve = Reserve(gpu_bytes, f"{device.free_bytes / GIB:.1f} GiB free (measured)")
+    else:
+        reserve = Reserve(gpu_bytes, "")
     est.kv_scale = reserve.kv_scale
     over = est.overhead(ctx, batch)
     parts = _parts(est, kv_bytes, per_token, batch, over)
-    activation = sum(p.bytes for p in over if p.name in ("compute buffer", "activations"))
+    activation = sum(p.bytes for p in over if p.name in ACTIVATION_PARTS)
     fixed = sum(p.bytes for p in over) - activation
-    total = est.dev_weights + math.ceil((kv_bytes or 0) * est.kv_scale) + activation + fixed
-    fit = _fit(est, ctx, batch, total, reserve.usable_bytes, kv_bytes)
+    total = est.need(ctx, batch) if kv_bytes is not None else est.dev_weights + activation + fixed
+    fit = _fit(est, ctx, batch, total, reserve, kv_bytes)
+    pool = _kv_pool(est, ctx, batch, reserve, fit, per_token)
     active_bytes, active_params = _active(est)
     mem = target.params
     return MemoryEstimate(
@@ -325,7 +406,30 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         reserve=reserve.text, max_context=fit.max_ctx, max_batch=fit.max_batch, max_context_gpus=fit.max_ctx_gpus,
         model_context=ins.context_length, offload=fit.offload, tp=fit.n_dev if fit.n_dev > 1 else None,
         active_weight_bytes=active_bytes, active_parameters=active_params, kv_cache_type_k=est.kv.k,
-        kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as)
+        kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as, engine_version=target.engine_version,
+        kv_available_bytes=pool[0], kv_available_tokens=pool[1], refusal=reserve.refusal,
+        capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None)
+
+
+def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit, per_token: float | None
+             ) -> tuple[int | None, int | None]:
+    """The KV pool an engine that sizes one from what is left allocates per GPU (what vLLM logs as "Available KV
+    cache memory"), and the tokens it holds; None for the other engines."""
+    family, usable = est.family, reserve.usable_bytes
+    if family is None or not family.sizes_kv_pool or usable is None:
+        return None, None
+    n = fit.n_dev if fit.n_dev > 1 else 1
+    limit = family.kv_limit()
+    if limit is not None:
+        pool = limit
+    else:
+        used = _per_gpu(est.dev_weights, 0, est.lay, n, est.placement) + sum(p.bytes for p in est.overhead(ctx, batch, n))
+        pool = int((usable - used) / est.kv_scale)
+    tokens = None
+    if per_token:
+        share = _per_gpu(0, 1 << 30, est.lay, n, est.placement) / (1 << 30)
+        tokens = max(0, int(pool / (per_token * share))) if pool > 0 else 0
+    return pool, tokens
 
 
 def _kv_unknown_note(est: _Estimator) -> str:
@@ -363,19 +467,20 @@ class _Fit:
     n_dev: int = 1
 
 
-def _fit(est: _Estimator, ctx: int, batch: int, total: int, usable: int | None, kv_bytes: int | None) -> _Fit:
+def _fit(est: _Estimator, ctx: int, batch: int, total: int, reserve: Reserve, kv_bytes: int | None) -> _Fit:
     """Whether it fits the device, on how many devices it would, the largest context and batch, the offload."""
     tp = est.deploy.parallel.tp
+    usable = reserve.usable_bytes
     fit = _Fit(n_dev=tp if tp and tp > 1 and est.target.device == "GPU" else 1)
     if usable is None:
         return fit
     # without the engine's overhead or the KV cache's size the need is a lower bound: it can say "does not fit",
     # never "fits"
     known = est.family is not None and kv_bytes is not None
-    fit.fits = (False if total > usable else None) if not known else total <= usable
+    fit.fits = (False if total > usable else None) if not known else est.fits(ctx, batch, 1, usable)
     if fit.n_dev > 1 and known:
         fit.per_gpu = est.need(ctx, batch, fit.n_dev)
-        fit.fits = fit.per_gpu <= usable
+        fit.fits = est.fits(ctx, batch, fit.n_dev, usable)
         est.assumptions.append(f"--tp {fit.n_dev}: {fit.per_gpu / GIB:.1f} GiB per GPU ({est.placement})")
     candidates = _device_counts(est)
     fit.max_gpus = candidates[-1]
@@ -386,11 +491,30 @@ def _fit(est: _Estimator, ctx: int, batch: int, total: int, usable: int | None, 
         # at the GPU count the plan uses: the chosen --tp, else the count needed when one GPU is not enough
         at = fit.n_dev if fit.n_dev > 1 or fit.fits or not fit.needed else fit.needed
         fit.max_ctx_gpus = at
-        fit.max_ctx = search_max(lambda c: est.need(c, batch, at) <= usable, 1, max(top, 1))
-        fit.max_batch = search_max(lambda b: est.need(ctx, b, at) <= usable, 1, 4096)
-    if est.family is not None and fit.fits is False and fit.n_dev == 1:
-        fit.offload = est.family.offload(est.scale, est.kv_at(ctx, batch), est.overhead(ctx, batch), usable)
+        fit.max_ctx = search_max(lambda c: est.fits(c, batch, at, usable), 1, max(top, 1))
+        fit.max_batch = search_max(lambda b: est.fits(ctx, b, at, usable), 1, 4096)
+    _offload(est, fit, ctx, batch, usable, known)
+    if reserve.refusal:
+        fit.fits = False
+        est.assumptions.append(reserve.refusal)
     return fit
+
+
+def _offload(est: _Estimator, fit: _Fit, ctx: int, batch: int, usable: int, known: bool) -> None:
+    """The llama.cpp-family split: the one the user set (-ngl, --n-cpu-moe), judged as asked, else the plan when
+    one GPU is not enough."""
+    family = est.family
+    if family is None or fit.n_dev != 1:
+        return
+    kv, over = est.kv_at(ctx, batch), est.overhead(ctx, batch)
+    user = getattr(family, "user_plan", None)
+    plan = user(est.scale, kv, over, usable) if user is not None else None
+    if plan is not None:
+        fit.offload = plan
+        fit.fits = plan.fits if known else fit.fits
+        return
+    if fit.fits is False:
+        fit.offload = family.offload(est.scale, kv, over, usable)
 
 
 def _device_counts(est: _Estimator) -> list[int]:
@@ -418,10 +542,9 @@ def _device_counts(est: _Estimator) -> list[int]:
 
 def _devices_needed(est: _Estimator, fit: _Fit, ctx: int, batch: int, usable: int, candidates: list[int]) -> None:
     for n in candidates:
-        per = est.need(ctx, batch, n)
-        if per <= usable:
+        if est.fits(ctx, batch, n, usable):
             fit.needed = n
-            fit.per_gpu = per if fit.n_dev == 1 else fit.per_gpu
+            fit.per_gpu = est.need(ctx, batch, n) if fit.n_dev == 1 else fit.per_gpu
             return
     how = ("power-of-two tensor parallelism, at most one GPU per KV head" if est.placement == "tensor"
            else "layer split")

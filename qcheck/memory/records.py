@@ -38,6 +38,8 @@ class Reserve:
     usable_bytes: int | None
     text: str  # for people: "24.0 GiB - llama.cpp's 1.0 GiB --fit margin"
     kv_scale: float = 1.0  # TensorRT-LLM gives the KV cache only a fraction of what is left
+    #: the engine refuses to start on this device whatever the model (vLLM: utilization above free memory)
+    refusal: str | None = None
 
 
 @dataclass
@@ -54,6 +56,14 @@ class OffloadPlan:
     moe_gpu_bytes: int | None = None
     moe_ram_bytes: int | None = None
     override_tensor: str | None = None  # the equivalent -ot pattern; None when no layer's experts move
+    #: how this build counts -ngl: output-first (PR #18148 on), output-last (before), either (unknown build)
+    rule: str = "output-first"
+    #: whether -ngl puts the output layer on the GPU (None: depends on the build)
+    output_on_gpu: bool | None = None
+    #: the user set this split (-ngl, --n-cpu-moe): judged as asked, not searched for
+    user_set: bool = False
+    #: whether the plan's GPU part fits the usable memory
+    fits: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -114,6 +124,18 @@ class MemoryEstimate:
     kv_cache_type_v: str | None = None
     #: the dtype the engine holds the weights in after loading, when it converts them (None: as stored)
     weights_loaded_as: str | None = None
+    #: the engine version the parameters were taken at (its [[memory.versions]] entries applied)
+    engine_version: str | None = None
+    #: the KV pool the engine sizes from what is left, per GPU (vLLM's "Available KV cache memory", SGLang's
+    #: pool, TensorRT-LLM's free_gpu_memory_fraction share); None for engines that allocate the context's KV
+    kv_available_bytes: int | None = None
+    #: tokens that pool holds (vLLM's "GPU KV cache size: N tokens")
+    kv_available_tokens: int | None = None
+    #: why the engine refuses to start on this device whatever the model (vLLM: utilization above free memory)
+    refusal: str | None = None
+    #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
+    capacity: str | None = None
+    capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
@@ -123,7 +145,7 @@ class MemoryEstimate:
         if self.offload is not None:
             data["offload"] = self.offload.to_json()
         for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
-                    "per_gpu_bytes"):
+                    "per_gpu_bytes", "kv_available_bytes"):
             value = data[key]
             data[key.replace("_bytes", "_gib")] = None if value is None else round(value / GIB, 2)
         data["summary"] = self.summary()

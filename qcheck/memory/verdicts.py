@@ -38,19 +38,21 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
     auto``: what is free); for an architecture or a compute capability there is no product, so the need is
     reported without a fit.
     """
+    from qcheck.memory.device import device_memory
+
     for v in verdicts:
         if v.gpu is None and v.arch is None:
             continue
-        mem_gib = gpu_memory_gib(v.gpu) if gpu_memory_gib is not None and v.gpu else None
-        if mem_gib is None and v.gpu:
-            gpu = matrix.gpus.gpus.get(v.gpu)
-            mem_gib = gpu.memory_gib if gpu is not None else None
+        measured = gpu_memory_gib(v.gpu) if gpu_memory_gib is not None and v.gpu else None
         try:
             params = matrix.engine(v.engine).memory
         except UsageError:
             params = None
         device = device_of(matrix, v.gpu, v.arch)
-        target = MemoryTarget(v.engine, params, device, mem_gib, v.weights_loaded_as)
+        arch = matrix.gpus.archs.get(v.arch) if v.arch else None
+        memory = device_memory(matrix.gpus, v.gpu, arch.vendor if arch is not None else None, device, measured)
+        mem_gib = memory.gib
+        target = MemoryTarget(v.engine, params, device, mem_gib, v.weights_loaded_as, v.engine_version, memory)
         est = estimate_memory(inspection, deploy, target)
         if mem_gib is None and device != "RAM":
             est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
@@ -66,12 +68,20 @@ def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matr
 
     perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
     arch = matrix.gpus.archs.get(v.arch) if v.arch else None
-    if perf is not None and arch is not None and v.status != "unsupported":
-        est.speed = estimate_speed(v, inspection, est, perf, arch.native_formats, est.active_weight_bytes,
-                                   est.active_parameters)
+    if perf is None or arch is None or v.status == "unsupported":
+        return
+    try:
+        memory = matrix.engine(v.engine).memory
+    except UsageError:
+        memory = None
+    engines = matrix.gpus.speed_engines
+    own = engines.get(memory.formula) if memory is not None else None
+    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines))
 
 
 def _no_fit_warning(v: Verdict, est: MemoryEstimate) -> str:
+    if est.refusal:
+        return f"memory: {est.refusal}"
     usable = (est.usable_bytes or 0) / GIB
     if est.offload:
         more = f"; {est.offload.summary}"

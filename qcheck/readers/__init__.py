@@ -9,32 +9,39 @@ when the bytes match nothing. Local directories and Hub repos go through the sam
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from qcheck.errors import InputError
-from qcheck.hub.target import LOCAL_SUFFIXES as _LOCAL_SUFFIXES
-from qcheck.hub.target import hub_target, looks_like_repo_id
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import Checkpoint, Origin
-from qcheck.readers.directory import (
-    INDEX_SUFFIX,
-    gguf_groups,
-    load_gguf_choice,
-    load_model_dir,
-    load_pickles,
-    load_safetensors_files,
-    read_side_files,
-)
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
-from qcheck.readers.pickle import EMPTY_ZIP_MAGIC, ZIP_MAGIC, looks_like_pickle, zip_pickle_entries
-from qcheck.readers.safetensors import looks_like_safetensors, read_safetensors_header
 from qcheck.source import FileSet, LocalFileSet
+
+if TYPE_CHECKING:
+    from qcheck.hub.target import looks_like_repo_id
+    from qcheck.readers.directory import read_side_files
+
+# The readers of each format (and the Hub client) are imported when a file of that kind is met: reading one GGUF
+# file does not load the safetensors, pickle or Hub code.
 
 SNIFF_BYTES = 64
 #: bytes read to recognise a protocol 0/1 pickle (it has no magic: it must parse to STOP)
 PICKLE_SNIFF_BYTES = 1 << 20
 
-__all__ = ["load_checkpoint", "load_checkpoints", "load_from_fileset", "looks_like_repo_id", "read_side_files",
-           "sniff"]
+__all__ = ["LocalFileSet", "load_checkpoint", "load_checkpoints", "load_from_fileset", "looks_like_repo_id",
+           "read_side_files", "sniff"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "looks_like_repo_id":
+        from qcheck.hub.target import looks_like_repo_id
+
+        return looks_like_repo_id
+    if name == "read_side_files":
+        from qcheck.readers.directory import read_side_files
+
+        return read_side_files
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_checkpoint(target: str, limits: Limits = DEFAULT_LIMITS) -> Checkpoint:
@@ -64,6 +71,8 @@ def _load_checkpoint(target: str, limits: Limits) -> Checkpoint:
             raise InputError("not a regular file or directory", path=target)
         parent, name = os.path.split(target)
         return load_from_fileset(LocalFileSet(parent or "."), [name], limits, path=target)
+    from qcheck.hub.target import hub_target
+
     hub = hub_target(target)
     if hub is not None:
         from qcheck.hub import resolve_target
@@ -75,10 +84,10 @@ def _load_checkpoint(target: str, limits: Limits) -> Checkpoint:
 
 def _not_a_repo_id(target: str) -> str:
     """Why an ``org/name``-shaped missing path is not a Hub repo id either ('' for other paths)."""
-    from qcheck.hub.target import repo_id_problem
+    from qcheck.hub.target import LOCAL_SUFFIXES, repo_id_problem
 
     repo = target.split("@", 1)[0].split(":", 1)[0]
-    if target.startswith((".", "/", "~")) or repo.count("/") != 1 or repo.lower().endswith(_LOCAL_SUFFIXES):
+    if target.startswith((".", "/", "~")) or repo.count("/") != 1 or repo.lower().endswith(LOCAL_SUFFIXES):
         return ""
     problem = repo_id_problem(repo)
     return f" (nor a Hub repo id: {problem})" if problem else ""
@@ -101,6 +110,9 @@ def load_checkpoints(target: str, limits: Limits = DEFAULT_LIMITS, *, all_models
 
 
 def _load_checkpoints(target: str, limits: Limits, all_models: bool) -> list[Checkpoint]:
+    from qcheck.hub.target import hub_target
+    from qcheck.readers.directory import INDEX_SUFFIX, gguf_groups
+
     if not all_models or (target and os.path.lexists(target) and not os.path.isdir(target)):
         return [_load_checkpoint(target, limits)]
     if target and os.path.isdir(target):
@@ -135,6 +147,8 @@ def load_from_fileset(fileset: FileSet, names: list[str] | None, limits: Limits 
     is recorded on the Checkpoint so nothing downstream guesses it from the path."""
     display = path or fileset.root
     if names is None:
+        from qcheck.readers.directory import load_model_dir
+
         checkpoint = load_model_dir(fileset, limits, path=display)
     else:
         checkpoint = _load_named(fileset, list(names), limits, display)
@@ -149,6 +163,9 @@ def sniff(head: bytes) -> str:
     """The kind of file the first bytes announce: gguf, safetensors, zip, lfs-pointer, pickle or unknown."""
     if head.startswith(b"GGUF"):
         return "gguf"
+    from qcheck.readers.pickle import EMPTY_ZIP_MAGIC, ZIP_MAGIC, looks_like_pickle
+    from qcheck.readers.safetensors import looks_like_safetensors
+
     if looks_like_safetensors(head):
         return "safetensors"
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
@@ -161,6 +178,8 @@ def sniff(head: bytes) -> str:
 
 
 def _load_named(fileset: FileSet, names: list[str], limits: Limits, display: str) -> Checkpoint:
+    from qcheck.readers.directory import INDEX_SUFFIX, load_gguf_choice, load_pickles, load_safetensors_files
+
     if not names:
         raise InputError("no files to read", path=display)
     jsons = [n for n in names if n.lower().endswith(".json")]
@@ -200,6 +219,11 @@ def _kind_of(fileset: FileSet, name: str, limits: Limits) -> str:
         raise InputError("empty file (0 bytes)", path=source.name)
     head = source.read_at(0, SNIFF_BYTES)
     kind = sniff(head)
+    if kind == "gguf":
+        return kind
+    from qcheck.readers.pickle import looks_like_pickle, zip_pickle_entries
+    from qcheck.readers.safetensors import read_safetensors_header
+
     if (kind == "unknown" and not name.lower().endswith((".safetensors", ".gguf"))
             and looks_like_pickle(source.read_at(0, PICKLE_SNIFF_BYTES))):
         kind = "pickle"

@@ -13,6 +13,7 @@ cannot be satisfied raises ``InputError`` naming the byte offset and what was be
 from __future__ import annotations
 
 import struct
+import sys
 from typing import Any
 
 from qcheck.errors import InputError
@@ -26,6 +27,43 @@ _U16, _I16 = struct.Struct("<H"), struct.Struct("<h")
 _U32, _I32 = struct.Struct("<I"), struct.Struct("<i")
 _U64, _I64 = struct.Struct("<Q"), struct.Struct("<q")
 _F32, _F64 = struct.Struct("<f"), struct.Struct("<d")
+_BIG_ENDIAN = sys.byteorder != "little"
+
+
+def _u64_views(buf: bytes) -> list[memoryview]:
+    """``buf`` as native unsigned 64-bit integers at each of the 8 byte alignments: the u64 at offset ``p`` is
+    ``views[p & 7][p >> 3]`` (an index past the end raises IndexError)."""
+    whole = memoryview(buf)
+    size = len(buf)
+    return [whole[k:k + (size - k) // 8 * 8].cast("Q") for k in range(8)]
+
+
+def _walk_buffer(views: list[memoryview], p: int, left: int) -> tuple[int, int]:
+    """Step over up to ``left`` strings from buffer offset ``p`` (8-byte length, then the bytes) until the next
+    length is not in the buffer; returns (offset reached, strings left). Eight steps per loop turn: the loop
+    overhead is most of the cost of a step."""
+    q = p
+    try:
+        while left >= 8:
+            q = p
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            p += 8 + views[p & 7][p >> 3]
+            left -= 8
+    except IndexError:
+        p = q  # part of the last turn ran: redo it one step at a time
+    try:
+        while left:
+            p += 8 + views[p & 7][p >> 3]
+            left -= 1
+    except IndexError:
+        pass
+    return p, left
 
 
 class Cursor:
@@ -219,10 +257,52 @@ class Cursor:
     def skip_strings(self, count: int, max_len: int, what: str) -> None:
         """Skip ``count`` GGUF strings, validating every length, without building any of them.
 
-        This is the hot path for vocabularies (128k tokens, 280k merges): it works on the buffer
-        directly and refills only when an element crosses the buffer end.
+        This is the hot path for vocabularies (128k-262k tokens, 280k-515k merges). A string array carries no
+        byte size, so every length must be read; ``_walk_strings`` does that at C speed per step (memoryview
+        indexing, no checks) and the result is then checked as a whole: if the walk ended inside the readable
+        range and all the strings together hold at most ``max_len`` bytes, none of them is over ``max_len``.
+        Anything else (a length past the file, the header budget or the limit) is walked again one checked
+        element at a time, which names the offending element.
         """
         self.ensure_available(8 * count, f"{count} strings of {what}")
+        start = self._pos
+        end = self._walk_strings(count)
+        hard_end = self.hard_end
+        if end is not None and end - start - 8 * count <= max_len and (hard_end is None or end <= hard_end):
+            self._pos = end
+            if hard_end is None and count:
+                # Unknown size: make sure the last string really exists before claiming success.
+                self._pos = end - 1
+                self.read(1, f"end of {what}")
+            return
+        self._pos = start
+        self._skip_strings_checked(count, max_len, what)
+
+    def _walk_strings(self, count: int) -> int | None:
+        """The offset after ``count`` length-prefixed strings from ``tell()``, or None when a length field lies
+        outside what may be read (the checked walk then says where). Lengths are not bounded here: a huge one
+        moves the walk past the buffer and the readable range, which ends it."""
+        if _BIG_ENDIAN:
+            return None
+        pos = self._pos
+        left = count
+        while left:
+            rel = pos - self._buf_start
+            if rel < 0 or rel + 8 > len(self._buf):
+                if self.hard_end is not None and pos + 8 > self.hard_end:
+                    return None
+                self._pos = pos
+                try:
+                    self._fill(8, "string length")
+                except InputError:
+                    return None
+                rel = 0
+            rel, left = _walk_buffer(_u64_views(self._buf), rel, left)
+            pos = self._buf_start + rel
+        return pos
+
+    def _skip_strings_checked(self, count: int, max_len: int, what: str) -> None:
+        """``skip_strings`` one checked element at a time: the first bad length raises, naming its index."""
         hard_end = self.hard_end
         unpack = _U64.unpack_from
         pos = self._pos

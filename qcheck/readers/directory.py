@@ -18,8 +18,6 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import Checkpoint, SourceFile, TensorInfo, join_tensors, tensor_columns
 from qcheck.readers.jsonfile import loads_document, quoted
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
-from qcheck.readers.pickle import PICKLE_EXTENSIONS, looks_like_pickle, pickle_checkpoint, scan_pickle
-from qcheck.readers.safetensors import read_safetensors_header
 from qcheck.source import FileSet
 
 #: JSON side files read when present (parsed into ``Checkpoint.configs[name]``)
@@ -35,6 +33,8 @@ GGUF_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.
 
 def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: str | None = None) -> Checkpoint:
     """Read a whole model directory (or repo): safetensors shards, else one GGUF (set), else pickles."""
+    from qcheck.readers.pickle import PICKLE_EXTENSIONS
+
     display = path or fileset.root
     entries = fileset.list()
     sizes = {e.name: e.size for e in entries}
@@ -213,6 +213,8 @@ def gguf_groups(names: list[str]) -> dict[str, list[str]]:
 def load_pickles(fileset: FileSet, names: list[str], limits: Limits, *, path: str,
                  sizes: dict[str, int | None] | None = None) -> Checkpoint:
     """Scan pickle weight files statically (never unpickled) and read the side files beside them."""
+    from qcheck.readers.pickle import looks_like_pickle, pickle_checkpoint, scan_pickle
+
     sizes = sizes or {}
     scans = []
     skipped = []
@@ -249,6 +251,8 @@ def _pick_index(indexes: list[str]) -> str | None:
 
 
 def _read_shard(fileset: FileSet, shard: str, limits: Limits):
+    from qcheck.readers.safetensors import read_safetensors_header
+
     source = fileset.open(shard)
     try:
         return read_safetensors_header(source, limits, file=shard)

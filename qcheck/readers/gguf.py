@@ -12,15 +12,14 @@ Every count, length, dimension and offset is checked before use, following ggml'
 are skipped, their string lengths still validated, and kept as ``ArraySummary`` unless the caller
 asks for them by name.
 
-Public: ``read_gguf_header``, ``read_gguf_file``, ``load_gguf``, ``GGUFHeader``, ``ArraySummary``,
-``split_info``. The model keys (``{arch}.block_count`` ...) are read through ``qcheck.readers.gguf_meta``.
+Public: ``read_gguf_header``, ``read_gguf_file``, ``load_gguf``, ``GGUFHeader``, ``ArraySummary`` (defined in
+``qcheck.readers.gguf_records``), ``split_info``. The model keys (``{arch}.block_count`` ...) are read through ``qcheck.readers.gguf_meta``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from qcheck.errors import InputError
@@ -28,6 +27,7 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import Checkpoint, SourceFile, TensorInfo
 from qcheck.readers import gguf_tables as tables
 from qcheck.readers.binary import Cursor
+from qcheck.readers.gguf_records import ArraySummary, GGUFHeader
 from qcheck.source import ByteSource, FileSet, LocalFileSource
 
 #: arrays with at most this many elements are kept as lists; longer ones become ArraySummary
@@ -63,54 +63,6 @@ _ARRAY_KEYS = {
 }
 _ARCH_INT_KEYS = ("context_length", "embedding_length", "block_count", "vocab_size")
 _INT_TYPE_NAMES = frozenset(("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64"))
-
-
-@dataclass(frozen=True)
-class ArraySummary:
-    """A metadata array that was validated and skipped, not materialised.
-
-    ``offset`` is the absolute file offset of its first element, for a later targeted read.
-    """
-
-    element_type: str  # a GGUFValueType name: STRING, FLOAT32, INT32, ARRAY ...
-    count: int
-    offset: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"array_of": self.element_type, "count": self.count}
-
-    def __str__(self) -> str:
-        return f"[{self.element_type} x {self.count}]"
-
-
-@dataclass
-class GGUFHeader:
-    """Everything before the tensor data of one GGUF file."""
-
-    version: int
-    #: key -> int/float/bool/str, a list for small or requested arrays, ArraySummary for large ones
-    metadata: dict[str, Any]
-    #: in file order; ``shape`` is row-major (ggml ``ne`` reversed); ``offset`` is absolute
-    tensors: list[TensorInfo]
-    alignment: int
-    #: absolute offset where tensor data starts
-    data_offset: int
-    #: bytes of KV metadata + tensor infos (the end of the last tensor info)
-    header_bytes: int
-    file_size: int | None
-    warnings: list[str] = field(default_factory=list)
-    #: key -> GGUF value type: ``UINT32``, ``STRING``, ``ARRAY[STRING]`` ...
-    value_types: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def tensor_data_bytes(self) -> int | None:
-        """Sum of tensor sizes, None when a tensor has an unknown type."""
-        total = 0
-        for t in self.tensors:
-            if t.nbytes is None:
-                return None
-            total += t.nbytes
-        return total
 
 
 def read_gguf_header(
@@ -534,9 +486,11 @@ def load_gguf(fileset: FileSet, name: str, limits: Limits = DEFAULT_LIMITS) -> C
 
 
 def _read_from(fileset: FileSet, name: str, limits: Limits) -> GGUFHeader:
+    from qcheck.readers.gguf_cache import read_cached
+
     source = fileset.open(name)
     try:
-        return read_gguf_header(source, limits)
+        return read_cached(source, limits, lambda: read_gguf_header(source, limits))
     finally:
         source.close()
 

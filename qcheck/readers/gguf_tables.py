@@ -3,7 +3,9 @@
 ``import gguf`` (and even ``import gguf.constants``) runs ``gguf/__init__.py``, which imports numpy
 (~150 ms). ``gguf/constants.py`` itself only imports ``enum`` and ``typing``, so it is loaded here
 standalone, under a private module name, from the installed package. The tables are not copied:
-a newer gguf release brings new tensor and file types with it.
+a newer gguf release brings new tensor and file types with it. The few tables qcheck reads (tensor type sizes,
+file types, value types) are kept as plain data in the data cache (``qcheck.datacache``) under the SHA-256 of
+that constants.py's bytes, so a run normally reads the file and a small JSON entry instead of executing it.
 
 Two small things are not in gguf-py and are written here with their source:
 - llama.cpp's display names for file types (``llama_ftype_name``) and its guess of the file type
@@ -27,16 +29,12 @@ from typing import Any
 from qcheck.errors import QcheckError
 
 _PRIVATE_NAME = "qcheck._gguf_constants"
+#: the datacache kind of the plain tables below (bump the number when their layout changes)
+_CACHE_KIND = "gguf-constants-1"
 
 
-def _load_constants() -> ModuleType:
-    """gguf/constants.py as a module, without running gguf/__init__ (which imports numpy)."""
-    already = sys.modules.get("gguf.constants")
-    if already is not None:  # gguf was imported by someone else: share its enums
-        return already
-    cached = sys.modules.get(_PRIVATE_NAME)
-    if cached is not None:
-        return cached
+def _constants_path() -> str:
+    """gguf/constants.py of the installed package, found without importing the package."""
     spec = importlib.util.find_spec("gguf")  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
         from qcheck.install import install_hint
@@ -45,9 +43,15 @@ def _load_constants() -> ModuleType:
     for location in spec.submodule_search_locations:
         path = os.path.join(location, "constants.py")
         if os.path.isfile(path):
-            break
-    else:
-        raise QcheckError("the installed 'gguf' package has no constants.py; reinstall gguf")
+            return path
+    raise QcheckError("the installed 'gguf' package has no constants.py; reinstall gguf")
+
+
+def _exec_constants(path: str) -> ModuleType:
+    """gguf/constants.py as a module, without running gguf/__init__ (which imports numpy)."""
+    cached = sys.modules.get(_PRIVATE_NAME)
+    if cached is not None:
+        return cached
     file_spec = importlib.util.spec_from_file_location(_PRIVATE_NAME, path)
     if file_spec is None or file_spec.loader is None:  # pragma: no cover - defensive
         raise QcheckError(f"cannot load {path}")
@@ -61,16 +65,50 @@ def _load_constants() -> ModuleType:
     return module
 
 
-_constants = _load_constants()
+def _tables_of(constants: Any) -> dict[str, Any]:
+    """The few tables qcheck reads from gguf-py's constants, as plain data (JSON-safe: cached by the file's bytes)."""
+    quant = []
+    for qtype in constants.GGMLQuantizationType:
+        sizes = constants.GGML_QUANT_SIZES.get(qtype)
+        if sizes is not None and sizes[0] > 0 and sizes[1] > 0:
+            quant.append([int(qtype), qtype.name, int(sizes[0]), int(sizes[1])])
+    return {"quant": quant,
+            "file_types": [[int(ft), ft.name] for ft in constants.LlamaFileType],
+            "value_types": [[int(vt), vt.name] for vt in constants.GGUFValueType],
+            "version": int(constants.GGUF_VERSION), "alignment": int(constants.GGUF_DEFAULT_ALIGNMENT)}
 
-GGMLQuantizationType: Any = _constants.GGMLQuantizationType
-GGML_QUANT_SIZES: dict[Any, tuple[int, int]] = _constants.GGML_QUANT_SIZES
-LlamaFileType: Any = _constants.LlamaFileType
-GGUFValueType: Any = _constants.GGUFValueType
-Keys: Any = _constants.Keys
-GGUF_MAGIC: int = _constants.GGUF_MAGIC
-GGUF_VERSION: int = _constants.GGUF_VERSION
-GGUF_DEFAULT_ALIGNMENT: int = _constants.GGUF_DEFAULT_ALIGNMENT
+
+def _well_formed(tables: Any) -> bool:
+    """A cached entry has the shape ``_tables_of`` writes (anything else is parsed again)."""
+    def rows(key: str, shape: tuple[type, ...]) -> bool:
+        value = tables.get(key)
+        return isinstance(value, list) and bool(value) and all(
+            isinstance(r, list) and len(r) == len(shape) and all(type(x) is t for x, t in zip(r, shape, strict=True))
+            for r in value)
+
+    return (isinstance(tables, dict) and rows("quant", (int, str, int, int)) and rows("file_types", (int, str))
+            and rows("value_types", (int, str)) and type(tables.get("version")) is int
+            and type(tables.get("alignment")) is int)
+
+
+def _load_tables() -> dict[str, Any]:
+    """gguf-py's tables: from its constants module when gguf is already imported, else from the data cache keyed
+    on constants.py's bytes (executing that module, a hundred enums, costs more than the rest of an inspect)."""
+    already = sys.modules.get("gguf.constants")
+    if already is not None:  # gguf was imported by someone else: read its enums
+        return _tables_of(already)
+    from qcheck.datacache import cached_parse
+
+    path = _constants_path()
+    with open(path, "rb") as fh:
+        data = fh.read()
+    tables = cached_parse(_CACHE_KIND, data, lambda _raw: _tables_of(_exec_constants(path)))
+    return tables if _well_formed(tables) else _tables_of(_exec_constants(path))
+
+
+_tables = _load_tables()
+GGUF_VERSION: int = _tables["version"]
+GGUF_DEFAULT_ALIGNMENT: int = _tables["alignment"]
 
 #: ggml's limits (include/ggml.h): GGML_MAX_DIMS, GGML_MAX_NAME
 GGML_MAX_DIMS = 4
@@ -87,14 +125,7 @@ REMOVED_TENSOR_TYPES: dict[int, str] = {
 
 
 def _build_tensor_types() -> dict[int, tuple[str, int, int]]:
-    table: dict[int, tuple[str, int, int]] = {}
-    for qtype in GGMLQuantizationType:
-        sizes = GGML_QUANT_SIZES.get(qtype)
-        if sizes is None:
-            continue
-        block, type_size = sizes
-        if block > 0 and type_size > 0:
-            table[int(qtype)] = (qtype.name, int(block), int(type_size))
+    table: dict[int, tuple[str, int, int]] = {tid: (name, block, size) for tid, name, block, size in _tables["quant"]}
     for tid, entry in _NEWER_TENSOR_TYPES.items():
         table.setdefault(tid, entry)
     return table
@@ -134,12 +165,13 @@ VALUE_TYPES: dict[int, tuple[str, str | None, int | None]] = {}
 _FORMATS = {"UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I", "INT32": "i",
             "FLOAT32": "f", "BOOL": "?", "UINT64": "Q", "INT64": "q", "FLOAT64": "d"}
 _SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "f": 4, "?": 1, "Q": 8, "q": 8, "d": 8}
-for _vt in GGUFValueType:
-    _fmt = _FORMATS.get(_vt.name)
-    VALUE_TYPES[int(_vt)] = (_vt.name, _fmt, _SIZES[_fmt] if _fmt else None)
-VT_STRING = int(GGUFValueType.STRING)
-VT_ARRAY = int(GGUFValueType.ARRAY)
-INTEGER_VALUE_TYPES = frozenset(int(GGUFValueType[n]) for n in
+for _vid, _vname in _tables["value_types"]:
+    _fmt = _FORMATS.get(_vname)
+    VALUE_TYPES[_vid] = (_vname, _fmt, _SIZES[_fmt] if _fmt else None)
+_VALUE_TYPE_IDS = {name: vid for vid, (name, _, _) in VALUE_TYPES.items()}
+VT_STRING = _VALUE_TYPE_IDS["STRING"]
+VT_ARRAY = _VALUE_TYPE_IDS["ARRAY"]
+INTEGER_VALUE_TYPES = frozenset(_VALUE_TYPE_IDS[n] for n in
                                 ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64"))
 
 
@@ -150,7 +182,7 @@ def value_type_name(type_id: int) -> str:
 
 # ------------------------------------------------------------------------------------ file types
 _NEWER_FILE_TYPES: dict[int, str] = {41: "Q2_0"}
-FILE_TYPE_GUESSED_FLAG = int(LlamaFileType.GUESSED)
+FILE_TYPE_GUESSED_FLAG = next(fid for fid, name in _tables["file_types"] if name == "GUESSED")
 
 
 def _canonical(name: str) -> str:
@@ -160,7 +192,7 @@ def _canonical(name: str) -> str:
 
 
 def _build_file_types() -> dict[int, str]:
-    table = {int(ft): _canonical(ft.name) for ft in LlamaFileType if ft.name != "GUESSED"}
+    table = {fid: _canonical(name) for fid, name in _tables["file_types"] if name != "GUESSED"}
     for fid, name in _NEWER_FILE_TYPES.items():
         table.setdefault(fid, name)
     return table

@@ -23,6 +23,8 @@ _OID = re.compile(r"sha256:[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class LfsPointer:
+    """A Git LFS pointer file's fields."""
+
     version: str
     oid: str  # "sha256:<hex>"
     size: int  # bytes of the real file
@@ -56,7 +58,7 @@ def parse_lfs_pointer(data: bytes, *, path: str | None = None) -> LfsPointer:
     if not _OID.fullmatch(oid):
         raise InputError("Git LFS pointer has no valid 'oid sha256:<64 hex digits>' line", path=path)
     size_text = fields.get("size", "")
-    if not size_text.isdigit() or len(size_text) > 20:
+    if not (size_text.isascii() and size_text.isdigit()) or len(size_text) > 20:  # isdigit alone accepts '²'
         raise InputError("Git LFS pointer has no valid 'size <bytes>' line", path=path)
     return LfsPointer(version=fields["version"], oid=oid, size=int(size_text))
 

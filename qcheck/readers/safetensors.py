@@ -201,14 +201,7 @@ def _parse_header(raw: bytes, limits: Limits, name: str, file_size: int | None, 
                             allow_constants=False, max_objects=limits.max_tensors + 2,
                             # 4 pairs per tensor entry (name, dtype, shape, data_offsets), 1 per metadata entry
                             max_pairs=4 * (limits.max_tensors + 2) + limits.max_kv)
-    warnings: list[str] = []
-    padding = raw[end:]
-    if padding.strip(b" "):
-        if padding.strip(b" \t\r\n"):
-            first = end + len(padding) - len(padding.lstrip(b" \t\r\n"))
-            raise InputError(f"non-space bytes after the JSON header at offset {N_LEN + first}", path=name,
-                             where="header padding")
-        warnings.append("header padded with tabs or newlines; the format allows only spaces")
+    warnings = _padding_warnings(raw, end, name)
     if not isinstance(value, dict):  # pragma: no cover - guarded by the leading '{'
         raise InputError("header is not a JSON object", path=name)
 
@@ -222,6 +215,38 @@ def _parse_header(raw: bytes, limits: Limits, name: str, file_size: int | None, 
         return SafetensorsHeader(name=name, tensors=columns[0], metadata=metadata, header_length=n,
                                  data_offset=data_offset, data_length=columns[1], file_size=file_size,
                                  warnings=warnings)
+    tensors, spans, unknown, extra_fields = _general_entries(value, limits, name, data_offset, file)
+    data_length = _check_layout(spans, name)
+    _check_size(data_offset, data_length, file_size, name)
+    for dtype, names in sorted(unknown.items()):
+        warnings.append(f"unknown dtype {dtype!r} in {len(names)} tensor(s) (first: {quoted(names[0])}); "
+                        "kept verbatim, its byte size not checked")
+    if extra_fields:
+        warnings.append(f"{len(extra_fields)} tensor entries carry fields other than dtype/shape/data_offsets "
+                        f"(first: {quoted(extra_fields[0])}); ignored")
+    return SafetensorsHeader(name=name, tensors=tensors, metadata=metadata, header_length=n,
+                             data_offset=data_offset, data_length=data_length, file_size=file_size,
+                             warnings=warnings)
+
+
+def _padding_warnings(raw: bytes, end: int, name: str) -> list[str]:
+    """The bytes after the JSON object: spaces (the format's padding), or tabs/newlines (a warning); anything
+    else is an error naming its offset."""
+    padding = raw[end:]
+    if not padding.strip(b" "):
+        return []
+    if padding.strip(b" \t\r\n"):
+        first = end + len(padding) - len(padding.lstrip(b" \t\r\n"))
+        raise InputError(f"non-space bytes after the JSON header at offset {N_LEN + first}", path=name,
+                         where="header padding")
+    return ["header padded with tabs or newlines; the format allows only spaces"]
+
+
+def _general_entries(value: dict[str, Any], limits: Limits, name: str, data_offset: int, file: str
+                     ) -> tuple[dict[str, TensorInfo], list[tuple[int, int, str]], dict[str, list[str]], list[str]]:
+    """Every tensor entry of a header that is neither compact nor plain: (tensors, data spans, names per unknown
+    dtype, names of entries with extra fields). The common valid entry is checked inline (no call, no message
+    built); anything else by ``_entry``, which names the problem."""
     tensors: dict[str, TensorInfo] = {}
     spans: list[tuple[int, int, str]] = []
     unknown: dict[str, list[str]] = {}
@@ -230,7 +255,6 @@ def _parse_header(raw: bytes, limits: Limits, name: str, file_size: int | None, 
     for tname, entry in value.items():
         if len(tname) > max_name:
             raise InputError(f"tensor name of {len(tname)} characters is over the limit", path=name)
-        # the common valid entry is checked inline (no call, no message built); anything else by _entry
         dtype: Any = entry.get("dtype") if type(entry) is dict else None
         shape: Any = entry.get("shape") if dtype is not None else None
         offsets: Any = entry.get("data_offsets") if dtype is not None else None
@@ -269,18 +293,7 @@ def _parse_header(raw: bytes, limits: Limits, name: str, file_size: int | None, 
                     f"{dtype} needs {nbytes}", path=name, where=f"tensor {quoted(tname)}")
         tensors[tname] = TensorInfo(tname, dtype, shape, nbytes, data_offset + begin, file)
         spans.append((begin, stop, tname))
-
-    data_length = _check_layout(spans, name)
-    _check_size(data_offset, data_length, file_size, name)
-    for dtype, names in sorted(unknown.items()):
-        warnings.append(f"unknown dtype {dtype!r} in {len(names)} tensor(s) (first: {quoted(names[0])}); "
-                        "kept verbatim, its byte size not checked")
-    if extra_fields:
-        warnings.append(f"{len(extra_fields)} tensor entries carry fields other than dtype/shape/data_offsets "
-                        f"(first: {quoted(extra_fields[0])}); ignored")
-    return SafetensorsHeader(name=name, tensors=tensors, metadata=metadata, header_length=n,
-                             data_offset=data_offset, data_length=data_length, file_size=file_size,
-                             warnings=warnings)
+    return tensors, spans, unknown, extra_fields
 
 
 def _check_size(data_offset: int, data_length: int, file_size: int | None, name: str) -> None:

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from qcheck.hub.target import origin_of
 from qcheck.model import Origin
 
 LEVELS = ("error", "warning", "note")
@@ -99,6 +98,14 @@ class Finding:
 
 # ----------------------------------------------------------------------------------------- locations
 _FILE_SUFFIXES = (".gguf", ".safetensors", ".json", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def origin_of(model: str) -> Origin:
+    """``qcheck.hub.target.origin_of``, imported when a finding needs it (the Hub client is not loaded to print a
+    local inspection)."""
+    from qcheck.hub.target import origin_of as hub_origin_of
+
+    return hub_origin_of(model)
 
 
 def origin(inspection: dict[str, Any] | None, model: str) -> Origin:

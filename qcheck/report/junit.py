@@ -154,6 +154,21 @@ def _inspect_suite(data: dict[str, Any]) -> ET.Element:
     return suite.finish()
 
 
+def _probe_suite(data: dict[str, Any]) -> ET.Element:
+    """``qcheck probe``: one case per capability; a required one that is not supported is a failure."""
+    url = str(data.get("url", "?"))
+    suite = _Suite(f"qcheck probe {url}")
+    required = set(data.get("required") or [])
+    for c in data.get("capabilities") or []:
+        if not isinstance(c, dict):
+            continue
+        detail = "\n".join(str(x) for x in (c.get("detail"), c.get("server_message")) if x)
+        failing = c.get("id") in required and c.get("status") != "supported"
+        suite.case(url, str(c.get("id")), out=[f"{c.get('status')}: {detail}"],
+                   failure=(f"{c.get('status')}: {c.get('detail')}", str(c.get("status")), detail) if failing else None)
+    return suite.finish()
+
+
 def build(result: Any) -> ET.Element:
     """The ``<testsuites>`` element of a result."""
     data, kind = result_data(result)
@@ -165,6 +180,8 @@ def build(result: Any) -> ET.Element:
         suites = _gate_suites(data)
     elif kind == "inspect":
         suites = [_inspect_suite(data)]
+    elif kind == "probe":
+        suites = [_probe_suite(data)]
     elif kind in ("check-set", "inspect-set"):  # --all: one suite per model
         one = _check_suite if kind == "check-set" else _inspect_suite
         suites = [one(r) for r in data.get("results") or [] if isinstance(r, dict)]

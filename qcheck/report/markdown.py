@@ -176,13 +176,23 @@ def _inspect(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _probe(data: dict[str, Any]) -> list[str]:
+    """``qcheck probe``: one row per capability."""
+    missing = data.get("missing") or []
+    lines = [_headline("probe", int(data.get("exit_code") or 0),
+                       f"missing {', '.join(missing)}" if missing else f"{cell(data.get('url'), 120)}"), ""]
+    rows = [[cell(c.get("id"), 40), cell(c.get("status"), 20), cell(c.get("detail"), 200),
+             cell(c.get("server_message") or "", 200)] for c in data.get("capabilities") or [] if isinstance(c, dict)]
+    return lines + _table(["Capability", "Status", "Detail", "Server"], rows)
+
+
 def render(result: Any) -> str:
     data, kind = result_data(result)
     if kind == "matrix" and not isinstance(result, dict):
         from qcheck.report.markdown_matrix import render as render_matrix
 
         return render_matrix(result)
-    builders = {"check": _check, "eval": _eval, "gate": _gate, "inspect": _inspect}
+    builders = {"check": _check, "eval": _eval, "gate": _gate, "inspect": _inspect, "probe": _probe}
     if kind.endswith("-set") and kind.removesuffix("-set") in builders:  # --all: one section per model
         one = builders[kind.removesuffix("-set")]
         sections = ["\n".join(one(r)) for r in data.get("results") or [] if isinstance(r, dict)]

@@ -29,7 +29,7 @@ _TABLE_GAP = re.compile(r"\S {2,}\S")
 def terminal_width(stream: IO[str] | None) -> int | None:
     """``COLUMNS`` when set, else the width of ``stream`` when it is a terminal, else None (no limit)."""
     value = os.environ.get("COLUMNS", "").strip()
-    if value.isdigit() and int(value) > 0:
+    if value.isascii() and value.isdigit() and int(value[:9]) > 0:  # isdigit alone accepts '²', which int() refuses
         return max(int(value), MIN_WIDTH)
     try:
         is_tty = stream is not None and stream.isatty()

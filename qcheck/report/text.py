@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from qcheck.report import text_check, text_eval, text_gate, text_inspect, text_matrix
+from qcheck.report import text_check, text_eval, text_gate, text_inspect, text_matrix, text_probe
 
 if TYPE_CHECKING:
     from qcheck.model import Inspection
@@ -18,6 +18,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {
     "matrix": text_matrix.render,
     "eval": text_eval.render,
     "gate": text_gate.render,
+    "probe": text_probe.render,
 }
 
 

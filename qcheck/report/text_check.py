@@ -9,6 +9,7 @@ from qcheck.report.text_inspect import describe as describe_inspection
 if TYPE_CHECKING:
     from qcheck.check import CheckResult
     from qcheck.model import Inspection, Verdict
+    from qcheck.request import Origin
 
 _WORDS = {"native": "NATIVE", "fallback": "FALLBACK", "unsupported": "UNSUPPORTED", "unknown": "UNKNOWN"}
 _LABEL_WIDTH = 11
@@ -85,6 +86,9 @@ def render(result: CheckResult) -> str:
     lines = [f"{insp.path}: {describe(insp)}"]
     for warning in [*insp.warnings, *result.warnings]:
         lines.append(f"  warning: {warning}")
+    origin = result.request.origin if result.request is not None else None
+    if origin is not None:
+        lines.extend(deployment_lines(origin))
     for v in result.verdicts:
         lines.append("")
         lines.extend(render_verdict(v, None if result.explore else result.fails(v)))
@@ -106,6 +110,20 @@ def render(result: CheckResult) -> str:
         verdict = f"{failing} of {len(result.verdicts)} fail{'s' if failing == 1 else ''}"
     lines.append(f"{total}: {summary}; {verdict} (exit {result.exit_code})")
     return "\n".join(lines) + "\n"
+
+
+def deployment_lines(origin: Origin) -> list[str]:
+    """The engine command or manifest the request was read from: what was judged and what was not."""
+    where = f" ({origin.file}:{origin.line})" if origin.file else ""
+    lines = [f"  deployment: {origin.command}{where}"]
+    judged = [f"{s.flag}{'' if s.value is None else ' ' + s.value} -> {s.judged_as}" for s in origin.settings
+              if s.judged_as is not None]
+    if judged:
+        lines.append(f"  judged:     {'; '.join(judged)}")
+    skipped = [f"{s.flag}{'' if s.value is None else ' ' + s.value}" for s in origin.not_judged]
+    lines.append(f"  not judged: {'; '.join(skipped) if skipped else 'none'}")
+    lines.append(f"  flags read: {origin.flags_source}")
+    return lines
 
 
 def plural(n: int, word: str) -> str:

@@ -39,6 +39,12 @@ def render(result: Any) -> str:
             memory = v.get("memory") or {}
             if memory.get("summary"):
                 lines.append(f"               memory: {memory['summary']}")
+            deployment = v.get("deployment") or {}
+            if deployment:
+                skipped = [f"{s['flag']}{'' if s.get('value') is None else ' ' + str(s['value'])}"
+                           for s in deployment.get("not_judged") or []]
+                lines.append(f"               deployment: {deployment.get('image')}: {deployment.get('command')}")
+                lines.append(f"               not judged: {'; '.join(skipped) if skipped else 'none'}")
     quality = data.get("quality")
     if quality:
         lines.append("")

@@ -14,7 +14,7 @@ from typing import Any
 from qcheck.memory import MemoryEstimate, MemoryTarget, engine_memory_params, estimate_memory
 from qcheck.model import Inspection
 from qcheck.model_shape import shape_from
-from qcheck.request import Deploy, KVCacheTypes, Parallel
+from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 
 _LOOKUP: Any = object()
 
@@ -30,10 +30,11 @@ def estimate(ins: Inspection, *, context: int | None = None, batch: int = 1, kv_
              dequantized: bool = False, gpu_memory_gib: float | None = None, engine: str | None = None,
              engine_memory: Any = _LOOKUP, config: Mapping[str, Any] | None = None,
              gguf_metadata: Mapping[str, Any] | None = None, tensors: Mapping[str, Any] | None = None,
-             device: str = "GPU", tp: int | None = None) -> MemoryEstimate:
+             device: str = "GPU", tp: int | None = None, knobs: EngineKnobs | None = None,
+             version: str | None = None) -> MemoryEstimate:
     if config is not None or gguf_metadata is not None or tensors is not None:
         with_shape(ins, config=config, gguf_metadata=gguf_metadata, tensors=tensors)
-    deploy = Deploy(context, batch, KVCacheTypes.parse(kv_cache_dtype), Parallel(tp=tp))
+    deploy = Deploy(context, batch, KVCacheTypes.parse(kv_cache_dtype), Parallel(tp=tp), knobs or EngineKnobs())
     params = engine_memory_params(engine) if engine_memory is _LOOKUP else engine_memory
-    target = MemoryTarget(engine, params, device, gpu_memory_gib, "bfloat16" if dequantized else None)
+    target = MemoryTarget(engine, params, device, gpu_memory_gib, "bfloat16" if dequantized else None, version)
     return estimate_memory(ins, deploy, target)

@@ -189,7 +189,7 @@ def pack_bits_le(values: np.ndarray, bits: int) -> np.ndarray:
     zero-padded up to a whole number of words.
     """
     v = np.asarray(values).astype(np.uint64)
-    if v.size and (v.max() >> bits):
+    if v.size and (int(v.max()) >> bits):
         raise ValueError(f"a value does not fit in {bits} bits")
     n = v.shape[-1]
     words = math.ceil(n * bits / 32)

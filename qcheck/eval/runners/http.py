@@ -1,10 +1,11 @@
 """HTTP plumbing for endpoint candidates: JSON POST/GET with timeouts, retries with backoff, bounded bodies,
 a secret that never reaches a message, concurrent fan-out, and an append-only resume state file.
 
-Why our own (stdlib ``urllib``) instead of an SDK: an eval run must survive rate limits (429 with
-``Retry-After``), flaky gateways (5xx) and hung sockets, yet stop on a real refusal (400, 401, 404) at once
-with the server's own words; and a run interrupted after N items must restart from item N+1. SDKs either
-hide the status or retry what should not be retried, and none keeps a resume file.
+The requests go through ``qcheck.net`` (httpx2), qcheck's one HTTP stack: an eval run must survive rate limits
+(429 with ``Retry-After``), flaky gateways (5xx) and hung or dripping sockets, yet stop on a real refusal
+(400, 401, 404) at once with the server's own words; and a run interrupted after N items must restart from
+item N+1. ``--request-timeout`` bounds each whole attempt (name resolution, connect, TLS, the answer), not just
+one read.
 """
 
 from __future__ import annotations
@@ -12,31 +13,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from qcheck import net
 from qcheck.errors import RemoteError, UsageError
 
 #: statuses worth another attempt: rate limiting and gateway/server trouble
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: largest JSON body accepted from a server (a full-vocabulary echo of a long prompt stays far below)
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-#: longest wait honoured from a Retry-After header
+#: longest wait honoured from a Retry-After header; a server asking for more ends the retries at once
 MAX_RETRY_AFTER = 120.0
+#: longest backoff between attempts when the server asks nothing
+MAX_BACKOFF = 30.0
 #: largest resume state file read back
 MAX_STATE_BYTES = 4 * 1024 * 1024 * 1024
-
-_BEARER_RE = re.compile(r"(?i)(bearer\s+)\S+")
-_KEYLIKE_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{8,}|hf_[A-Za-z0-9]{8,})\b")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -53,10 +50,7 @@ class EndpointError(RemoteError):
 
 def redact(text: str, secret: str | None) -> str:
     """Remove the API key (and anything shaped like a bearer token or provider key) from ``text``."""
-    if secret:
-        text = text.replace(secret, "***")
-    text = _BEARER_RE.sub(r"\1***", text)
-    return _KEYLIKE_RE.sub("***", text)
+    return net.redact(text, secret)
 
 
 def server_message(body: bytes | str) -> str:
@@ -64,7 +58,7 @@ def server_message(body: bytes | str) -> str:
     text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return " ".join(text.split())[:300]
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("detail", obj.get("message")))
@@ -82,7 +76,8 @@ class HttpClient:
     """JSON over HTTP to one base URL, retried with exponential backoff and jitter.
 
     ``retries`` is the number of *extra* attempts after the first; waits are ``backoff * 2**attempt`` (capped
-    at 30 s, ±25 % jitter), or the server's ``Retry-After`` (capped at ``MAX_RETRY_AFTER``).
+    at 30 s, ±25 % jitter), or the server's ``Retry-After`` (a request asking for more than ``MAX_RETRY_AFTER``
+    is not retried: the error says how long the server asked). ``timeout`` bounds each whole attempt.
     """
 
     base_url: str
@@ -100,8 +95,15 @@ class HttpClient:
         if not re.match(r"^https?://[^/\s]+", self.base_url):
             raise UsageError(f"endpoint URL {self.base_url!r} must start with http:// or https://")
         self.base_url = self.base_url.rstrip("/")
-        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0:
-            raise UsageError("timeout must be positive, retries and backoff not negative")
+        if not (self.timeout > 0 and self.retries >= 0 and self.backoff >= 0) or self.timeout == float("inf"):
+            raise UsageError("timeout must be positive and finite, retries and backoff not negative")
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        settings = net.Settings(timeout=self.timeout, retries=self.retries, backoff=self.backoff,
+                                max_backoff=MAX_BACKOFF, max_wait=MAX_RETRY_AFTER, attempt_limit=self.timeout,
+                                jitter=0.25, retry_refused=True)
+        self._net = net.Client(settings, headers=headers, secrets=(self.api_key,))
 
     def url(self, path: str) -> str:
         return self.base_url + path
@@ -112,79 +114,51 @@ class HttpClient:
     def get(self, path: str, *, retry_statuses: frozenset[int] = RETRY_STATUSES) -> Any:
         return self._call("GET", path, None, retry_statuses)
 
+    def close(self) -> None:
+        self._net.close()
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None, retry_statuses: frozenset[int]) -> Any:
         data = json.dumps(body, separators=(",", ":")).encode("utf-8") if body is not None else None
-        attempt = 0
-        while True:
-            wait_s: float | None = None
-            try:
-                return self._once(method, path, data)
-            except urllib.error.HTTPError as exc:
-                raw = _read_bounded(exc, 64 * 1024)
-                status = exc.code
-                message = redact(server_message(raw), self.api_key)
-                if status not in retry_statuses or attempt >= self.retries:
-                    extra = f" after {attempt + 1} attempts" if attempt else ""
-                    raise EndpointError(f"{method} {self.url(path)}: HTTP {status}{extra}: {message}",
-                                        status=status, body=message) from None
-                wait_s = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if attempt >= self.retries:
-                    raise EndpointError(f"{method} {self.url(path)}: {redact(str(reason), self.api_key)} "
-                                        f"(after {attempt + 1} attempts)") from None
-            with self._lock:
-                self.retried += 1
-            if wait_s is None:
-                wait_s = min(30.0, self.backoff * (2 ** attempt)) * random.uniform(0.75, 1.25)
-            time.sleep(wait_s)
-            attempt += 1
-
-    def _once(self, method: str, path: str, data: bytes | None) -> Any:
-        req = urllib.request.Request(self.url(path), data=data, method=method)
-        req.add_header("Accept", "application/json")
-        req.add_header("User-Agent", self.user_agent)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
-        with self._lock:
-            self.requests += 1
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # http(s) only: checked in __post_init__
-            raw = _read_bounded(resp, MAX_RESPONSE_BYTES)
-        if len(raw) >= MAX_RESPONSE_BYTES:
-            raise EndpointError(f"{method} {self.url(path)}: response is over {MAX_RESPONSE_BYTES} bytes")
+        limit = MAX_RESPONSE_BYTES
+        call = net.Call(max_bytes=limit, body=data, retry_statuses=retry_statuses,
+                        headers={"Content-Type": "application/json"} if data is not None else {})
+        where = f"{method} {net.display_url(self.url(path))}"
         try:
-            return json.loads(raw)
+            resp = self._net.request(method, self.url(path), call, _Counting(self))
+        except net.NetError as exc:
+            raise EndpointError(redact(f"{where}: {exc}", self.api_key)) from None
+        if resp.status >= 400:
+            message = redact(server_message(resp.body), self.api_key)
+            extra = f" after {resp.attempts} attempts" if resp.attempts > 1 else ""
+            if resp.wait_refused and resp.retry_after is not None:
+                extra += (f" (the server asks to retry after {resp.retry_after:g} s, longer than the "
+                          f"{MAX_RETRY_AFTER:g} s qcheck waits; finished requests are kept for a rerun)")
+            raise EndpointError(f"{where}: HTTP {resp.status}{extra}: {message}", status=resp.status, body=message)
+        if not resp.complete:
+            raise EndpointError(f"{where}: response is over {limit} bytes")
+        try:
+            return json.loads(resp.body)
         except RecursionError:
-            raise EndpointError(f"{method} {self.url(path)}: the response JSON is nested too deeply") from None
+            raise EndpointError(f"{where}: the response JSON is nested too deeply") from None
         except ValueError:
-            raise EndpointError(f"{method} {self.url(path)}: the response is not JSON "
-                                f"({' '.join(raw[:120].decode('utf-8', 'replace').split())!r})") from None
+            raise EndpointError(f"{where}: the response is not JSON "
+                                f"({' '.join(resp.body[:120].decode('utf-8', 'replace').split())!r})") from None
 
 
-def _read_bounded(resp: Any, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        while total < limit:
-            chunk = resp.read(min(1 << 20, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except (OSError, ValueError):
-        pass
-    return b"".join(chunks)
+class _Counting(net.Watch):
+    """The client's request and retry counters, kept as the eval report shows them."""
 
+    def __init__(self, client: HttpClient):
+        super().__init__()
+        self.client = client
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, min(MAX_RETRY_AFTER, float(value)))
-    except ValueError:
-        return None
+    def attempt(self) -> None:
+        with self.client._lock:
+            self.client.requests += 1
+
+    def retrying(self, reason: str, wait: float, attempt: int, attempts: int) -> None:
+        with self.client._lock:
+            self.client.retried += 1
 
 
 def fan_out(func: Callable[[T], R], items: Iterable[T], concurrency: int,
@@ -230,7 +204,10 @@ class ResumeState:
 
     The file name is a hash of the run configuration (endpoint, model, mode, k, prompt format), and every
     record carries a hash of its request's token ids, so a rerun reuses exactly the requests that are done
-    and identical; a torn last line (the run was killed mid-write) is ignored.
+    and identical. A run killed at any point (``kill -9`` included) loses at most the record it was writing: on
+    load, a last line without its newline is cut off the file when it is not a whole record (or given its
+    newline when it is), so the next record starts on a line of its own instead of being glued to the torn
+    one and lost with it. Each record is flushed to the operating system as soon as it is written.
     """
 
     def __init__(self, path: Path | None):
@@ -243,15 +220,38 @@ class ResumeState:
             if size > MAX_STATE_BYTES:
                 raise UsageError(f"resume state {path} is {size} bytes, over the {MAX_STATE_BYTES}-byte limit; "
                                  "delete it or pass --no-resume")
-            with open(path, "rb") as fh:
-                for line in fh:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and isinstance(rec.get("id"), str):
-                        self._data[rec["id"]] = rec.get("value")
+            self._load(path)
             self.loaded = len(self._data)
+
+    def _load(self, path: Path) -> None:
+        """Read every whole record; repair a torn last line (see the class docstring)."""
+        with open(path, "rb+") as fh:
+            start = 0
+            torn: tuple[int, bool] | None = None  # (offset of the unterminated last line, whether it is a record)
+            for line in fh:
+                record = self._record(line)
+                if not line.endswith(b"\n"):
+                    torn = (start, record)
+                start += len(line)
+            if torn is None:
+                return
+            offset, whole = torn
+            if whole:
+                fh.seek(0, 2)
+                fh.write(b"\n")
+            else:
+                fh.truncate(offset)
+
+    def _record(self, line: bytes) -> bool:
+        """Keep one line's record; False when the line is not one (torn, or not JSON)."""
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            return False
+        if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+            self._data[rec["id"]] = rec.get("value")
+            return True
+        return False
 
     @staticmethod
     def record_id(kind: str, key: str, ids: tuple[int, ...], extra: str = "") -> str:

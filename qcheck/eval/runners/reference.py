@@ -75,7 +75,7 @@ def resolve_device(name: str) -> tuple[str, str | None]:
     return ("cuda" if cuda else "cpu"), "auto"
 
 
-_MEMORY_KEY = re.compile(r"^(cpu|mps|\d{1,3})$")
+_MEMORY_KEY = re.compile(r"^(cpu|mps|[0-9]{1,3})$")
 _MEMORY_SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?B|B)$", re.IGNORECASE)
 
 
@@ -88,7 +88,7 @@ def parse_max_memory(values: Sequence[str]) -> dict[str | int, str]:
         if not sep or not _MEMORY_KEY.match(key) or not _MEMORY_SIZE.match(size):
             raise UsageError(f"--max-memory {value!r}: use DEVICE=SIZE, DEVICE a GPU index, cpu or mps, SIZE like "
                              "20GiB or 512MB")
-        out[int(key) if key.isdigit() else key] = size.replace(" ", "")
+        out[int(key) if key.isascii() and key.isdigit() else key] = size.replace(" ", "")
     return out
 
 

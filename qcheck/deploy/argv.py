@@ -1,0 +1,269 @@
+"""Read an engine command line as the engine's own parser reads it: which token is an option, which its value,
+aliases, abbreviations, ``--flag=value``, ``--no-`` negations, and what the engine says when it refuses one.
+
+One reader per tokenising convention (``FlagTable.syntax``): Python argparse (vLLM, SGLang, mlx-lm), llama.cpp's
+``common_params_parse_ex``, click (trtllm-serve), Go cobra/pflag (Ollama) and commander.js (LM Studio's lms).
+The messages quote the parsers' own wording (argparse "unrecognized arguments", llama.cpp "invalid argument",
+click "No such option", pflag "unknown flag", commander "unknown option").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from qcheck.deploy.flags import FlagSpec, FlagTable
+
+__all__ = ["Occurrence", "Parsed", "Problem", "read_argv"]
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+#: tokens one command line may hold (a manifest's args list is bounded before it gets here too)
+MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One option as written: the token, the option it names, its value (None for a switch), whether it is the
+    negative spelling (``--no-x``, ``-nocb``), and where it was written."""
+
+    written: str
+    spec: FlagSpec
+    value: str | None
+    negative: bool = False
+    where: str = "argv"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A token the engine refuses while parsing, in its own words."""
+
+    flag: str
+    value: str | None
+    message: str
+    unknown_flag: bool = False  # the engine has no such option (at the table's release)
+
+
+@dataclass
+class Parsed:
+    occurrences: list[Occurrence] = field(default_factory=list)
+    positionals: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_argv(table: FlagTable, tokens: list[str], program: str | None = None) -> Parsed:
+    """Parse ``tokens`` (the arguments after the program and sub-command) with ``table``'s syntax; ``program``
+    picks llama.cpp's per-tool options (``server``, ``cli``)."""
+    reader = {"argparse": _Argparse, "llama.cpp": _LlamaCpp, "click": _Click, "cobra": _Cobra,
+              "commander": _Commander}[table.syntax]
+    return reader(table, tokens[:MAX_TOKENS], program).run()
+
+
+class _Reader:
+    """Shared walk: subclasses say how a token names an option and how values are taken."""
+
+    unknown = "unrecognized arguments: {}"
+    missing = "argument {}: expected one argument"
+    equals = True  # --flag=value accepted
+
+    def __init__(self, table: FlagTable, tokens: list[str], program: str | None):
+        self.table, self.tokens, self.program = table, tokens, program
+        self.out = Parsed()
+        self.i = 0
+
+    def run(self) -> Parsed:
+        only_positionals = False
+        while self.i < len(self.tokens):
+            tok = self.tokens[self.i]
+            self.i += 1
+            if only_positionals or not self.is_option(tok):
+                self.positional(tok)
+                continue
+            if tok == "--":
+                only_positionals = True
+                continue
+            self.option(tok)
+        return self.out
+
+    # -- hooks -------------------------------------------------------------------------------------------
+    def is_option(self, tok: str) -> bool:
+        return tok.startswith("-") and tok != "-" and not _NEGATIVE_NUMBER.match(tok)
+
+    def positional(self, tok: str) -> None:
+        self.out.positionals.append(tok)
+
+    def normalise(self, name: str) -> str:
+        if self.table.underscores and name.startswith("--"):
+            return name.replace("_", "-")
+        return name
+
+    def lookup(self, name: str) -> tuple[FlagSpec | None, str | None]:
+        """The option a name selects, or (None, message) when the engine refuses it."""
+        spec = self.table.by_name.get(name)
+        if spec is not None and spec.accepted_by(self.program):
+            return spec, None
+        return None, self.unknown.format(name)
+
+    def option(self, tok: str) -> None:
+        name, inline = tok, None
+        if self.equals and "=" in tok:
+            name, inline = tok.split("=", 1)
+        name = self.normalise(name)
+        spec, problem = self.lookup(name)
+        if spec is None:
+            spec, inline, problem = self.attached(tok, problem)
+        if spec is None:
+            self.out.problems.append(Problem(tok, inline, problem or self.unknown.format(tok),
+                                             unknown_flag=not (problem or "").startswith("ambiguous")))
+            return
+        negative = name in spec.negative
+        if spec.kind == "switch":
+            self.switch(tok, spec, negative, inline)
+            return
+        value = inline if inline is not None else self.take_value(spec)
+        if value is None and spec.nargs not in ("?", "*"):
+            self.out.problems.append(Problem(tok, None, self.missing.format(spec.label)))
+            return
+        self.out.occurrences.append(Occurrence(tok, spec, value, negative))
+
+    def attached(self, tok: str, problem: str | None) -> tuple[FlagSpec | None, str | None, str | None]:
+        """A short option with its value attached (``-c4096``), where the syntax allows it."""
+        return None, None, problem
+
+    def switch(self, tok: str, spec: FlagSpec, negative: bool, inline: str | None) -> None:
+        if inline is not None:
+            self.out.problems.append(Problem(tok, inline, f"argument {spec.label}: ignored explicit argument "
+                                                          f"{inline!r}"))
+            return
+        self.out.occurrences.append(Occurrence(tok, spec, None, negative))
+
+    def take_value(self, spec: FlagSpec) -> str | None:
+        """The value tokens after an option (argparse: not an option-looking token; several for ``+``/``*``)."""
+        values = []
+        while self.i < len(self.tokens) and not self.is_option(self.tokens[self.i]):
+            values.append(self.tokens[self.i])
+            self.i += 1
+            if spec.nargs in ("1", "?"):
+                break
+        return " ".join(values) if values else None
+
+
+class _Argparse(_Reader):
+    """Python argparse (``parse_args``): abbreviations of long options when ``allow_abbrev``; a single-dash
+    option with its value attached (``-q fp8`` as ``-qfp8``)."""
+
+    def lookup(self, name: str) -> tuple[FlagSpec | None, str | None]:
+        spec = self.table.by_name.get(name)
+        if spec is not None or not (self.table.allow_abbrev and name.startswith("--")):
+            return spec, (None if spec else self.unknown.format(name))
+        matches = sorted({n for n in self.table.by_name if n.startswith(name) and n.startswith("--")})
+        specs = {id(self.table.by_name[n]) for n in matches}
+        if len(specs) == 1:
+            return self.table.by_name[matches[0]], None
+        if len(matches) > 1:
+            return None, f"ambiguous option: {name} could match {', '.join(matches[:8])}"
+        return None, self.unknown.format(name)
+
+    def attached(self, tok: str, problem: str | None) -> tuple[FlagSpec | None, str | None, str | None]:
+        if not tok.startswith("--") and len(tok) > 2:
+            spec = self.table.by_name.get(tok[:2])
+            if spec is not None and spec.kind == "value":
+                return spec, tok[2:], None
+        return None, None, problem
+
+    def positional(self, tok: str) -> None:
+        if len(self.out.positionals) >= len(self.table.positionals):
+            self.out.problems.append(Problem(tok, None, self.unknown.format(tok)))
+            return
+        self.out.positionals.append(tok)
+
+
+class _LlamaCpp(_Reader):
+    """llama.cpp ``common_params_parse_ex``: exact names only (``--a_b`` is ``--a-b``), no ``--flag=value``, a
+    value is always the next token, and a token that is not an option is an invalid argument."""
+
+    unknown = "error: invalid argument: {}"
+    missing = "expected value for argument"
+    equals = False
+
+    def is_option(self, tok: str) -> bool:
+        return True  # every token must be an option or an option's value
+
+    def take_value(self, spec: FlagSpec) -> str | None:
+        if self.i >= len(self.tokens):
+            return None
+        self.i += 1
+        return self.tokens[self.i - 1]
+
+
+class _Click(_Reader):
+    """click: exact names, ``--opt=value``, a value is the next token."""
+
+    unknown = "No such option: {}"
+    missing = "Option '{}' requires an argument."
+
+    def take_value(self, spec: FlagSpec) -> str | None:
+        if self.i >= len(self.tokens):
+            return None
+        self.i += 1
+        return self.tokens[self.i - 1]
+
+    def positional(self, tok: str) -> None:
+        if len(self.out.positionals) >= len(self.table.positionals):
+            self.out.problems.append(Problem(tok, None, f"Got unexpected extra argument ({tok})"))
+            return
+        self.out.positionals.append(tok)
+
+
+class _Cobra(_Reader):
+    """Go cobra/pflag (Ollama): ``--flag=value`` or ``--flag value``; a bool flag takes a value only as
+    ``--flag=false``; ``-fVALUE`` for shorthands; positionals anywhere."""
+
+    unknown = "unknown flag: {}"
+    missing = "flag needs an argument: {}"
+
+    def lookup(self, name: str) -> tuple[FlagSpec | None, str | None]:
+        spec = self.table.by_name.get(name)
+        if spec is not None:
+            return spec, None
+        if not name.startswith("--") and len(name) >= 2:
+            return None, f"unknown shorthand flag: {name[1]!r} in {name}"
+        return None, self.unknown.format(name)
+
+    def attached(self, tok: str, problem: str | None) -> tuple[FlagSpec | None, str | None, str | None]:
+        if not tok.startswith("--") and len(tok) > 2:
+            spec = self.table.by_name.get(tok[:2])
+            if spec is not None and spec.kind == "value":
+                return spec, tok[2:], None
+        return None, None, problem
+
+    def switch(self, tok: str, spec: FlagSpec, negative: bool, inline: str | None) -> None:
+        if inline is not None and inline.lower() not in ("true", "false", "1", "0", "t", "f"):
+            self.out.problems.append(Problem(tok, inline, f'invalid argument "{inline}" for "{tok.split("=")[0]}" '
+                                                          f"flag: strconv.ParseBool: parsing {inline!r}: invalid syntax"))
+            return
+        off = inline is not None and inline.lower() in ("false", "0", "f")
+        self.out.occurrences.append(Occurrence(tok, spec, inline, negative or off))
+
+    def take_value(self, spec: FlagSpec) -> str | None:
+        if spec.nargs == "?" or self.i >= len(self.tokens):
+            return None  # pflag's NoOptDefVal: a value only with =
+        self.i += 1
+        return self.tokens[self.i - 1]
+
+
+class _Commander(_Cobra):
+    """commander.js (lms): ``--opt=value``, ``--opt value``, ``-cVALUE``; a value is the next token."""
+
+    unknown = "error: unknown option '{}'"
+    missing = "error: option '{}' argument missing"
+
+    def lookup(self, name: str) -> tuple[FlagSpec | None, str | None]:
+        spec = self.table.by_name.get(name)
+        return (spec, None) if spec is not None else (None, self.unknown.format(name))
+
+    def positional(self, tok: str) -> None:
+        if len(self.out.positionals) >= len(self.table.positionals):
+            self.out.problems.append(Problem(tok, None, f"error: too many arguments. Expected "
+                                                        f"{len(self.table.positionals)} argument but got more."))
+            return
+        self.out.positionals.append(tok)

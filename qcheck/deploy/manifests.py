@@ -1,0 +1,378 @@
+"""Deployment manifests -> the requests they deploy: compose files, Kubernetes manifests (Deployment, StatefulSet,
+DaemonSet, ReplicaSet, Job, CronJob, Pod, List; KServe InferenceService and KubeRay RayService/RayCluster pod
+templates), Helm output (several YAML documents) and Ollama Modelfiles.
+
+Each inference container is found with its file and line; its image and tag give the engine and version
+(``matrices/deploy/images.toml``), its command/args/env the engine command line (read by ``qcheck.deploy.cmdline``),
+its GPU limit or device reservation the GPU count and its node selector or affinity the GPU product
+(``matrices/deploy/instances.toml``). What cannot be told (an unknown image, no GPU named) is a ``Gap``: the gate
+reports it as ``unknown`` with the reason, never as a pass.
+
+YAML is read with PyYAML's safe composer only (no Python objects), bounded: file size, documents, nesting depth
+and nodes visited (aliases count every time they are reached, so an alias bomb is refused, not expanded).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from qcheck.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["Container", "Gap", "ManifestError", "read_manifest"]
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_DOCUMENTS = 1000
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+_K8S_TEMPLATES = {"Deployment": ("spec", "template", "spec"), "StatefulSet": ("spec", "template", "spec"),
+                  "DaemonSet": ("spec", "template", "spec"), "ReplicaSet": ("spec", "template", "spec"),
+                  "Job": ("spec", "template", "spec"), "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+                  "Pod": ("spec",)}
+
+
+class ManifestError(UsageError):
+    """A manifest that cannot be read (exit 2, naming the file and line)."""
+
+
+class _Map(dict):  # type: ignore[type-arg]
+    line = 0
+
+
+@dataclass
+class Container:
+    """One inference container: where it is, its image, the command it runs and the GPUs it gets."""
+
+    file: str
+    line: int
+    name: str
+    image: str
+    engine: str
+    version: str | None
+    words: list[str]  # env assignments + program + args, for qcheck.deploy.cmdline
+    gpu_count: int | None
+    gpu: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Gap:
+    """A container qcheck cannot judge, and why (reported as unknown)."""
+
+    file: str
+    line: int
+    name: str
+    image: str
+    reason: str
+    engine: str = ""  # when the image names one
+
+
+# ------------------------------------------------------------------------------------------ YAML, bounded
+def _load(text: str, name: str) -> list[Any]:
+    import yaml
+
+    docs: list[Any] = []
+    budget = [MAX_NODES]
+    try:
+        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+            if len(docs) >= MAX_DOCUMENTS:
+                raise ManifestError(f"{name}: more than {MAX_DOCUMENTS} YAML documents")
+            docs.append(_value(node, name, 0, budget))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark is not None else name
+        raise ManifestError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise ManifestError(f"{name}: nested deeper than {MAX_DEPTH} levels") from None
+    return docs
+
+
+def _value(node: Any, name: str, depth: int, budget: list[int]) -> Any:
+    import yaml
+
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ManifestError(f"{name}: more than {MAX_NODES} YAML nodes (aliases counted each time they are used): "
+                            "refused")
+    if depth > MAX_DEPTH:
+        raise ManifestError(f"{name}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+    if isinstance(node, yaml.MappingNode):
+        out = _Map()
+        out.line = node.start_mark.line + 1
+        for key, value in node.value:
+            out[str(_value(key, name, depth + 1, budget))] = _value(value, name, depth + 1, budget)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_value(item, name, depth + 1, budget) for item in node.value]
+    return node.value if node.tag != "tag:yaml.org,2002:null" else None
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+# ------------------------------------------------------------------------------------------ data tables
+@functools.lru_cache(maxsize=2)
+def _table(name: str) -> dict[str, Any]:
+    from qcheck.data import data_dir
+
+    return tomllib.loads((data_dir("matrices") / "deploy" / f"{name}.toml").read_text(encoding="utf-8"))
+
+
+def image_engine(image: str) -> tuple[str | None, str | None, list[str], list[str], str | None]:
+    """(engine, version, entrypoint, default args, why unknown) for an image reference."""
+    ref = image.split("@", 1)[0]
+    repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+    for row in _table("images")["images"]:
+        if not re.search(row["repo"], repo):
+            continue
+        if row.get("tag") and not re.search(row["tag"], tag):
+            continue
+        if not row["engine"]:
+            return None, None, [], [], f"image {image}: {row.get('note', 'not an engine qcheck knows')}"
+        m = re.search(row["version"], tag) if row.get("version") else None
+        return row["engine"], (m.group(1) if m else None), list(row["entrypoint"]), list(row.get("default_args", [])), \
+            None
+    return None, None, [], [], f"image {image}: not an inference engine image qcheck knows (matrices/deploy/images.toml)"
+
+
+_OVERRIDE = "policy gpu"
+
+
+def gpu_from_labels(labels: dict[str, str]) -> tuple[str | None, int | None, str | None]:
+    """(gpu id, count per node, the label that said it) from node labels (or the policy's ``gpu``: a qcheck GPU name,
+    else a product name as GPU feature discovery writes it)."""
+    tables = _table("instances")
+    if labels.get(_OVERRIDE):
+        from qcheck.matrix import load_matrix
+
+        try:
+            return load_matrix().gpus.lookup(labels[_OVERRIDE]).label, None, f"the policy's gpu = {labels[_OVERRIDE]}"
+        except UsageError:
+            labels = {"nvidia.com/gpu.product": labels[_OVERRIDE]}
+    itype = labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
+    if itype:
+        for row in tables["instances"]:
+            if row["type"] == itype:
+                return row["gpu"], int(row["count"]), f"node.kubernetes.io/instance-type={itype}"
+    for key in ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name"):
+        value = labels.get(key)
+        if not value:
+            continue
+        for row in tables["products"]:
+            if re.search(row["match"], value, re.IGNORECASE):
+                return row["gpu"], None, f"{key}={value}"
+    return None, None, None
+
+
+# ------------------------------------------------------------------------------------------ containers
+def _words(image: str, command: Any, args: Any, env: dict[str, str]) -> tuple[list[str], str | None, str | None]:
+    engine, version, entrypoint, default_args, why = image_engine(image)
+    if engine is None:
+        return [], None, why
+    import shlex
+
+    try:
+        cmd = _strings(command)
+        rest = _strings(args)
+        if len(cmd) >= 3 and cmd[:2] in (["/bin/sh", "-c"], ["sh", "-c"], ["bash", "-c"]):
+            cmd, rest = shlex.split(" ".join(cmd[2:])), []
+    except ValueError as exc:  # unbalanced quotes
+        return [], None, f"image {image}: the command cannot be split into words ({exc})"
+    words = (cmd or entrypoint) + (rest if (cmd or rest) else default_args)
+    envs = [f"{k}={v}" for k, v in env.items()]
+    return envs + words, version, None if words else f"image {image}: the container names no command to run"
+
+
+def _strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        import shlex
+
+        return shlex.split(value)
+    if isinstance(value, list):
+        return [str(v) for v in value if v is not None]
+    return [str(value)]
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _k8s_env(container: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for item in container.get("env") or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and item.get("value") is not None:
+            out[item["name"]] = str(item["value"])
+    return out
+
+
+def _node_labels(pod: dict[str, Any]) -> dict[str, str]:
+    labels = {str(k): str(v) for k, v in (pod.get("nodeSelector") or {}).items()} if isinstance(
+        pod.get("nodeSelector"), dict) else {}
+    terms = _get(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                 "nodeSelectorTerms") or []
+    for term in terms if isinstance(terms, list) else []:
+        for expr in (term.get("matchExpressions") or []) if isinstance(term, dict) else []:
+            values = expr.get("values") if isinstance(expr, dict) else None
+            if isinstance(values, list) and len(values) == 1 and expr.get("operator") == "In":
+                labels.setdefault(str(expr.get("key")), str(values[0]))
+    return labels
+
+
+def _pod(pod: dict[str, Any], file: str, kind: str, out: list[Container | Gap]) -> None:
+    labels = _node_labels(pod)
+    for c in pod.get("containers") or []:
+        if not isinstance(c, dict):
+            continue
+        limits = _get(c, "resources", "limits") or {}
+        count = _int(limits.get("nvidia.com/gpu")) or _int(limits.get("amd.com/gpu")) if isinstance(limits, dict) else None
+        _container(out, _Found(file, getattr(c, "line", 0), f"{kind}/{c.get('name')}", str(c.get("image") or ""),
+                               c.get("command"), c.get("args"), _k8s_env(c), count, labels))
+
+
+@dataclass
+class _Found:
+    """A container as the manifest writes it, before it is judged."""
+
+    file: str
+    line: int
+    name: str
+    image: str
+    command: Any
+    args: Any
+    env: dict[str, str]
+    count: int | None
+    labels: dict[str, str]
+
+
+def _container(out: list[Container | Gap], found: _Found) -> None:
+    file, line, name, image = found.file, found.line, found.name, found.image
+    count, labels = found.count, found.labels
+    words, version, why = _words(image, found.command, found.args, found.env)
+    if why:
+        out.append(Gap(file, line, name, image, why))
+        return
+    engine = image_engine(image)[0] or ""
+    gpu, per_node, said = gpu_from_labels(labels)
+    notes = [f"GPU from {said}"] if said else []
+    if count is None and per_node is not None and not labels.get("nvidia.com/gpu.product"):
+        notes.append(f"{per_node} GPU(s) per {labels.get('node.kubernetes.io/instance-type')} node; the container "
+                     "asks for none")
+    if not count:
+        out.append(Gap(file, line, name, image, "the manifest gives the container no GPU (no nvidia.com/gpu or "
+                                                "amd.com/gpu limit, no device reservation)", engine))
+        return
+    if gpu is None:
+        out.append(Gap(file, line, name, image, f"{count} GPU(s), but no node selector or affinity names the GPU "
+                                                "(nvidia.com/gpu.product, cloud.google.com/gke-accelerator, "
+                                                "node.kubernetes.io/instance-type)", engine))
+        return
+    out.append(Container(file, line, name, image, engine, version, words, count, gpu, notes))
+
+
+def _compose(doc: dict[str, Any], file: str, out: list[Container | Gap], gpu_override: str | None) -> None:
+    for name, svc in (doc.get("services") or {}).items():
+        if not isinstance(svc, dict):
+            continue
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(str(e).split("=", 1) for e in env if "=" in str(e))
+        devices = _get(svc, "deploy", "resources", "reservations", "devices") or []
+        count = None
+        for d in devices if isinstance(devices, list) else []:
+            if isinstance(d, dict) and ("gpu" in (d.get("capabilities") or []) or d.get("driver") == "nvidia"):
+                n = d.get("count")
+                ids = d.get("device_ids")
+                count = (count or 0) + (len(ids) if isinstance(ids, list) else (_int(n) or (1 << 16 if n == "all"
+                                                                                             else 1)))
+        labels = {_OVERRIDE: gpu_override} if gpu_override else {}
+        _container(out, _Found(file, getattr(svc, "line", 0), f"service/{name}", str(svc.get("image") or ""),
+                               svc.get("entrypoint"), svc.get("command"),
+                               {str(k): str(v) for k, v in env.items() if v is not None}, count, labels))
+
+
+def _document(doc: Any, file: str, out: list[Container | Gap], gpu_override: str | None) -> None:
+    if not isinstance(doc, dict):
+        return
+    if isinstance(doc.get("services"), dict):
+        _compose(doc, file, out, gpu_override)
+        return
+    kind = str(doc.get("kind") or "")
+    if kind == "List":
+        for item in doc.get("items") or []:
+            _document(item, file, out, gpu_override)
+        return
+    path = _K8S_TEMPLATES.get(kind)
+    pods = [_get(doc, *path)] if path else []
+    if kind == "InferenceService":
+        pods = [_get(doc, "spec", "predictor")]
+    if kind in ("RayService", "RayCluster"):
+        cluster = _get(doc, "spec", "rayClusterConfig") if kind == "RayService" else doc.get("spec")
+        pods = [_get(cluster, "headGroupSpec", "template", "spec")]
+        pods += [_get(g, "template", "spec") for g in (_get(cluster, "workerGroupSpecs") or [])]
+    name = f"{kind}/{_get(doc, 'metadata', 'name')}"
+    for pod in pods:
+        if isinstance(pod, dict):
+            _pod(pod, file, name, out)
+
+
+def _is_modelfile(path: str, text: str) -> bool:
+    name = os.path.basename(path)
+    if name == "Modelfile" or name.endswith(".Modelfile") or name.endswith(".modelfile"):
+        return True
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
+    return first.upper().startswith("FROM ")
+
+
+def _modelfile(path: str, shown: str, gpu_override: str | None, out: list[Container | Gap]) -> None:
+    """An Ollama Modelfile: judged as ``ollama create NAME -f Modelfile`` on the policy's ``gpu`` (a Modelfile
+    names none)."""
+    labels = {_OVERRIDE: gpu_override} if gpu_override else {}
+    gpu, _, said = gpu_from_labels(labels)
+    if gpu is None:
+        out.append(Gap(shown, 1, "Modelfile", "ollama", "a Modelfile names no GPU: give the deployment a gpu in the "
+                                                         "policy", "ollama"))
+        return
+    out.append(Container(shown, 1, "Modelfile", "ollama/ollama", "ollama", None,
+                         ["ollama", "create", "model", "-f", path], 1, gpu, [f"GPU from {said}"]))
+
+
+def read_manifest(path: str, shown: str, *, gpu_override: str | None = None) -> list[Container | Gap]:
+    """Every inference container of the manifest at ``path`` (``shown`` is how reports name it)."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{shown}: {size} bytes is too large for a manifest (at most {MAX_MANIFEST_BYTES})")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ManifestError(f"{shown}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{shown}: not UTF-8 text") from None
+    out: list[Container | Gap] = []
+    if _is_modelfile(path, text):
+        _modelfile(path, shown, gpu_override, out)
+        return out
+    for doc in _load(text, shown):
+        _document(doc, shown, out, gpu_override)
+    if not out:
+        raise ManifestError(f"{shown}: no container found (a compose file's services, or a Kubernetes workload)")
+    return out

@@ -1,0 +1,171 @@
+"""A GGUF header read once is kept for the next run over the same local file, and used only for the same bytes.
+
+Walking a vocabulary's string lengths (128k tokens and 280k merges in a Llama 3 file, 262k tokens in Gemma's) is
+most of the time of reading a GGUF header, and cannot be avoided: a string array does not say how many bytes it
+holds. ``inspect`` and ``check`` run again and again on the same file (a pre-commit hook, a CI gate, trying engines
+one after the other), so a header read successfully is kept in the data cache (``qcheck.datacache``) as plain JSON:
+
+- it is found by the file size, the limits, the reader (its source and the tensor-type table it used) and the
+  SHA-256 of the file's first 64 KiB;
+- it is used only when the SHA-256 of all ``header_bytes`` of the file, read now, equals the digest it was made
+  from: a changed byte anywhere in the header is a miss, and the file is parsed again;
+- every field is type-checked when read back (anything else is a miss);
+- only headers the parser accepted are kept: a hostile file is refused by the parser on every run.
+
+Tensor data is not covered by the digest, and qcheck never reads it anyway. Headers read over HTTP (the Hub) and
+headers of more than ``MAX_TENSORS`` tensors (whose JSON costs as much as their parse) are not kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from qcheck.limits import Limits
+from qcheck.model import TensorInfo
+from qcheck.readers.gguf_records import ArraySummary, GGUFHeader
+from qcheck.source import ByteSource, LocalFileSource
+
+KIND = "gguf-header"
+PROBE_BYTES = 64 * 1024
+MAX_TENSORS = 20_000
+_SCALARS = (bool, int, float, str)
+_CHUNK = 4 * 1024 * 1024
+_reader_id: str | None = None
+
+
+def read_cached(source: ByteSource, limits: Limits, parse: Callable[[], GGUFHeader]) -> GGUFHeader:
+    """The header of ``source``: from the cache when its bytes are those a kept header was read from, else
+    ``parse()`` (kept for next time when it succeeds)."""
+    from qcheck import datacache
+
+    if not isinstance(source, LocalFileSource) or source.size is None or datacache.cache_dir() is None:
+        return parse()
+    key = datacache.key_of(KIND, _locator(source, limits))
+    header = _decode(datacache.load(KIND, key), source, limits)
+    if header is None:
+        header = parse()
+        entry = _encode(header, source) if len(header.tensors) <= MAX_TENSORS else None
+        if entry is not None:
+            datacache.store(KIND, key, entry)
+    return header
+
+
+def _locator(source: ByteSource, limits: Limits) -> bytes:
+    """What finds an entry (the digest of the whole header then decides whether it is used)."""
+    assert source.size is not None
+    head = source.read_at(0, min(PROBE_BYTES, source.size))
+    meta = json.dumps([_reader(), source.size, asdict(limits)], sort_keys=True)
+    return meta.encode() + b"\0" + head
+
+
+def _reader() -> str:
+    """The reader's identity: its source files and the tensor-type table it sizes tensors with (an upgrade of
+    qcheck or of gguf-py is a new key)."""
+    global _reader_id
+    if _reader_id is None:
+        from qcheck.readers import gguf_tables
+
+        h = hashlib.sha256()
+        for name in ("gguf.py", "gguf_records.py", "binary.py", "gguf_tables.py", "gguf_cache.py"):
+            h.update(Path(__file__).with_name(name).read_bytes())
+        h.update(repr((sorted(gguf_tables.TENSOR_TYPES.items()), sorted(gguf_tables.VALUE_TYPES.items()))).encode())
+        _reader_id = h.hexdigest()
+    return _reader_id
+
+
+def _digest(source: ByteSource, n: int) -> str | None:
+    """SHA-256 of the file's first ``n`` bytes, read in bounded chunks (None if the file is shorter now)."""
+    h = hashlib.sha256()
+    done = 0
+    while done < n:
+        data = source.read_at(done, min(_CHUNK, n - done))
+        if not data:
+            return None
+        h.update(data)
+        done += len(data)
+    return h.hexdigest()
+
+
+def _encode(header: GGUFHeader, source: ByteSource) -> dict[str, Any] | None:
+    digest = _digest(source, header.header_bytes)
+    if digest is None:
+        return None
+
+    def value(v: Any) -> Any:
+        if isinstance(v, ArraySummary):
+            return {"array_of": v.element_type, "count": v.count, "offset": v.offset}
+        return [value(x) for x in v] if isinstance(v, list) else v
+
+    return {"sha256": digest, "version": header.version, "alignment": header.alignment,
+            "data_offset": header.data_offset, "header_bytes": header.header_bytes,
+            "metadata": {k: value(v) for k, v in header.metadata.items()}, "value_types": header.value_types,
+            "warnings": header.warnings,
+            "tensors": [[t.name, t.dtype, list(t.shape), t.nbytes, t.offset] for t in header.tensors]}
+
+
+def _decode(entry: Any, source: ByteSource, limits: Limits) -> GGUFHeader | None:
+    """The kept header, if ``entry`` is well formed and the file's header bytes are still the ones it was read
+    from; else None."""
+    if not isinstance(entry, dict):
+        return None
+    n = entry.get("header_bytes")
+    if type(n) is not int or not 0 < n <= min(limits.max_header_bytes, source.size or 0):
+        return None
+    try:
+        metadata = {k: _value(v) for k, v in _dict(entry.get("metadata")).items()}
+        tensors = [_tensor(row) for row in _list(entry.get("tensors"))]
+        value_types = {k: _str(v) for k, v in _dict(entry.get("value_types")).items()}
+        warnings = [_str(w) for w in _list(entry.get("warnings"))]
+        fields = [_int(entry.get(k)) for k in ("version", "alignment", "data_offset")]
+    except (TypeError, ValueError):
+        return None
+    if entry.get("sha256") != _digest(source, n):
+        return None
+    return GGUFHeader(version=fields[0], metadata=metadata, tensors=tensors, alignment=fields[1],
+                      data_offset=fields[2], header_bytes=n, file_size=source.size, warnings=warnings,
+                      value_types=value_types)
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, _SCALARS):
+        return v
+    if isinstance(v, list):
+        return [_value(x) for x in v]
+    if isinstance(v, dict) and set(v) == {"array_of", "count", "offset"}:
+        return ArraySummary(_str(v["array_of"]), _int(v["count"]), _int(v["offset"]))
+    raise TypeError("not a GGUF metadata value")
+
+
+def _tensor(row: Any) -> TensorInfo:
+    name, dtype, shape, nbytes, offset = _list(row)
+    return TensorInfo(name=_str(name), dtype=_str(dtype), shape=tuple(_int(d) for d in _list(shape)),
+                      nbytes=None if nbytes is None else _int(nbytes), offset=_int(offset))
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise TypeError("not an integer")
+    return v
+
+
+def _str(v: Any) -> str:
+    if type(v) is not str:
+        raise TypeError("not a string")
+    return v
+
+
+def _list(v: Any) -> list[Any]:
+    if type(v) is not list:
+        raise TypeError("not a list")
+    return v
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise TypeError("not a table")
+    return v
