@@ -239,6 +239,8 @@ def test_simulated_candidates_forced_to_loop_run_on_and_break_json(models, tasks
     assert "length_ratio" in loop["gate"]["failures"][0]["message"]
     html = report.read_text()
     assert "generated length ratio" in html and "JSON valid ref → cand" in html and "100.0% → 0.0%" in html
+    assert "<td>j1</td><td>json</td><td>end-of-sequence, valid JSON, repetition</td><td>[1]</td>" in html
+    assert "<td>3/3 items</td>" in html  # no token-scored items: no token count
     # the text report: the generation table and the failures
     code, text, _ = _cli(base, capsys)
     assert code == 1
@@ -249,6 +251,7 @@ def test_simulated_candidates_forced_to_loop_run_on_and_break_json(models, tasks
     assert cells[:3] == ["loop", "3", "4.444"] and cells[5:] == ["100.0%→0.0%", "0.000→0.630", "100.0%→0.0%", "of",
                                                                  "2"], text
     assert "FAIL termination_drop 1 > max-termination-drop 0.05" in text
+    assert "lost on j1 (end-of-sequence, valid JSON, repetition): reference '[1]' → candidate 'xyzxyzxyzxyz'" in text
 
 
 def test_llamacpp_in_process_generates_the_same(models, tasks, tmp_path):

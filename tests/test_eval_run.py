@@ -260,7 +260,7 @@ def test_cli_input_errors_exit_2_with_one_line(first_run, ggufs, tmp_path, capsy
     code, _, err = run_cli(["eval", "-r", config.reference, "-c", str(tmp_path / "missing.gguf")], capsys)
     assert code == 2 and "no such file" in err and err.count("\n") == 1
     code, _, err = run_cli(["eval", "-r", config.reference, "-c", str(ggufs["Q8_0"]), "--max-kld", "-1"], capsys)
-    assert code == 2 and "max_kld" in err
+    assert code == 2 and "max-kld" in err
 
 
 def test_eval_modules_import_without_torch_and_missing_torch_is_exit_2(first_run, ggufs, tmp_path):

@@ -247,6 +247,7 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
                     out.append(f"<tr><td>{_e(f['id'])}</td><td>{_e(f['task'])}</td><td>{_e(f['direction'])}</td>"
                                f"<td>{_e(_short(f.get('reference')))}</td><td>{_e(_short(f.get('candidate')))}</td></tr>")
                 out.append("</table>")
+            out.extend(_regressions_table(c.get("generation_regressions") or []))
     if data.get("notes"):
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in data["notes"]) + "</ul>")
     out.append(_provenance(data, meta))
@@ -347,13 +348,26 @@ def _generation_rows(cands: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _regressions_table(found: list[dict[str, Any]]) -> list[str]:
+    """Generate items whose candidate output lost end-of-sequence, valid JSON, or turned repetitive."""
+    if not found:
+        return []
+    rows = ["<table><tr><th>item</th><th>task</th><th>lost</th><th>reference output</th><th>candidate output</th>"
+            "</tr>"]
+    for g in found[:50]:
+        rows.append(f"<tr><td>{_e(g['id'])}</td><td>{_e(g['task'])}</td><td>{_e(', '.join(g['lost']))}</td>"
+                    f"<td>{_e(_short(g.get('reference_output')))}</td><td>{_e(_short(g.get('candidate_output')))}</td>"
+                    "</tr>")
+    return ["".join(rows) + "</table>"]
+
+
 def _coverage_row(cands: list[dict[str, Any]]) -> str:
     """Items and tokens the candidate was measured on, of those in the task set."""
     cells = []
     for c in cands:
         cov = c.get("coverage")
-        body = "–" if not cov else (f"{cov['items']}/{cov['items_total']} items<br>"
-                                    f"{cov['tokens']:,}/{cov['tokens_total']:,} tokens")
+        body = "–" if not cov else f"{cov['items']}/{cov['items_total']} items" + (
+            f"<br>{cov['tokens']:,}/{cov['tokens_total']:,} tokens" if cov["tokens_total"] else "")
         cells.append(_cell(c, ("coverage",), body))
     return f"<tr><td>coverage</td>{''.join(cells)}</tr>"
 

@@ -98,6 +98,26 @@ def _generation_table(candidates: list[dict[str, Any]]) -> list[str]:
     return ["", *_fitted(rows)]
 
 
+#: generation regressions shown per candidate in the text report (the JSON lists up to 200)
+SHOWN_REGRESSIONS = 5
+
+
+def _clip(text: Any, limit: int = 40) -> str:
+    text = "" if text is None else str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def _regression_lines(c: dict[str, Any]) -> list[str]:
+    """Generate items whose candidate output lost end-of-sequence, valid JSON, or turned repetitive."""
+    found = c.get("generation_regressions") or []
+    lines = [f"  lost on {g['id']} ({', '.join(g['lost'])}): reference {_clip(g.get('reference_output'))} → "
+             f"candidate {_clip(g.get('candidate_output'))}" for g in found[:SHOWN_REGRESSIONS]]
+    if len(found) > SHOWN_REGRESSIONS:
+        lines.append(f"  ... and {len(found) - SHOWN_REGRESSIONS} more generate item(s) (generation_regressions in "
+                     "the JSON)")
+    return lines
+
+
 def _mb(n: Any) -> str:
     return "-" if n is None else f"{n / 1e6:,.0f} MB"
 
@@ -186,6 +206,7 @@ def render(result: Any) -> str:
         extra = []
         for f in c["gate"]["failures"]:
             extra.append(f"  FAIL {f['message']}")
+        extra.extend(_regression_lines(c))
         for w in c.get("warnings", []):
             extra.append(f"  warning: {w}")
         for n in c.get("notes", []):
