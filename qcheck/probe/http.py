@@ -1,27 +1,25 @@
 """The probe's one HTTP function: a JSON request with a per-request timeout inside the probe's total deadline, a
-bounded body read in small pieces (a server that drips bytes cannot hold it past the deadline), and the API key
-never reaching a message.
+bounded body, and the API key never reaching a message.
 
-Why stdlib ``http.client`` here: the project's shared HTTP client (one module for every endpoint, issue 27) is not
-on main yet; every call of the probe goes through ``call`` below, so moving to it is a change in one place.
+Every request goes through ``qcheck.net`` (qcheck's one HTTP stack: bounded bodies and headers, a deadline that
+covers name resolution, connect and a server that drips bytes, redirects that never carry the key to another
+host). The probe asks each question once: no retries, so a refusal is reported as the server gave it.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from qcheck import net
 from qcheck.errors import RemoteError, UsageError
 
 __all__ = ["Deadline", "ProbeHTTPError", "Reply", "call", "check_url"]
 
 #: the largest body read from one answer (a chat completion of a few tokens is a few kB)
 MAX_BODY = 4 * 1024 * 1024
-_PIECE = 64 * 1024
 
 
 class ProbeHTTPError(RemoteError):
@@ -60,45 +58,45 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+class _ProbeWatch(net.Watch):
+    """One request's time: ``timeout`` or what is left of the probe's deadline, whichever ends first."""
+
+    def __init__(self, deadline: Deadline, timeout: float, what: str):
+        super().__init__()
+        self.end = min(deadline.end, time.monotonic() + timeout)
+        self.what = what
+        self.limit = timeout
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def expired(self) -> ProbeHTTPError:
+        return ProbeHTTPError(f"{self.what}: the answer did not finish in {self.limit:.0f} s")
+
+
 def call(method: str, url: str, body: object | None, *, api_key: str | None, deadline: Deadline,
          timeout: float = 30.0, max_bytes: int = MAX_BODY) -> Reply:
-    """One request; raises ProbeHTTPError when there is no answer within ``timeout`` or the deadline."""
-    parts = urlsplit(url)
+    """One request; raises ProbeHTTPError when there is no answer within ``timeout`` or the deadline, or the
+    answer is larger than ``max_bytes``."""
+    path = urlsplit(url).path or "/"
+    what = f"{method} {path}"
     left = min(timeout, deadline.left())
     if left <= 0:
         raise ProbeHTTPError("the probe's deadline passed")
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=min(left, 10.0),
-                                           context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=min(left, 10.0))
     headers = {"Accept": "application/json, text/event-stream", "User-Agent": "qcheck-probe"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     data = None
     if body is not None:
         data = json.dumps(body).encode("utf-8")
         headers["Content-Type"] = "application/json"
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    path = parts.path or "/"
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        chunks: list[bytes] = []
-        size = 0
-        start = time.monotonic()
-        while True:
-            if deadline.left() <= 0 or time.monotonic() - start > left:
-                raise ProbeHTTPError(f"{method} {path}: the answer did not finish in {left:.0f} s")
-            piece = resp.read1(_PIECE)
-            if not piece:
-                break
-            size += len(piece)
-            if size > max_bytes:
-                raise ProbeHTTPError(f"{method} {path}: the answer is larger than {max_bytes} bytes")
-            chunks.append(piece)
-        return Reply(resp.status, b"".join(chunks))
-    except (TimeoutError, OSError, http.client.HTTPException) as exc:
-        raise ProbeHTTPError(f"{method} {path}: {type(exc).__name__}: {exc}".replace(api_key or "\0", "***")) from None
-    finally:
-        conn.close()
+    settings = net.Settings(timeout=min(left, 10.0), retries=0, attempt_limit=left, max_wait=0.0)
+    call_spec = net.Call(max_bytes=max_bytes, body=data, retry_statuses=frozenset(), error_bytes=max_bytes)
+    with net.Client(settings, headers=headers, secrets=(api_key,)) as client:
+        try:
+            resp = client.request(method, url, call_spec, _ProbeWatch(deadline, left, what))
+        except net.NetError as exc:
+            raise ProbeHTTPError(f"{what}: {exc}") from None
+    if not resp.complete:
+        raise ProbeHTTPError(f"{what}: the answer is larger than {max_bytes} bytes")
+    return Reply(resp.status, resp.body)
