@@ -11,9 +11,11 @@ from collections import Counter
 
 import pytest
 
-from qcheck.errors import InputError, QcheckError, RemoteError
+from qcheck.errors import QcheckError, RemoteError
+from qcheck.eval.gate import Thresholds
 from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
 from qcheck.eval.runners.endpoint import EndpointOptions
+from qcheck.eval.runners.endpoint.wire import Misaligned
 from qcheck.eval.runners.http import EndpointError, ResumeState, redact
 from support.eval_helpers import ABS, REL, TASK_LINES, task_file, tiny_gguf, tiny_reference
 
@@ -160,7 +162,8 @@ def test_llama_server_without_echo_falls_back(fake, cache):
     assert c.backend == "openai:llama-server (generation only)" and c.metrics["kld_mean"] is None
     note = next(n for n in c.notes if "returns no prompt log-probs" in n)
     assert "Only no echo is supported" in note
-    assert fake.counts["POST /tokenize"] >= 1  # the server's tokenizer was used to check text prompts
+    generations = [b for b in fake.bodies if not b.get("echo") and b.get("max_tokens", 0) > 1]
+    assert generations and all(isinstance(b["prompt"], list) for b in generations)  # it takes token ids: sent as ids
 
 
 def test_forced_mode_that_the_server_refuses_is_exit_2(fake, cache):
@@ -242,11 +245,33 @@ def test_resume_state_ignores_a_torn_last_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- tokenisation
-def test_text_prompts_whose_tokens_differ_are_refused_at_the_first_divergence(fake, cache):
+def test_a_tokenize_endpoint_that_contradicts_the_server_leaves_requests_out_not_the_run(fake, cache, in_process):
+    """The tokenize endpoint drops token 23 of every text, the completions do not: the three long text items cannot be
+    paired with what the server scored and are left out with the reason, the short choice items are compared as
+    usual, and the coverage says so and gates. (This run was refused as a whole before.)"""
     fake.behaviour.accept_ids = False  # only text prompts: the server tokenises them itself
+    fake.behaviour.tokenize_drop = 23  # the probe text has 23 tokens: it still aligns
+    c = evaluate(cache, [f"tok={ep(fake.url)}"], thresholds=Thresholds(min_coverage=0.9))["tok"]
+    m, cov = c.metrics, c.coverage
+    texts = [t["id"] for t in TASK_LINES if t["kind"] == "text"]
+    assert [e["item"] for e in cov["excluded"]] == texts
+    assert all("first divergence at token 23" in e["reason"] for e in cov["excluded"])
+    assert cov["items"] == len(TASK_LINES) - len(texts) and cov["items_total"] == len(TASK_LINES)
+    assert cov["tokens"] == m["tokens_scored"] == 6 and cov["tokens_total"] == in_process.metrics["tokens_scored"]
+    assert m["choice_acc"] == in_process.metrics["choice_acc"]  # the choices are scored as usual
+    assert m["coverage_items"] == pytest.approx(5 / 8) and m["coverage"] == pytest.approx(6 / cov["tokens_total"])
+    assert [f["metric"] for f in c.gate.failures] == ["coverage"]
+    assert any("3 request(s) of 3 item(s) could not be compared" in n for n in c.notes)
+
+
+def test_a_server_that_cannot_align_even_the_probe_gives_generation_metrics_only(fake, cache):
+    fake.behaviour.accept_ids = False
     fake.behaviour.tokenize_drop = 3
-    with pytest.raises(InputError, match=r"first divergence at token 3 .*refusing to compare"):
-        evaluate(cache, [f"tok={ep(fake.url)}"], max_items=1)
+    c = evaluate(cache, [f"tok={ep(fake.url)}"], thresholds=Thresholds(min_coverage=0.5))["tok"]
+    assert c.backend == "openai:vllm (generation only)"
+    assert any("straddle" in n or "first divergence at token 3" in n for n in c.notes), c.notes
+    assert c.metrics["coverage_tokens"] == 0 and c.coverage["items"] == N_GEN and c.metrics["generate_items"] == N_GEN
+    assert [f["metric"] for f in c.gate.failures] == ["coverage"]
 
 
 def test_text_prompts_that_tokenise_identically_are_accepted(fake, cache, in_process):
@@ -380,7 +405,7 @@ def test_string_keyed_top_k_resolution_and_its_argmax_rule(fake):
     short = echo({})
     for key in ("tokens", "token_logprobs", "top_logprobs"):
         del short["choices"][0]["logprobs"][key][0]  # the server saw one token fewer than the reference sent
-    with pytest.raises(InputError, match="echoed 1 prompt tokens where the reference has 3; first divergence"):
+    with pytest.raises(Misaligned, match="echoed 1 prompt tokens for 3 sent; first divergence"):
         parse_echo(runner, short, req)
 
 

@@ -52,7 +52,7 @@ def test_good_file_loads_with_kinds_tasks_and_hash(tmp_path):
     ({"id": "x", "kind": "choice", "context": "c", "choices": ["a", "a"], "answer": 0}, "choices: contains duplicates"),
     ({"id": "x", "kind": "choice", "context": "c", "choices": ["a", ""], "answer": 0}, "choices[1]: must be"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "match": "fuzzy"},
-     "match: 'fuzzy' is not allowed (allowed: exact, contains, regex)"),
+     "match: 'fuzzy' is not allowed (allowed: exact, contains, regex, json)"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "(", "match": "regex"}, "expected: invalid regular"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "max_new_tokens": 0}, "max_new_tokens: must be"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "max_new_tokens": 10**6}, "max_new_tokens"),
@@ -98,7 +98,7 @@ def test_match_rules():
 
 def test_bundled_sets_are_valid_varied_and_default():
     names = bundled_names()
-    assert {"prose", "code", "arithmetic", "json_extraction", "knowledge"} <= set(names)
+    assert {"prose", "code", "arithmetic", "json_extraction", "knowledge", "structured_output"} <= set(names)
     ts = load_tasks([])  # default: every bundled set
     assert ts.counts["text"] >= 15 and ts.counts["choice"] >= 25 and ts.counts["generate"] >= 15
     assert len(ts.items) <= 200  # small enough for a CPU run of a small model

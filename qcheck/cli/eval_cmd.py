@@ -47,6 +47,21 @@ THRESHOLD_FLAGS = {
     "max_kld_kv_only": ("--max-kld-kv-only", float,
                         "Fail when the KV cache alone (reference weights, the candidate's KV cache type) costs more "
                         "mean KLD than this."),
+    "min_length_ratio": ("--min-length-ratio", float,
+                         "Fail when generated tokens (candidate / reference, generate items) fall below this."),
+    "max_length_ratio": ("--max-length-ratio", float,
+                         "Fail when generated tokens (candidate / reference, generate items) exceed this."),
+    "max_termination_drop": ("--max-termination-drop", FRACTION,
+                             "Fail when the share of generations ending with end-of-sequence drops by more than "
+                             "this (0.05 or 5% = 5 points)."),
+    "max_repetition_increase": ("--max-repetition-increase", FRACTION,
+                                "Fail when the repeated 4-gram share of generation tails rises by more than this."),
+    "min_json_valid": ("--min-json-valid", FRACTION,
+                       "Fail when the share of json items whose output parses and fits its schema is below this."),
+    "max_json_validity_drop": ("--max-json-validity-drop", FRACTION,
+                               "Fail when that share drops by more than this against the reference."),
+    "min_coverage": ("--min-coverage", FRACTION,
+                     "Fail when the candidate was measured on less than this share of the items or tokens."),
 }
 
 

@@ -14,11 +14,14 @@ import numpy as np
 
 from qcheck.errors import InputError
 from qcheck.eval.config import CandidateSpec, EvalConfig, candidate_kv, default_noise_floor_dtype
+from qcheck.eval.coverage import Coverage
 from qcheck.eval.gate import Thresholds, evaluate, resolution_warnings
+from qcheck.eval.generation import regressions
 from qcheck.eval.metrics import CandidateMetrics
 from qcheck.eval.perf import Phase
 from qcheck.eval.reference_source import ReferenceSide
 from qcheck.eval.report import CandidateResult, histogram
+from qcheck.eval.request_plan import RequestPlan, plan_requests
 from qcheck.eval.runners import DEFAULT_BACKEND, BuiltRunner, RunnerContext, build_runner
 from qcheck.eval.runners.base import CandidateRunner, check_same_vocab, score_blocks
 from qcheck.eval.workload import Workload
@@ -32,6 +35,8 @@ class _Tally:
     acc: CandidateMetrics
     skipped: dict[str, int] = field(default_factory=lambda: {"text": 0, "choice": 0, "generate": 0})
     confidence: list[np.ndarray] = field(default_factory=list)
+    #: the items and tokens the candidate was measured on
+    coverage: Coverage = field(default_factory=Coverage)
 
 
 def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: ReferenceSide,
@@ -52,19 +57,24 @@ def run_candidate(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: 
         if hasattr(runner, "prefetch"):  # endpoint runners: all requests concurrently, resumable
             runner.prefetch(work.encoded)
         tally = _Tally(CandidateMetrics(choice_metric=config.choice_metric, n_boot=config.bootstrap, seed=config.seed))
+        plan = plan_requests(runner, work, ref, tally.skipped)
         work.progress.start(f"candidate {spec.name}", work.units())
         try:
-            phase.tokens = score_candidate(spec.name, runner, work, ref, tally)
+            phase.tokens = score_candidate(spec.name, runner, work, plan, tally)
         finally:
             work.progress.stop()
+            plan.rows.close()
+        tally.coverage = plan.coverage
         notes = built.notes
         notes.extend(getattr(runner, "notes", None) or [])
         for kind_name, count in tally.skipped.items():
             if count:
                 notes.append(f"{count} {kind_name} item(s) skipped: the {runner.backend} backend cannot "
                              + ("return prompt log-probs" if kind_name != "generate" else "generate"))
+        notes.extend(plan.coverage.notes())
         phase.done()
         metrics, intervals = tally.acc.summary()
+        metrics.update(tally.coverage.metrics())
         phase.scored_tokens = int(metrics.get("tokens_scored") or 0)
         warning = _plausibility(spec, config, built, tally, metrics)
         kv = _kv_record(spec, config, built)  # before the runner closes: a server is asked what it stores
@@ -181,7 +191,8 @@ def _verdict(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner,
                            intervals=intervals, gate=gate, notes=notes, warnings=warnings,
                            per_task=acc.per_task(), distribution=distribution, flipped=flipped,
                            quantization=built.quantization, activations=built.activations,
-                           performance=phase.to_json(),
+                           performance=phase.to_json(), coverage=tally.coverage.to_json(),
+                           generation=regressions(acc.items),
                            simulation=simulation.to_json() if simulation is not None else None, kv_cache=kv,
                            by_position=acc.by_position())
 
@@ -198,50 +209,43 @@ def kv_split_metrics(split: dict[str, Any], metrics: dict[str, Any], intervals: 
             intervals[f"{part}_only_kld_mean"] = record["kld_mean_interval"]
 
 
-def score_candidate(name: str, runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally) -> int:
-    """Stream the candidate's rows block by block against the cached reference rows; then the items' own
-    outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched.
+def score_candidate(name: str, runner: CandidateRunner, work: Workload, plan: RequestPlan, tally: _Tally) -> int:
+    """Stream the candidate's rows block by block against the reference's rows for the same ids; then the items'
+    own outcomes (choice, generate) in task order, so the statistics do not depend on how requests were batched.
     Returns the tokens that went through the candidate (scored requests' inputs, prompts and generations)."""
-    owners: list[tuple[Any, int]] = []
-    requests: list[Any] = []
-    for enc in work.encoded:
-        if enc.score and not runner.capabilities.has_prompt_logprobs:
-            tally.skipped[enc.item.kind] += 1
-            work.progress.advance(len(enc.score))
-            continue
-        for index, req in enumerate(enc.score):
-            owners.append((enc, index))
-            requests.append(req)
-    tokens = sum(len(r.input_ids) - 1 for r in requests)
-    ll_ref, ll_cand = _score_rows(name, runner, work, ref, tally, (owners, requests))
-    return tokens + _score_items(runner, work, ref, tally, (ll_ref, ll_cand))
+    work.progress.advance(sum(len(e.score) for e in work.encoded) - len(plan.scored))  # what is not compared
+    tokens = sum(len(s.request.input_ids) - 1 for s in plan.scored)
+    ll_ref, ll_cand = _score_rows(name, runner, work, plan, tally)
+    return tokens + _score_items(runner, work, plan, tally, (ll_ref, ll_cand))
 
 
-def _score_rows(name: str, runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally,
-                scored: tuple[list[tuple[Any, int]], list[Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """Token metrics of every scored request; returns the per-request log-likelihoods (reference, candidate)."""
+def _score_rows(name: str, runner: CandidateRunner, work: Workload, plan: RequestPlan,
+                tally: _Tally) -> tuple[np.ndarray, np.ndarray]:
+    """Token metrics of every compared request; returns the per-request log-likelihoods (reference, candidate)."""
     from qcheck.eval.metrics import compare_rows
     from qcheck.eval.plausibility import reference_top1_probability
     from qcheck.eval.runners.endpoint import present_rows
 
-    owners, requests = scored
+    requests = [s.request for s in plan.scored]
     ll_ref = np.zeros(len(requests))
     ll_cand = np.zeros(len(requests))
     for i, start, cand in score_blocks(runner, requests) if requests else ():
-        enc, index = owners[i]
-        req, item = requests[i], enc.item
+        owner, req = plan.scored[i], requests[i]
+        item = owner.enc.item
         stop = start + cand.n_rows
         if stop > req.n_rows:
             raise InputError(f"candidate returned {stop} rows, the reference has {req.n_rows}",
                              where=f"candidate {name}, item {item.id}")
-        rows = ref.reader.rows(req.key, start, stop)
-        if item.kind == "text" or index == item.answer:
+        rows = plan.rows.rows(req.key, start, stop)
+        if owner.counts_tokens:
             ref_p, cand_p, targets_p = present_rows(rows, cand, req.targets[start:stop])
             positions = req.start + start + np.arange(cand.n_rows)  # tokens of context before each predicted one
             present = ~np.isnan(cand.target_logprobs) & ~np.isnan(np.asarray(rows.target_logprobs, dtype=np.float32))
             tally.acc.add_rows(item.doc, compare_rows(ref_p, cand_p, targets_p, f"candidate {name}, item {item.id}"),
                                positions[present])
             tally.confidence.append(reference_top1_probability(ref_p))
+            # in the reference tokenizer's positions: a re-tokenised request counts its share of them
+            plan.coverage.tokens += owner.enc.score[owner.index].n_rows * len(targets_p) / req.n_rows
         ll_ref[i] += float(rows.target_logprobs.astype(np.float64).sum())
         ll_cand[i] += float(cand.target_logprobs.astype(np.float64).sum())
         if stop == req.n_rows:
@@ -249,32 +253,32 @@ def _score_rows(name: str, runner: CandidateRunner, work: Workload, ref: Referen
     return ll_ref, ll_cand
 
 
-def _score_items(runner: CandidateRunner, work: Workload, ref: ReferenceSide, tally: _Tally,
+def _score_items(runner: CandidateRunner, work: Workload, plan: RequestPlan, tally: _Tally,
                  lls: tuple[np.ndarray, np.ndarray]) -> int:
     """Choice and generate outcomes in task order; returns the tokens the generations put through the model."""
     ll_ref, ll_cand = lls
-    caps = runner.capabilities
+    positions: dict[int, list[int]] = {}
+    for i, s in enumerate(plan.scored):
+        positions.setdefault(id(s.enc), []).append(i)
     tokens = 0
-    first = 0
     for enc in work.encoded:
         item = enc.item
-        if enc.score and caps.has_prompt_logprobs:
-            count = len(enc.score)
-            if item.kind == "choice":
-                tally.acc.add_choice(item, ll_ref[first:first + count], ll_cand[first:first + count])
-            first += count
+        found = positions.get(id(enc), [])
+        if item.kind == "choice" and len(found) == len(enc.score):
+            tally.acc.add_choice(item, ll_ref[found], ll_cand[found])
         if enc.generate is None:
             continue
-        if not caps.can_generate:
+        if not runner.capabilities.can_generate:
             tally.skipped["generate"] += 1
             work.progress.advance()
             continue
-        ref_gen = ref.reader.generation(enc.generate.key)
+        ref_gen = plan.rows.main.generation(enc.generate.key)
         cand_gen = next(iter(runner.generate([enc.generate])))
         tokens += len(enc.generate.prompt_ids) + len(cand_gen.token_ids)
         cand_text = cand_gen.text if cand_gen.text is not None else work.encoder.decode(cand_gen.token_ids)
         ref_text = ref_gen.text if ref_gen.text is not None else work.encoder.decode(ref_gen.token_ids)
-        tally.acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text)
+        tally.acc.add_generation(item, ref_gen, cand_gen, ref_text, cand_text, enc.generate.stop_ids)
+        plan.coverage.items += 1
         work.progress.advance()
     return tokens
 

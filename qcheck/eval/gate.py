@@ -45,6 +45,15 @@ _CHECKS: dict[str, tuple[str, str, str | None, tuple[float, float]]] = {
     "min_greedy_agreement": ("greedy_agreement", "min", "low", (0.0, 1.0)),
     "min_answer_agreement": ("answer_agreement", "min", None, (0.0, 1.0)),
     "max_kld_kv_only": ("kv_only_kld_mean", "max", "high", (0.0, math.inf)),
+    # generation behaviour (qcheck.eval.generation): generate items, reference against candidate
+    "min_length_ratio": ("length_ratio", "min", "low", (0.0, math.inf)),
+    "max_length_ratio": ("length_ratio", "max", "high", (0.0, math.inf)),
+    "max_termination_drop": ("termination_drop", "max", "high", (0.0, 1.0)),
+    "max_repetition_increase": ("repetition_increase", "max", "high", (0.0, 1.0)),
+    "min_json_valid": ("json_valid", "min", "low", (0.0, 1.0)),
+    "max_json_validity_drop": ("json_validity_drop", "max", "high", (0.0, 1.0)),
+    # what share of the task set the candidate could be measured on (an endpoint that cannot score some items)
+    "min_coverage": ("coverage", "min", None, (0.0, 1.0)),
 }
 
 
@@ -66,6 +75,19 @@ class Thresholds:
     min_answer_agreement: float | None = None
     #: the KV cache's cost alone (reference weights with the candidate's KV cache type; ``qcheck.eval.kv_split``)
     max_kld_kv_only: float | None = None
+    #: generated length, Σ candidate / Σ reference tokens over generate items (``min`` catches truncation,
+    #: ``max`` run-on output)
+    min_length_ratio: float | None = None
+    max_length_ratio: float | None = None
+    #: share of generate items the reference ends with end-of-sequence and the candidate does not (net, points)
+    max_termination_drop: float | None = None
+    #: mean rise of the repeated 4-gram share in the generations' tails
+    max_repetition_increase: float | None = None
+    #: ``json`` items: share of candidate outputs that parse and satisfy their schema, and its drop (points)
+    min_json_valid: float | None = None
+    max_json_validity_drop: float | None = None
+    #: the smaller of the shares of items and of tokens the candidate was measured on
+    min_coverage: float | None = None
     #: gate on the unfavourable end of each 95 % interval instead of the point estimate
     use_intervals: bool = False
     #: the tier the defaults came from, for the report

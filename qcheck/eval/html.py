@@ -249,6 +249,7 @@ def render_html(data: dict[str, Any], meta: dict[str, Any] | None = None) -> str
                     out.append(f"<tr><td>{_e(f['id'])}</td><td>{_e(f['task'])}</td><td>{_e(f['direction'])}</td>"
                                f"<td>{_e(_short(f.get('reference')))}</td><td>{_e(_short(f.get('candidate')))}</td></tr>")
                 out.append("</table>")
+            out.extend(_regressions_table(c.get("generation_regressions") or []))
     if data.get("notes"):
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in data["notes"]) + "</ul>")
     out.append(_provenance(data, meta))
@@ -336,6 +337,8 @@ def _summary_table(cands: list[dict[str, Any]], gated: bool, noise: dict[str, An
                                else f"{m.get('flips_c_to_i_count')} / {m.get('flips_i_to_c_count')}") + "</td>")
     rows.append(f"<tr><td>accuracy ref → cand</td>{''.join(acc)}</tr>")
     rows.append(f"<tr><td>flips C→I / I→C</td>{''.join(flips)}</tr>")
+    rows.extend(_generation_rows(cands))
+    rows.append(_coverage_row(cands))
     if gated:
         gate = "".join('<td><span class="pass">PASS</span></td>' if c["gate"]["passed"]
                        else '<td><span class="fail">FAIL</span></td>' for c in cands[:gated_count])
@@ -344,6 +347,65 @@ def _summary_table(cands: list[dict[str, Any]], gated: bool, noise: dict[str, An
     gate += '<td><span class="muted">not gated</span></td>' * (len(cands) - gated_count)
     rows.append(f"<tr><td>gate</td>{gate}</tr></table></div>")
     return "".join(rows)
+
+
+#: generation behaviour rows: (label, metric, the metrics a failure on which marks the cell, formatter)
+_GENERATION_ROWS: list[tuple[str, str, tuple[str, ...], Any]] = [
+    ("ended with EOS ref → cand", "termination", ("termination_drop",), _pct),
+    ("repetition (tail) ref → cand", "repetition", ("repetition_increase",), lambda x: _num(x, 3)),
+    ("JSON valid ref → cand", "json_valid", ("json_valid", "json_validity_drop"), _pct),
+]
+
+
+def _cell(c: dict[str, Any], metrics: tuple[str, ...], body: str) -> str:
+    failed = any(f.get("metric") in metrics for f in c["gate"]["failures"])
+    return f'<td class="failed" title="fails its threshold">{body}</td>' if failed else f"<td>{body}</td>"
+
+
+def _generation_rows(cands: list[dict[str, Any]]) -> list[str]:
+    """Generation behaviour of generate items (length ratio, EOS, repetition, JSON), when any were generated."""
+    if not any(c["metrics"].get("generate_items") for c in cands):
+        return []
+    rows = []
+    cells = []
+    for c in cands:
+        m, iv = c["metrics"], c["intervals"]
+        ratio = _num(m.get("length_ratio"), 3) + _ci(iv.get("length_ratio"), lambda x: _num(x, 3)).replace(
+            " <span", "<br><span", 1)
+        cells.append(_cell(c, ("length_ratio",), ratio))
+    rows.append(f"<tr><td>generated length ratio</td>{''.join(cells)}</tr>")
+    for label, key, failing, fmt in _GENERATION_ROWS:
+        cells = []
+        for c in cands:
+            m = c["metrics"]
+            body = "–" if m.get(key) is None else f"{fmt(m.get(key + '_reference'))} → {fmt(m.get(key))}"
+            cells.append(_cell(c, failing, body))
+        rows.append(f"<tr><td>{_e(label)}</td>{''.join(cells)}</tr>")
+    return rows
+
+
+def _regressions_table(found: list[dict[str, Any]]) -> list[str]:
+    """Generate items whose candidate output lost end-of-sequence, valid JSON, or turned repetitive."""
+    if not found:
+        return []
+    rows = ["<table><tr><th>item</th><th>task</th><th>lost</th><th>reference output</th><th>candidate output</th>"
+            "</tr>"]
+    for g in found[:50]:
+        rows.append(f"<tr><td>{_e(g['id'])}</td><td>{_e(g['task'])}</td><td>{_e(', '.join(g['lost']))}</td>"
+                    f"<td>{_e(_short(g.get('reference_output')))}</td><td>{_e(_short(g.get('candidate_output')))}</td>"
+                    "</tr>")
+    return ["".join(rows) + "</table>"]
+
+
+def _coverage_row(cands: list[dict[str, Any]]) -> str:
+    """Items and tokens the candidate was measured on, of those in the task set."""
+    cells = []
+    for c in cands:
+        cov = c.get("coverage")
+        body = "–" if not cov else f"{cov['items']}/{cov['items_total']} items" + (
+            f"<br>{cov['tokens']:,}/{cov['tokens_total']:,} tokens" if cov["tokens_total"] else "")
+        cells.append(_cell(c, ("coverage",), body))
+    return f"<tr><td>coverage</td>{''.join(cells)}</tr>"
 
 
 def _provenance(data: dict[str, Any], meta: dict[str, Any]) -> str:

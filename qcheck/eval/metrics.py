@@ -18,6 +18,7 @@ tokens; acc = argmax ll, acc_norm = argmax ll / len(choice) in characters, acc_b
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ import numpy as np
 from qcheck.errors import InputError
 from qcheck.eval import stats
 from qcheck.eval.cache import RefRows
+from qcheck.eval.generation import METRIC_KEYS as GENERATION_KEYS
+from qcheck.eval.generation import Behaviour, behaviour, summarise
 from qcheck.eval.runners.base import Generation, TokenScores
 from qcheck.eval.tasks import TaskItem
 
@@ -181,6 +184,8 @@ class ItemOutcome:
     ref_output: str | None = None
     cand_output: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: generate items: how each side's generation behaved (reference, candidate)
+    generation: tuple[Behaviour, Behaviour] | None = None
 
 
 class CandidateMetrics:
@@ -204,6 +209,8 @@ class CandidateMetrics:
         self._doc_ids: dict[str, int] = {}
         self.exact = True
         self.items: list[ItemOutcome] = []
+        #: the bootstrap cluster (document) of each generate item, in order
+        self.generation_docs: list[str] = []
         self.choice_variants: dict[str, list[tuple[bool, bool]]] = {m: [] for m in CHOICE_METRICS}
 
     def add_rows(self, doc: str, rows: RowComparison, positions: np.ndarray | None = None) -> None:
@@ -237,14 +244,19 @@ class CandidateMetrics:
         return outcome
 
     def add_generation(self, item: TaskItem, ref: Generation, cand: Generation, ref_text: str,
-                       cand_text: str) -> ItemOutcome:
+                       cand_text: str, stop_ids: Sequence[int] = ()) -> ItemOutcome:
+        """One generate item, both sides; ``stop_ids`` are the end-of-sequence ids generation stopped at."""
         ref_ids, cand_ids = list(ref.token_ids), list(cand.token_ids)
         first = next((i for i, (a, b) in enumerate(zip(ref_ids, cand_ids, strict=False)) if a != b), None)
         if first is None and len(ref_ids) != len(cand_ids):
             first = min(len(ref_ids), len(cand_ids))
+        check = item.json_check if item.match == "json" else None
         outcome = ItemOutcome(item.id, item.task, "generate", item.is_correct(ref_text), item.is_correct(cand_text),
                               ref_text.strip() == cand_text.strip(), greedy_same=ref_ids == cand_ids,
-                              first_divergence=first, ref_output=ref_text, cand_output=cand_text)
+                              first_divergence=first, ref_output=ref_text, cand_output=cand_text,
+                              generation=(behaviour(ref_ids, stop_ids, ref_text, check),
+                                          behaviour(cand_ids, stop_ids, cand_text, check)))
+        self.generation_docs.append(item.doc)
         self.items.append(outcome)
         return outcome
 
@@ -340,7 +352,7 @@ class CandidateMetrics:
         metrics["items_scored"] = m
         if not m:
             for key in ("accuracy_reference", "accuracy", "accuracy_delta", "recovery", "flips", "flips_c_to_i",
-                        "flips_i_to_c", "answer_agreement"):
+                        "flips_i_to_c", "answer_agreement", *GENERATION_KEYS):
                 metrics[key] = None
             return
         ref = np.array([o.ref_correct for o in items])
@@ -372,6 +384,10 @@ class CandidateMetrics:
             intervals["greedy_agreement"] = stats.wilson(same, len(gen)).to_json()
         else:
             metrics["greedy_agreement"] = None
+        behaviours = [o.generation for o in gen if o.generation is not None]
+        gen_metrics, gen_intervals = summarise(behaviours, self.generation_docs, n_boot=self.n_boot, seed=self.seed)
+        metrics.update(gen_metrics)
+        intervals.update(gen_intervals)
         choice = self.choice_variants["acc"]
         if choice:
             for name, pairs in self.choice_variants.items():

@@ -30,6 +30,7 @@ from qcheck.eval.config import EvalConfig, Plan
 from qcheck.eval.perf import Phase
 from qcheck.eval.runners import DEFAULT_BACKEND
 from qcheck.eval.runners.base import VocabInfo, score_blocks
+from qcheck.eval.supplement import Rescorer
 from qcheck.eval.workload import Workload
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
@@ -53,6 +54,8 @@ class ReferenceSide:
     #: with ``--noise-floor``: the reference model cast in place to the noise floor's dtype, and its input device
     kept: tuple[Any, str] | None = None
     notes: list[str] = field(default_factory=list)
+    #: scores the reference again on token ids a candidate's server chose (``qcheck.eval.supplement``)
+    rescorer: Rescorer | None = None
 
 
 @dataclass
@@ -149,6 +152,7 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
         reader = CacheReader(final)
     if endpoint is not None:
         notes.append(_endpoint_label(report, reader, endpoint.runner))
+        notes.extend(_follow(work, reader))
     if reader.meta.get("placement"):
         report["placement"] = reader.meta["placement"]  # device_map="auto": modules per device
     vocab = _vocab_from_meta(reader)
@@ -157,8 +161,12 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
     cache = CacheInfo(hit=hit, kind=reader.kind, path=str(reader.dir), key=slot.key, topk=reader.topk,
                       persistent=config.use_cache, requests_written=written, bytes=reader.size,
                       precision=precision_note(reader.kind, reader.topk))
+    rescorer = Rescorer(root=root, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
+                        local=None if endpoint is not None else (config.reference, config.reference_dtype,
+                                                                 config.device, config.max_memory),
+                        endpoint=endpoint.runner if endpoint is not None else None)
     return ReferenceSide(reader=reader, config=ref_config, vocab=vocab, report=report, cache=cache, phase=phase,
-                         kept=kept, notes=notes)
+                         kept=kept, notes=notes, rescorer=rescorer)
 
 
 def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _Endpoint:
@@ -289,6 +297,25 @@ def _compute_remote(endpoint: _Endpoint, work: Workload, slot: _Slot) -> tuple[P
     finally:
         progress.stop()
     return writer.commit(), written
+
+
+def _follow(work: Workload, reader: CacheReader) -> list[str]:
+    """Make every candidate score what the endpoint reference scored (its own tokenisation of text prompts); the
+    notes saying how many requests that changed or left out."""
+    redirects = reader.meta.get("redirects") or {}
+    excluded = reader.meta.get("excluded") or {}
+    if not isinstance(redirects, dict) or not isinstance(excluded, dict):
+        raise InputError("reference cache entry has an unknown layout; delete it", path=str(reader.dir))
+    work.follow_reference(redirects, excluded)
+    notes = []
+    if redirects:
+        notes.append(f"{len(redirects)} request(s) were tokenised by the reference endpoint differently from the "
+                     "reference's tokenizer; every candidate scores the endpoint's own token ids for them")
+    if excluded:
+        key, why = next(iter(excluded.items()))
+        notes.append(f"{len(excluded)} request(s) could not be scored by the reference endpoint and are left out of "
+                     f"every candidate (first: {key}: {why})")
+    return notes
 
 
 def _vocab_json(vocab: VocabInfo) -> dict[str, Any]:

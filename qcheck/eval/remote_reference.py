@@ -177,9 +177,21 @@ def write_reference(runner: Any, kind: str, encoded: list[Any], encoder: Any, ma
     runner.prefetch(encoded)  # concurrent, retried, resumable: the cluster does the work
     writer = None
     written = 0
+    redirects: dict[str, dict[str, Any]] = {}
+    excluded: dict[str, str] = {}
     try:
         for enc in encoded:
-            for req, scores in zip(enc.score, runner.score(enc.score), strict=True):
+            requests = []
+            for original in enc.score:  # a text-prompt server scores its own tokenisation: candidates follow it
+                scored = runner.scored_as(original)
+                if isinstance(scored, str):
+                    excluded[original.key] = scored
+                    progress.advance()
+                    continue
+                if scored is not original:
+                    redirects[original.key] = {"key": scored.key, "ids": list(scored.input_ids), "start": scored.start}
+                requests.append(scored)
+            for req, scores in zip(requests, runner.score(requests), strict=True):
                 where = f"reference endpoint, request {req.key}"
                 full = full_rows(scores, vocab_size, where) if kind == "full" else None
                 if writer is None:
@@ -213,6 +225,7 @@ def write_reference(runner: Any, kind: str, encoded: list[Any], encoder: Any, ma
         raise
     if writer is None:
         raise InputError("no requests to send to the reference endpoint")
+    writer.meta.update(redirects=redirects, excluded=excluded)
     return writer, kind, written
 
 

@@ -42,6 +42,11 @@ class CandidateResult:
     kv_cache: dict[str, Any] | None = None
     #: mean KLD, top-1 and PPL ratio per position bucket, with intervals (``CandidateMetrics.by_position``)
     by_position: list[dict[str, Any]] = field(default_factory=list)
+    #: the items and tokens it was measured on (``qcheck.eval.coverage.Coverage.to_json``)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    #: generate items whose output lost end-of-sequence, JSON validity or turned repetitive
+    #: (``qcheck.eval.generation.regressions``)
+    generation: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend, "path": self.path, "quantization": self.quantization,
@@ -49,7 +54,8 @@ class CandidateResult:
                 "by_position": self.by_position,
                 "metrics": self.metrics, "intervals": self.intervals, "gate": self.gate.to_json(),
                 "per_task": self.per_task, "distribution": self.distribution, "flipped": self.flipped,
-                "notes": self.notes, "warnings": self.warnings, "performance": self.performance}
+                "notes": self.notes, "warnings": self.warnings, "performance": self.performance,
+                "coverage": self.coverage, "generation_regressions": self.generation}
 
 
 @dataclass

@@ -5,8 +5,10 @@ Three kinds of item (see docs/eval.md):
 - ``{"kind": "text", "id", "text"}``: a passage scored teacher-forced (KL divergence, perplexity).
 - ``{"kind": "choice", "id", "context", "choices": [...], "answer": i}``: log-likelihood multiple choice
   as lm-evaluation-harness scores it (acc, acc_norm by characters, acc_bytes by UTF-8 bytes).
-- ``{"kind": "generate", "id", "prompt", "expected", "match": "exact"|"contains"|"regex"}``: greedy
+- ``{"kind": "generate", "id", "prompt", "expected", "match": "exact"|"contains"|"regex"|"json"}``: greedy
   decoding with a token budget; correct when the output matches, and compared with the reference's output.
+  ``json`` items may give a JSON Schema (``schema``) and make ``expected`` (any JSON value) optional
+  (``qcheck.eval.jsonmatch``).
 
 Optional on every item: ``task`` (group name for per-task accuracy; default the file's stem) and
 ``doc`` (cluster id for the bootstrap, default the item id). ``choice`` items may set ``delimiter``
@@ -28,10 +30,11 @@ from typing import Any
 
 from qcheck import validate
 from qcheck.errors import InputError, UsageError
+from qcheck.eval.jsonmatch import JsonOutcome, canonical, check_output, check_schema, schema_problem
 from qcheck.eval.lmeval import SHAPES, from_foreign
 
 KINDS = ("text", "choice", "generate")
-MATCH_RULES = ("exact", "contains", "regex")
+MATCH_RULES = ("exact", "contains", "regex", "json")
 
 #: bounds for hostile or accidental input
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -45,7 +48,7 @@ _COMMON = {"id", "kind", "task", "doc"}
 _FIELDS = {
     "text": _COMMON | {"text"},
     "choice": _COMMON | {"context", "choices", "answer", "delimiter"},
-    "generate": _COMMON | {"prompt", "expected", "match", "max_new_tokens", "ignore_case"},
+    "generate": _COMMON | {"prompt", "expected", "match", "max_new_tokens", "ignore_case", "schema"},
 }
 
 
@@ -68,10 +71,16 @@ class TaskItem:
     match: str = "exact"
     ignore_case: bool = False
     max_new_tokens: int = 32
+    #: ``json`` items: the JSON Schema the output must satisfy, as canonical JSON text (None: any JSON);
+    #: their ``expected`` is the canonical JSON text of the expected value (None: any valid value is correct)
+    schema: str | None = None
 
     def is_correct(self, output: str) -> bool:
         """Whether a generated ``output`` satisfies this ``generate`` item's match rule."""
-        assert self.kind == "generate" and self.expected is not None
+        assert self.kind == "generate"
+        if self.match == "json":
+            return self.json_check(output).correct
+        assert self.expected is not None
         out, exp = output.strip(), self.expected
         if self.match == "regex":
             return re.search(exp, out, flags=re.IGNORECASE if self.ignore_case else 0) is not None
@@ -80,6 +89,10 @@ class TaskItem:
         if self.match == "exact":
             return out == exp.strip()
         return exp in out
+
+    def json_check(self, output: str) -> JsonOutcome:
+        """The ``json`` match of ``output``: parses, satisfies ``schema``, equals ``expected`` when given."""
+        return check_output(output, self.schema, self.expected)
 
 
 @dataclass
@@ -269,9 +282,19 @@ def _validate(obj: Any, where: str, default_task: str, lineno: int = 0) -> TaskI
         delimiter = _string(obj, "delimiter", where, required=False, allow_empty=True, default=" ")
         return TaskItem(context=context, choices=tuple(choices), answer=answer, delimiter=delimiter or "", **common)
 
+    return _generate_item(obj, where, common)
+
+
+def _generate_item(obj: dict[str, Any], where: str, common: dict[str, Any]) -> TaskItem:
+    """A ``generate`` item's own fields (``common``: id, kind, task, doc, source)."""
     prompt = _string(obj, "prompt", where)
-    expected = _string(obj, "expected", where)
     match = validate.choice(obj.get("match", "exact"), _at(where).key("match"), MATCH_RULES)
+    if match == "json":
+        expected, schema = _json_fields(obj, where)
+    else:
+        if "schema" in obj:
+            raise _fail(where, "schema", "a JSON Schema is for match \"json\" items")
+        expected, schema = _string(obj, "expected", where), None
     ignore_case = validate.boolean(obj.get("ignore_case", False), _at(where).key("ignore_case"))
     if match == "regex":
         try:
@@ -281,4 +304,21 @@ def _validate(obj: Any, where: str, default_task: str, lineno: int = 0) -> TaskI
     max_new = validate.integer(obj.get("max_new_tokens", 32), _at(where).key("max_new_tokens"), minimum=1,
                                maximum=MAX_NEW_TOKENS)
     return TaskItem(prompt=prompt, expected=expected, match=match, ignore_case=ignore_case,
-                    max_new_tokens=max_new, **common)
+                    max_new_tokens=max_new, schema=schema, **common)
+
+
+def _json_fields(obj: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+    """A ``json`` item's ``expected`` (any JSON value, optional) and ``schema`` (a JSON Schema, optional), as
+    canonical JSON text; the expected value must itself satisfy the schema."""
+    schema = None
+    if "schema" in obj:
+        problem = check_schema(obj["schema"])
+        if problem:
+            raise _fail(where, "schema", problem)
+        schema = canonical(obj["schema"])
+    expected = canonical(obj["expected"]) if "expected" in obj else None
+    if expected is not None and schema is not None:
+        problem = schema_problem(obj["expected"], schema)
+        if problem:
+            raise _fail(where, "expected", f"does not satisfy the item's own {problem}")
+    return expected, schema

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qcheck.eval.encode import EncodedItem, Encoder, chunk_scored
+from qcheck.eval.runners.base import ScoreRequest
 from qcheck.eval.tasks import TaskSet, load_tasks
 
 
@@ -70,6 +71,19 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     #: KV-cache-alone measurements (``qcheck.eval.kv_split``) by emulation, shared by the candidates that ask the same
     kv_only: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
+    #: requests the reference could not score (an endpoint reference), by key, with why: no candidate scores them
+    reference_excluded: dict[str, str] = field(default_factory=dict)
+
+    def follow_reference(self, redirects: dict[str, Any], excluded: dict[str, str]) -> None:
+        """Score what an endpoint reference scored: a request its server tokenised itself becomes that server's
+        token ids (``redirects``: key -> key, ids, start), one it could not score is left out (``excluded``)."""
+        for enc in self.encoded:
+            for i, req in enumerate(enc.score):
+                target = redirects.get(req.key)
+                if isinstance(target, dict):
+                    enc.score[i] = ScoreRequest(key=str(target["key"]), input_ids=tuple(int(t) for t in target["ids"]),
+                                                start=int(target["start"]))
+        self.reference_excluded = {str(k): str(v) for k, v in excluded.items()}
 
     @property
     def truncated(self) -> int:

@@ -11,9 +11,9 @@ status it forces where it decides the outcome (``fallback``, ``unsupported``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from qcheck.model import Judgement, Risk, Source
+from qcheck.model import Judgement, Risk, Source, Status
 
 if TYPE_CHECKING:
     from qcheck.matrix.dimensions import Deployment
@@ -45,7 +45,7 @@ def judge_known_issues(deployment: Deployment) -> Judgement | None:
     values.update(k=asked.k if asked else "", v=asked.v if asked else "")
     # the worst effect decides (unsupported > fallback > native: the order of dimensions.SEVERITY, which imports this)
     status = min((i.rule.status for i in found), key=("unsupported", "unknown", "fallback", "native").index)
-    judgement = Judgement(DIMENSION, status)
+    judgement = Judgement(DIMENSION, cast(Status, status))  # a rule's status is validated on load
     for issue in found:
         text = _text(issue, fill(issue.message, values))
         judgement.warnings.append(text)

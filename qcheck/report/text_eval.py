@@ -118,6 +118,49 @@ def _by_position(c: dict[str, Any]) -> list[str]:
     return ["  by position (tokens of context before the scored token):", *("    " + r for r in _table(rows))]
 
 
+def _pair(m: dict[str, Any], key: str, fmt: Any = _pct) -> str:
+    """``reference→candidate`` of a metric measured on both sides (``KEY_reference`` and ``KEY``)."""
+    if m.get(key) is None:
+        return "-"
+    return f"{fmt(m.get(key + '_reference'))}→{fmt(m.get(key))}"
+
+
+def _generation_table(candidates: list[dict[str, Any]]) -> list[str]:
+    """Generation behaviour of generate items (``qcheck.eval.generation``), when any candidate generated."""
+    shown = [c for c in candidates if c["metrics"].get("generate_items")]
+    if not shown:
+        return []
+    rows = [["generation (reference→candidate)", "items", "length ratio [95% CI]", "ended (EOS)",
+             "repetition (tail)", "JSON valid"]]
+    for c in shown:
+        m, iv = c["metrics"], c["intervals"]
+        json_cell = "-" if not m.get("json_items") else f"{_pair(m, 'json_valid')} of {m['json_items']}"
+        rows.append([c["name"], str(m["generate_items"]),
+                     _num(m.get("length_ratio"), 3) + _ci(iv.get("length_ratio"), lambda x: _num(x, 3)),
+                     _pair(m, "termination"), _pair(m, "repetition", lambda x: _num(x, 3)), json_cell])
+    return ["", *_fitted(rows)]
+
+
+#: generation regressions shown per candidate in the text report (the JSON lists up to 200)
+SHOWN_REGRESSIONS = 5
+
+
+def _clip(text: Any, limit: int = 40) -> str:
+    text = "" if text is None else str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def _regression_lines(c: dict[str, Any]) -> list[str]:
+    """Generate items whose candidate output lost end-of-sequence, valid JSON, or turned repetitive."""
+    found = c.get("generation_regressions") or []
+    lines = [f"  lost on {g['id']} ({', '.join(g['lost'])}): reference {_clip(g.get('reference_output'))} → "
+             f"candidate {_clip(g.get('candidate_output'))}" for g in found[:SHOWN_REGRESSIONS]]
+    if len(found) > SHOWN_REGRESSIONS:
+        lines.append(f"  ... and {len(found) - SHOWN_REGRESSIONS} more generate item(s) (generation_regressions in "
+                     "the JSON)")
+    return lines
+
+
 def _mb(n: Any) -> str:
     return "-" if n is None else f"{n / 1e6:,.0f} MB"
 
@@ -187,6 +230,7 @@ def render(result: Any) -> str:
             lines.append(f"noise floor: {noise['description']}. A KLD near this row is what a precision "
                          "change alone costs on these tasks.")
 
+    lines.extend(_generation_table(data["candidates"]))
     tasks_seen = sorted({t for c in data["candidates"] for t in c.get("per_task", {})})
     if len(tasks_seen) > 1:
         lines.append("")
@@ -205,6 +249,7 @@ def render(result: Any) -> str:
         extra = [*_simulation(c), *_kv_split(c), *_by_position(c)]
         for f in c["gate"]["failures"]:
             extra.append(f"  FAIL {f['message']}")
+        extra.extend(_regression_lines(c))
         for w in c.get("warnings", []):
             extra.append(f"  warning: {w}")
         for n in c.get("notes", []):

@@ -56,6 +56,9 @@ class Behaviour:
     quiet_cap: int | None = None
     #: the answer to GET /server_info (vLLM with dev endpoints, SGLang); None: 404
     server_info: dict[str, Any] | None = None
+    #: text prompts (and /tokenize) are tokenised by llama.cpp's own tokenizer of the engine's GGUF, as a real
+    #: llama.cpp-based server does, instead of the reference's tokenizer
+    engine_tokenizer: bool = False
 
 
 class FakeEngine:
@@ -73,6 +76,12 @@ class FakeEngine:
         with self.lock:
             scores = next(self.runner.score([ScoreRequest("x", tuple(ids), 1)]))
         return scores.full
+
+    def tokenize(self, text: str) -> list[int]:
+        """llama.cpp's tokenisation of ``text`` (BOS added as the GGUF says), as a llama.cpp-based server's."""
+        with self.lock:
+            return list(self.runner.llm.tokenize(text.encode("utf-8"), add_bos=self.runner.vocab().add_bos,
+                                                 special=True))
 
     def greedy(self, ids: list[int], n: int) -> list[int]:
         with self.lock:
@@ -188,7 +197,8 @@ class FakeServer:
         b = self.behaviour
         if path in ("/tokenize", "/extras/tokenize") and b.tokenize:
             text = body.get("prompt", body.get("content", body.get("input", "")))
-            ids = list(self.engine.tok(text, add_special_tokens=True)["input_ids"])
+            ids = self.engine.tokenize(text) if b.engine_tokenizer else \
+                list(self.engine.tok(text, add_special_tokens=True)["input_ids"])
             if b.tokenize_drop is not None and len(ids) > b.tokenize_drop:
                 del ids[b.tokenize_drop]
             return 200, {"tokens": ids, "count": len(ids)}, {}
@@ -215,6 +225,8 @@ class FakeServer:
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             return prompt if self.behaviour.accept_ids else None
         if isinstance(prompt, str):
+            if self.behaviour.engine_tokenizer:
+                return self.engine.tokenize(prompt)
             return list(self.engine.tok(prompt, add_special_tokens=True)["input_ids"])
         return None
 

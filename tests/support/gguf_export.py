@@ -49,11 +49,14 @@ def llama_unpermute(weights: Any, n_head: int, n_head_kv: int | None = None) -> 
     return unpermute_rows(weights, n_head, n_head_kv)
 
 
-def export_gguf(hf_dir: str | Path, out_path: str | Path, tensor_type: str = "F32") -> Path:
+def export_gguf(hf_dir: str | Path, out_path: str | Path, tensor_type: str = "F32", *,
+                pre: str | None = "gpt-2") -> Path:
     """Write ``out_path`` (a llama-architecture GGUF) from the safetensors Llama in ``hf_dir``.
 
     ``tensor_type`` is applied to every 2-D tensor (embeddings and output included, as convert_hf_to_gguf
-    ``--outtype`` does); norms stay F32. Returns ``out_path``.
+    ``--outtype`` does); norms stay F32. ``pre`` is ``tokenizer.ggml.pre``; None leaves it out, as GGUFs
+    converted before llama.cpp had the key do (llama.cpp then splits text with its ``default`` pre-tokenizer,
+    which cuts punctuation runs apart: ``" ="`` becomes ``" "``, ``"="``). Returns ``out_path``.
     """
     import gguf
 
@@ -91,7 +94,7 @@ def export_gguf(hf_dir: str | Path, out_path: str | Path, tensor_type: str = "F3
     writer.add_file_type(gguf.LlamaFileType[_FILE_TYPES[tensor_type]])
     if tensor_type not in ("F32", "F16", "BF16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_vocab(writer, hf_dir, hp["vocab_size"])
+    _add_vocab(writer, hf_dir, hp["vocab_size"], pre)
 
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
     shards = sorted(hf_dir.glob("*.safetensors"))
@@ -142,7 +145,7 @@ def _encode(np, quants, gguf, data, qtype):
         return np.ascontiguousarray(data, dtype=np.float16), gguf.GGMLQuantizationType.F16
 
 
-def _add_vocab(writer, hf_dir: Path, vocab_size: int) -> None:
+def _add_vocab(writer, hf_dir: Path, vocab_size: int, pre: str | None) -> None:
     """convert_hf_to_gguf ``get_vocab_base`` + ``SpecialVocab``: tokens by id, added special tokens as
     CONTROL, missing ids padded as ``[PAD{i}]`` UNUSED, merges and bos/eos/pad ids from tokenizer files."""
     import gguf
@@ -165,7 +168,8 @@ def _add_vocab(writer, hf_dir: Path, vocab_size: int) -> None:
             types.append(gguf.TokenType.NORMAL)
     writer.add_tokenizer_model("gpt2")
     # our tokenizer uses GPT-2's pre-tokenizer regex (tokenizers ByteLevel use_regex=True) -> llama.cpp "gpt-2"
-    writer.add_tokenizer_pre("gpt-2")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     special = gguf.SpecialVocab(hf_dir, load_merges=True, n_vocab=len(tokens))

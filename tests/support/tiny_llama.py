@@ -122,10 +122,14 @@ def make_tiny_llama(
                     param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
     finally:
         torch.random.set_rng_state(generator_state)
-    model = model.to(getattr(torch, dtype))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return save_quietly(model.to(getattr(torch, dtype)), tokenizer, out)
+
+
+def save_quietly(model: Any, tokenizer: Any, out: Path) -> Path:
+    """``save_pretrained`` of the model (safetensors) and its tokenizer into ``out``, without progress bars."""
     from transformers.utils import logging as hf_logging
 
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars in test and CI logs
     try:

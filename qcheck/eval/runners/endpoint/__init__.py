@@ -47,14 +47,14 @@ from qcheck.eval.runners.base import (
     VocabInfo,
 )
 from qcheck.eval.runners.endpoint import echo, prompt_logprobs, sglang
+from qcheck.eval.runners.endpoint.align import lead, realign, substitute, text_prompt
 from qcheck.eval.runners.endpoint.generate import generate_one
 from qcheck.eval.runners.endpoint.wire import (
     MAX_TOP_K,
+    Misaligned,
     Row,
     TokenStrings,
     Unsupported,
-    divergence_message,
-    first_divergence,
 )
 from qcheck.eval.runners.http import (
     RETRY_STATUSES,
@@ -169,6 +169,12 @@ class EndpointRunner:
         self._text_keys: set[str] = set()
         self._verified: set[tuple[int, ...]] = set()
         self.missing_rows = 0
+        #: scored positions of text items without a log-prob, beyond llama-cpp-python's first echoed token
+        self.other_missing = 0
+        #: generation prompts the server tokenised differently (text prompts)
+        self.retokenised_prompts = 0
+        #: the key of a request the server scored in its own token ids -> the original request
+        self._scored: dict[str, ScoreRequest] = {}
         self.unresolved_top1 = 0
         self.lossy_generations = 0
         self.string_mismatches = 0
@@ -257,12 +263,8 @@ class EndpointRunner:
             ((self.opts.mode,) if self.opts.mode != "generate" else ())
         reasons: list[str] = []
         for mode in order:
-            formats = ["ids"] if mode == "sglang" else \
-                (["text"] if self.flavour == "llama-cpp-python" else ["ids", "text"])
+            formats = ["ids"] if not PROTOCOLS[mode].TEXT_PROMPTS else ["ids", "text"]  # token ids wherever taken
             for fmt in formats:
-                if fmt == "text" and self.tokenize_path is None:
-                    reasons.append(f"{mode}: text prompts need the server's tokenize endpoint to check alignment")
-                    continue
                 try:
                     rows = self._score_one(req, mode, fmt, probe=True)
                 except Unsupported as exc:
@@ -278,20 +280,20 @@ class EndpointRunner:
                 reasons.append(f"{mode}/{fmt}: no log-probs in the response")
         if self.opts.mode not in ("auto", "generate"):
             raise EndpointError(f"endpoint {self.opts.url} cannot do mode {self.opts.mode}: {'; '.join(reasons)}")
-        fmt = "ids" if self.flavour in ("vllm", "sglang") else ("text" if self.tokenize_path else "ids")
+        fmt = "ids"  # token ids wherever the server takes them (vLLM, SGLang, llama-server), else text
         gen = GenerateRequest(key="qcheck-probe", prompt_ids=probe_ids, max_new_tokens=1)
         try:
             try:
                 generate_one(self, gen, fmt)
-            except (EndpointError, Unsupported):
-                if fmt == "text":
+            except (EndpointError, Unsupported) as exc:
+                if isinstance(exc, EndpointError) and (exc.status is None or exc.status in (401, 403)):
                     raise
                 fmt = "text"
                 generate_one(self, gen, fmt)
         except Unsupported as exc:
             raise EndpointError(f"endpoint {self.opts.url}: no usable completion ({exc}); "
                                 f"log-probs: {'; '.join(reasons)}") from None
-        reason = reasons[0] if reasons else "mode generate requested"
+        reason = "; ".join(reasons) if reasons else "mode generate requested"
         if fmt == "text" and self.tokenize_path is None:
             self._notes.append("prompts are sent as text and the server has no tokenize endpoint, so its tokens "
                                "could not be checked against the reference's; generation metrics compare text")
@@ -321,41 +323,57 @@ class EndpointRunner:
             self._strings = TokenStrings(self.tok, self.reference.vocab_size)
         return self._strings
 
-    def text_for(self, ids: tuple[int, ...]) -> str:
-        """The prompt text whose server-side tokenisation should be exactly ``ids`` (checked before use)."""
-        bos = self.reference.bos_token_id
-        body = ids
-        if self.server_adds_bos is None and ids and ids[0] == bos:
-            body = ids[1:]  # unknown (no tokenize endpoint): servers commonly prepend BOS themselves
-        elif self.server_adds_bos:
-            if not ids or ids[0] != bos:
-                raise InputError("the endpoint always prepends BOS but this request does not start with it; "
-                                 "the token sequences cannot match", where=f"candidate {self.name}")
-            body = ids[1:]
-        return self.tok.decode(list(body), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    def prompt_text(self, ids: tuple[int, ...]) -> str:
+        """The text sent for the token ids ``ids`` (a leading BOS the server adds itself left out)."""
+        return text_prompt(ids, len(ids), self.tok, self.reference.bos_token_id, self.server_adds_bos).text
 
-    def verify_text(self, ids: tuple[int, ...], text: str, key: str) -> None:
-        if ids in self._verified or self.tokenize_path is None:
+    def note_prompt(self, ids: tuple[int, ...], text: str) -> None:
+        """Count a generation prompt the server tokenises differently from the reference (its output is compared
+        as text all the same); needs the server's tokenize endpoint."""
+        if self.tokenize_path is None:
             return
         got = self._tokenize_at(self.tokenize_path, text)
-        diverge = first_divergence(ids, got)
-        if diverge is not None:
-            raise InputError(divergence_message(ids, got, diverge, self.strings()),
-                             where=f"candidate {self.name}, request {key}")
-        self._verified.add(ids)
+        skip = lead(ids, self.reference.bos_token_id, self.server_adds_bos)
+        if got != list(ids) and got != list(ids[skip:]):
+            self.retokenised_prompts += 1
 
     # ------------------------------------------------------------------ scoring
     def _score_one(self, req: ScoreRequest, mode: str, fmt: str, probe: bool = False) -> list[Row]:
-        """One scoring request in the wire protocol of ``mode`` (token ids, or text checked against them)."""
+        """One scoring request in the wire protocol of ``mode``, as token ids or as text (``_score_text``)."""
         protocol = PROTOCOLS[mode]
-        ids = tuple(req.input_ids)
-        prompt: Any = list(ids)
         if protocol.TEXT_PROMPTS and fmt == "text":
-            prompt = self.text_for(ids)
-            self.verify_text(ids, prompt, req.key)
-        path, body = protocol.request(self, prompt)
+            scored, rows = self._score_text(req, mode, probe)
+            if isinstance(scored, str):
+                raise Unsupported(scored) if probe else Misaligned(scored, where=f"candidate {self.name}, "
+                                                                                 f"request {req.key}")
+            return rows
+        path, body = protocol.request(self, list(req.input_ids))
         data = self.client.post(path, body, retry_statuses=PROBE_RETRY if probe else RETRY_STATUSES)
         return protocol.parse(self, data, req)
+
+    def _score_text(self, req: ScoreRequest, mode: str, probe: bool = False) -> tuple[ScoreRequest | str, list[Row]]:
+        """Send ``req`` as text and read the rows of the token ids the server made of it: from its tokenize
+        endpoint first, else from its answer (vLLM's ``prompt_token_ids``, the echoed tokens). Returns the request
+        as the server scored it (``align.realign``) with its rows, or why it cannot be compared."""
+        protocol = PROTOCOLS[mode]
+        prompt = text_prompt(req.input_ids, req.start, self.tok, self.reference.bos_token_id, self.server_adds_bos)
+        scored: ScoreRequest | str | None = None
+        if self.tokenize_path is not None:
+            scored = realign(req, prompt, self._tokenize_at(self.tokenize_path, prompt.text), self.tok,
+                             self.reference.bos_token_id, self.reference.vocab_size)
+            if isinstance(scored, str):
+                return scored, []
+        path, body = protocol.request(self, prompt.text)
+        data = self.client.post(path, body, retry_statuses=PROBE_RETRY if probe else RETRY_STATUSES)
+        if scored is None:
+            ids = protocol.prompt_ids(self, data)
+            if ids is None:
+                return ("the server has no tokenize endpoint and its answer does not name the prompt's token ids, "
+                        "so its tokens cannot be paired with the reference's"), []
+            scored = realign(req, prompt, ids, self.tok, self.reference.bos_token_id, self.reference.vocab_size)
+            if isinstance(scored, str):
+                return scored, []
+        return scored, protocol.parse(self, data, scored)
 
     def _to_scores(self, req: ScoreRequest, rows: list[Row]) -> TokenScores:
         n = req.n_rows
@@ -386,12 +404,53 @@ class EndpointRunner:
         return ResumeState.record_id("gen", req.key, tuple(req.prompt_ids), str(req.max_new_tokens))
 
     def _fetch_score(self, req: ScoreRequest) -> dict[str, Any]:
+        """One request's rows as a resume record; with the token ids the server scored (``ids``, ``s``) when they
+        are not the request's, or only why it cannot be compared (``x``)."""
+        scored: ScoreRequest | str = req
         try:
-            rows = self._score_one(req, self.mode, self.prompt_format)
+            if self.prompt_format == "text" and PROTOCOLS[self.mode].TEXT_PROMPTS:
+                scored, rows = self._score_text(req, self.mode)
+            else:
+                rows = self._score_one(req, self.mode, self.prompt_format)
         except Unsupported as exc:  # worked for the probe, not for this request: a malformed answer
             raise InputError(f"malformed response: {exc}", where=f"candidate {self.name}, request {req.key}") from None
-        return {"t": [None if math.isnan(r.target) else r.target for r in rows],
-                "k": [[[t, v] for t, v in r.topk] for r in rows], "g": [r.greedy for r in rows]}
+        except Misaligned as exc:
+            scored = exc.detail
+        if isinstance(scored, str):
+            return {"x": scored}
+        record: dict[str, Any] = {"t": [None if math.isnan(r.target) else r.target for r in rows],
+                                  "k": [[[t, v] for t, v in r.topk] for r in rows], "g": [r.greedy for r in rows]}
+        if scored is not req:
+            record.update(ids=list(scored.input_ids), s=scored.start)
+        return record
+
+    def _record(self, req: ScoreRequest) -> tuple[str, dict[str, Any]]:
+        """(resume id, record) of an original request, fetched now if the prefetch did not."""
+        rid = self._score_rid(req)
+        rec = self.state.get(rid)
+        if rec is None:
+            rec = self._fetch_score(req)
+            self.state.put(rid, rec)
+        return rid, rec
+
+    def scored_as(self, req: ScoreRequest) -> ScoreRequest | str:
+        """The request as this server scored it: ``req`` itself, the same text in the server's own token ids (the
+        reference must then be scored on exactly those), or why it cannot be compared (it is left out and counted
+        in the coverage). Called by the harness after ``prefetch``."""
+        _, rec = self._record(req)
+        if "x" in rec:
+            return str(rec["x"])
+        scored = req
+        if "ids" in rec:
+            scored = substitute(req, rec["ids"], rec["s"])
+            self._scored[scored.key] = req
+        missing = [i for i, t in enumerate(rec["t"]) if t is None]
+        if missing and req.key not in self._text_keys:
+            return (f"the endpoint returned no log-prob for {len(missing)} scored position(s) of this choice (first: "
+                    f"token {scored.start + missing[0]})" + (
+                        f"; the echo of a model without BOS lists a token only when it is among the top-"
+                        f"{self.opts.top_k} (raise --endpoint-top-k)" if self.shifted_echo else ""))
+        return scored
 
     def _fetch_gen(self, req: GenerateRequest) -> dict[str, Any]:
         try:
@@ -410,6 +469,15 @@ class EndpointRunner:
                 jobs.extend(("score", self._score_rid(r), r) for r in enc.score)
             if enc.generate is not None:
                 jobs.append(("gen", self._gen_rid(enc.generate), enc.generate))
+        self._fetch_all(jobs)
+
+    def prefetch_scores(self, requests: Sequence[ScoreRequest], text_keys: set[str]) -> None:
+        """``prefetch`` for bare scoring requests (the reference scored again on a candidate server's ids);
+        ``text_keys`` are those of text items (a position without a log-prob is left out of them, not fatal)."""
+        self._text_keys.update(text_keys)
+        self._fetch_all([("score", self._score_rid(r), r) for r in requests])
+
+    def _fetch_all(self, jobs: list[tuple[str, str, Any]]) -> None:
         todo = [j for j in jobs if j[1] not in self.state]
 
         def work(job: tuple[str, str, Any]) -> Any:
@@ -422,27 +490,20 @@ class EndpointRunner:
         if not self.capabilities.has_prompt_logprobs:
             raise EndpointError(f"endpoint {self.opts.url} returns no prompt log-probs")
         for req in requests:
-            rid = self._score_rid(req)
-            rec = self.state.get(rid)
-            if rec is None:
-                rec = self._fetch_score(req)
-                self.state.put(rid, rec)
+            original = self._scored.get(req.key, req)
+            _, rec = self._record(original)
+            if "x" in rec or self.scored_as(original) != req:
+                raise InputError(f"this request cannot be compared: {rec.get('x') or 'the server scored other ids'}",
+                                 where=f"candidate {self.name}, request {original.key}")
             rows = [Row(math.nan if t is None else float(t), [(int(a), float(b)) for a, b in k], int(g))
                     for t, k, g in zip(rec["t"], rec["k"], rec["g"], strict=True)]
             missing = [i for i, r in enumerate(rows) if math.isnan(r.target)]
-            if missing and self.shifted_echo and req.key in self._text_keys:
+            if missing and self.shifted_echo:
                 self.shifted_missing += len(missing)  # not in the returned top-k: left out, said in a note
-            elif missing and self.shifted_echo:
-                raise InputError(f"the endpoint's echo (llama-cpp-python, a model without BOS) did not list the "
-                                 f"answer's token {req.start + missing[0]} among its top-{self.opts.top_k}, so this "
-                                 "choice cannot be scored; raise --endpoint-top-k, or use the in-process "
-                                 "llamacpp:FILE.gguf candidate", where=f"candidate {self.name}, request {req.key}")
+            elif missing == [0] and req.start == 1:
+                self.missing_rows += 1  # llama-cpp-python nulls the first echoed token
             elif missing:
-                if req.key not in self._text_keys or missing != [0] or req.start != 1:
-                    raise InputError(f"the endpoint returned no log-prob for {len(missing)} scored position(s) "
-                                     f"(first: token {req.start + missing[0]}); this item cannot be scored",
-                                     where=f"candidate {self.name}, request {req.key}")
-                self.missing_rows += 1
+                self.other_missing += len(missing)
             self.unresolved_top1 += sum(1 for i, r in enumerate(rows) if r.greedy < 0 and i not in missing)
             yield self._to_scores(req, rows)
 
@@ -472,6 +533,12 @@ class EndpointRunner:
                        + (f"; {self.shifted_missing} position(s) whose token was not in the returned top-"
                           f"{self.opts.top_k} are left out of this candidate's token metrics (raise "
                           "--endpoint-top-k to keep more)" if self.shifted_missing else ""))
+        if self.other_missing:
+            out.append(f"{self.other_missing} scored position(s) of text items came back without a log-prob and are "
+                       "left out of this candidate's token metrics")
+        if self.retokenised_prompts:
+            out.append(f"{self.retokenised_prompts} generation prompt(s) were tokenised by the server differently "
+                       "from the reference's tokenizer (text prompts); their outputs are compared as text")
         if self.unresolved_top1:
             out.append("the server names some top-1 tokens only by an ambiguous string (e.g. a partial UTF-8 "
                        "byte); top-1 agreement covers the other positions (metrics.top1_positions)")

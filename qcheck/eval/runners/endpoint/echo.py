@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qcheck.errors import InputError
 from qcheck.eval.runners.base import ScoreRequest
 from qcheck.eval.runners.endpoint.wire import (
     MAX_TOP_K,
+    Misaligned,
     Row,
     ScoringContext,
     Unsupported,
@@ -35,6 +35,38 @@ def request(ctx: ScoringContext, prompt: Any) -> tuple[str, dict[str, Any]]:
     return "/v1/completions", body
 
 
+def generated(data: Any, entries: int) -> int:
+    """How many of the echo's ``entries`` follow the prompt: the completion's tokens (``usage``), which can be more
+    than the ``max_tokens`` of 1 asked for (llama-cpp-python keeps generating until the text ends on a whole UTF-8
+    character: 5 tokens seen for a partial character); 1 when the server does not say."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= entries:
+        return count
+    return 1
+
+
+def prompt_ids(ctx: ScoringContext, data: Any) -> list[int] | None:
+    """The prompt's token ids as the server echoed them (its own tokenisation of a text prompt), when every
+    echoed token names exactly one id (``token_id:N`` keys, or a string only one token decodes to); a BOS the
+    reference adds is put first when the echo leaves it out. None when any token cannot be named."""
+    try:
+        choice = first_choice(data)
+    except Unsupported:
+        return None
+    lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return None
+    strings = ctx.strings()
+    ids = [strings.resolve(t) for t in tokens[:max(0, len(tokens) - generated(data, len(tokens)))]]
+    if not ids or any(i is None for i in ids):
+        return None
+    bos = ctx.reference.bos_token_id
+    named = [int(i) for i in ids if i is not None]
+    return [bos, *named] if ctx.reference.add_bos and bos is not None and named[0] != bos else named
+
+
 def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
     choice = first_choice(data)
     lp = choice.get("logprobs")
@@ -45,16 +77,14 @@ def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
     tops = lp.get("top_logprobs")
     if not isinstance(tops, list):
         tops = [None] * len(token_lps)
-    usage = data.get("usage") if isinstance(data, dict) else None
-    n_gen = usage.get("completion_tokens", 1) if isinstance(usage, dict) else 1
-    n_gen = 0 if n_gen == 0 else 1  # max_tokens is 1
+    n_gen = generated(data, len(token_lps))
     if not isinstance(tokens, list):
         tokens = []
     ids = req.input_ids
     n_echo = len(token_lps) - n_gen
     offset = len(ids) - n_echo
     bos = ctx.reference.bos_token_id
-    if offset == 1 and ids and ids[0] != bos and _echo_is_shifted(ctx, ids, tokens, token_lps):
+    if n_gen >= 1 and ids and ids[0] != bos and _echo_is_shifted(ctx, ids, tokens, token_lps):
         return _parse_shifted_echo(ctx, req, tops)
     if not (offset == 0 or (offset == 1 and ids and ids[0] == bos)):
         # the server saw a different token sequence: show where, from the echoed token strings
@@ -62,9 +92,8 @@ def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
         expected = [known.strings[i] for i in ids[(1 if ids and ids[0] == bos else 0):]]
         got = [str(t) for t in tokens[:n_echo]]
         at = first_divergence(expected, got) or 0
-        raise InputError(f"the endpoint echoed {n_echo} prompt tokens where the reference has {len(ids)}; first "
-                         f"divergence at token {at}: reference {expected[at:at + 3]!r}, endpoint "
-                         f"{got[at:at + 3]!r}; refusing to compare different token sequences",
+        raise Misaligned(f"the endpoint echoed {n_echo} prompt tokens for {len(ids)} sent; first "
+                         f"divergence at token {at}: sent {expected[at:at + 3]!r}, endpoint {got[at:at + 3]!r}",
                          where=f"candidate {ctx.name}, request {req.key}")
     strings = ctx.strings() if not all_token_id_keys(tops) else None
     rows = []

@@ -9,6 +9,7 @@ from typing import Any
 from qcheck.errors import InputError
 from qcheck.eval.runners.base import ScoreRequest
 from qcheck.eval.runners.endpoint.wire import (
+    Misaligned,
     Row,
     ScoringContext,
     Unsupported,
@@ -30,6 +31,19 @@ def request(ctx: ScoringContext, prompt: Any) -> tuple[str, dict[str, Any]]:
     return "/v1/completions", body
 
 
+def prompt_ids(ctx: ScoringContext, data: Any) -> list[int] | None:
+    """The prompt's token ids as the server reports them (``prompt_token_ids``: its own tokenisation of a text
+    prompt), or None."""
+    try:
+        choice = first_choice(data)
+    except Unsupported:
+        return None
+    ids = choice.get("prompt_token_ids") or (data.get("prompt_token_ids") if isinstance(data, dict) else None)
+    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        return None
+    return [int(t) for t in ids]
+
+
 def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
     choice = first_choice(data)
     plp = choice.get("prompt_logprobs")
@@ -40,7 +54,7 @@ def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
                                                       else None)
     if isinstance(returned_ids, list) and list(returned_ids) != list(ids):
         at = first_divergence(ids, returned_ids)
-        raise InputError(divergence_message(ids, returned_ids, at or 0, ctx.strings()),
+        raise Misaligned(divergence_message(ids, returned_ids, at or 0, ctx.strings()),
                          where=f"candidate {ctx.name}, request {req.key}")
     if len(plp) != len(ids):
         raise InputError(f"the endpoint returned {len(plp)} prompt positions for {len(ids)} tokens",

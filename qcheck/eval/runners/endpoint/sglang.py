@@ -10,6 +10,7 @@ from qcheck.errors import InputError
 from qcheck.eval.runners.base import ScoreRequest
 from qcheck.eval.runners.endpoint.wire import (
     MAX_TOP_K,
+    Misaligned,
     Row,
     ScoringContext,
     Unsupported,
@@ -50,7 +51,7 @@ def parse(ctx: ScoringContext, data: Any, req: ScoreRequest) -> list[Row]:
             if entry[1] != ids[p]:
                 got = [e[1] if isinstance(e, list) and len(e) > 1 and isinstance(e[1], int) else -1
                        for e in tok_lp]
-                raise InputError(divergence_message(ids, got, p, ctx.strings()),
+                raise Misaligned(divergence_message(ids, got, p, ctx.strings()),
                                  where=f"candidate {ctx.name}, request {req.key}")
             target = logprob(entry[0], f"candidate {ctx.name}, request {req.key}, position {p}")
         tops = top_lp[p] if p < len(top_lp) else None

@@ -40,13 +40,18 @@ class ScoringContext(Protocol):
 
     def strings(self) -> TokenStrings: ...
 
-    def text_for(self, ids: tuple[int, ...]) -> str: ...
+    def prompt_text(self, ids: tuple[int, ...]) -> str: ...
 
-    def verify_text(self, ids: tuple[int, ...], text: str, key: str) -> None: ...
+    def note_prompt(self, ids: tuple[int, ...], text: str) -> None: ...
 
 
 class Unsupported(Exception):
     """A probe found that the server cannot do this mode (the reason is the message)."""
+
+
+class Misaligned(InputError):
+    """The server scored other token ids than the request's: this request cannot be compared (it is left out and
+    counted in the coverage; ``detail`` says why), the rest of the run goes on."""
 
 
 class TokenStrings:
@@ -163,6 +168,5 @@ def divergence_message(expected: Sequence[int], got: Sequence[int], at: int, str
         return ", ".join(f"{t} {strings.strings[t]!r}" if isinstance(t, int) and 0 <= t < len(strings.strings)
                          else repr(t)[:20] for t in part) or "end"
 
-    return (f"the endpoint tokenises the prompt differently from the reference: first divergence at token {at} "
-            f"of {len(expected)} (reference: {show(expected)}; endpoint: {show(got)}); refusing to compare "
-            "different token sequences")
+    return (f"the endpoint scored other tokens than it was sent: first divergence at token {at} "
+            f"of {len(expected)} (sent: {show(expected)}; endpoint: {show(got)})")
