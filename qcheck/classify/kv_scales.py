@@ -86,4 +86,4 @@ def _layer(name: str) -> str:
 
 def _natural(text: str) -> tuple[str, int]:
     head, _, index = text.rpartition(".")
-    return head, int(index) if index.isdigit() else -1
+    return head, int(index) if index.isascii() and index.isdigit() else -1
