@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,6 +103,8 @@ def store(kind: str, key: str, value: Any) -> None:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not _private(folder):
             return
+        import tempfile  # only when an entry is written (a warm run writes none)
+
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:

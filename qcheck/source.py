@@ -86,6 +86,15 @@ class LocalFileSource:
         except OSError as exc:
             raise InputError(f"read failed at offset {offset}: {exc.strerror or exc}", path=self.name) from None
 
+    def identity(self) -> tuple[int, int, int, int, int] | None:
+        """(size, mtime ns, ctime ns, inode, device) of the open file: what changes when its bytes do (the change
+        time cannot be set back by a user), so a cache can tell a file it has seen without reading it."""
+        try:
+            st = os.fstat(self._fd)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

@@ -9,7 +9,6 @@ its error class (and so its exit code, 2) by giving ``At`` a factory; the wordin
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -67,6 +66,8 @@ def check_keys(value: Mapping[str, Any], allowed: Collection[str], at: At, *,
             if alias in allowed and alias != key:
                 hint = f"; did you mean {alias!r}?"
             else:
+                import difflib  # only for a wrong key
+
                 close = difflib.get_close_matches(str(key), [str(a) for a in ordered], n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
             at.key(str(key)).fail(f"unknown key{hint}", ", ".join(str(a) for a in ordered))

@@ -5,7 +5,9 @@ vocabulary files and on arrays cut at every buffer boundary."""
 from __future__ import annotations
 
 import json
+import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -273,3 +275,99 @@ def test_a_damaged_header_entry_is_a_miss(tmp_path: Path, header_cache: Path, da
     assert entry["format"] == datacache.FORMAT
     again = _load(path)
     assert again.metadata == expected.metadata and again.tensors == expected.tensors
+
+
+# ------------------------------------------------------------------- a file seen before is not hashed again
+def _entry(header_cache: Path) -> tuple[Path, dict]:
+    [entry_path] = header_cache.glob("gguf-header-*.json")
+    return entry_path, json.loads(entry_path.read_text(encoding="utf-8"))
+
+
+def _age_entry(header_cache: Path, seconds: float) -> None:
+    """As if the entry had been written ``seconds`` after the file last changed (a file downloaded yesterday)."""
+    entry_path, entry = _entry(header_cache)
+    entry["value"]["stored_ns"] = max(entry["value"]["identity"][1:3]) + int(seconds * 1e9)
+    entry_path.write_text(json.dumps(entry), encoding="utf-8")
+
+
+def _count_digests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from qcheck.readers import gguf_cache
+
+    calls: list[int] = []
+    original = gguf_cache._digest
+    monkeypatch.setattr(gguf_cache, "_digest", lambda *a: calls.append(1) or original(*a))
+    return calls
+
+
+def _copy_vocab(tmp_path: Path) -> Path:
+    path = tmp_path / "v.gguf"
+    path.write_bytes((ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf").read_bytes())
+    return path
+
+
+def test_an_untouched_file_is_not_hashed_again(tmp_path: Path, header_cache: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _copy_vocab(tmp_path)
+    parsed = _load(path)
+    _age_entry(header_cache, 10)
+    digests = _count_digests(monkeypatch)
+    _refuse_parsing(monkeypatch)
+    cached = _load(path)
+    assert digests == [] and cached.metadata == parsed.metadata and cached.tensors == parsed.tensors
+
+
+def test_a_file_changed_in_place_with_its_mtime_put_back_is_hashed_and_missed(
+        tmp_path: Path, header_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same size, same modification time (os.utime), other bytes: the change time moved, so the digest decides."""
+    path = _copy_vocab(tmp_path)
+    _load(path)
+    _age_entry(header_cache, 10)
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    at = data.index(b"\xe2\x96\x81", 100_000) + 3
+    data[at] = ord("Q") if data[at] != ord("Q") else ord("R")
+    with open(path, "r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+    digests = _count_digests(monkeypatch)
+    from qcheck.readers import gguf as gguf_reader
+
+    parses: list[int] = []
+    original = gguf_reader.read_gguf_header
+    monkeypatch.setattr(gguf_reader, "read_gguf_header", lambda *a, **k: parses.append(1) or original(*a, **k))
+    _load(path)
+    assert digests and parses == [1]
+
+
+def test_a_file_cached_within_a_clock_tick_of_its_change_is_hashed(tmp_path: Path, header_cache: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Racy: written and cached within RACY_NS, the identity alone cannot stand for the bytes."""
+    path = _copy_vocab(tmp_path)
+    _load(path)
+    _age_entry(header_cache, 0.5)
+    digests = _count_digests(monkeypatch)
+    _load(path)
+    assert len(digests) == 1
+
+
+def test_a_hashed_hit_on_a_settled_file_records_its_identity(tmp_path: Path, header_cache: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached right after a download (racy), hashed on the next run; once the file has settled, that run records
+    it, and the run after need not hash."""
+    path = _copy_vocab(tmp_path)
+    _load(path)
+    entry_path, entry = _entry(header_cache)
+    entry["value"]["identity"] = None  # an entry written without one (or by a racy run)
+    entry_path.write_text(json.dumps(entry), encoding="utf-8")
+    old = time.time_ns() - 60 * 10**9
+    os.utime(path, ns=(old, old))
+    monkeypatch.setattr("qcheck.readers.gguf_cache.RACY_NS", 0)  # the change time (now) counts as settled
+    digests = _count_digests(monkeypatch)
+    _load(path)
+    assert len(digests) == 1
+    assert _entry(header_cache)[1]["value"]["identity"] == list(
+        (path.stat().st_size, path.stat().st_mtime_ns, path.stat().st_ctime_ns, path.stat().st_ino,
+         path.stat().st_dev))
+    _load(path)
+    assert len(digests) == 1

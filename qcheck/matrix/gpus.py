@@ -6,7 +6,6 @@ Built from ``matrices/gpus.toml``. Matching ignores case and punctuation (``RTX 
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
@@ -135,6 +134,8 @@ class GpuTable:
                 known = ", ".join(f"sm{c.replace('.', '')}" for c in sorted(self._cc, key=lambda c: tuple(map(int, c.split(".")))))
                 raise UsageError(f"no known architecture has compute capability {cc} (known: {known})")
             return Target(label=f"sm{cc.replace('.', '')}", arch=self.archs[arch_id], cc=cc)
+        import difflib  # only for a name that is not known
+
         close = difflib.get_close_matches(key, list(self._names), n=5, cutoff=0.6)
         hint = f"; did you mean: {', '.join(dict.fromkeys(self._display[c] for c in close))}?" if close else ""
         raise UsageError(f"unknown GPU {name!r}{hint} (give a product like h100 or rtx-4090, an architecture "

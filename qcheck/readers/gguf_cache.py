@@ -8,7 +8,11 @@ one after the other), so a header read successfully is kept in the data cache (`
 - it is found by the file size, the limits, the reader (its source and the tensor-type table it used) and the
   SHA-256 of the file's first 64 KiB;
 - it is used only when the SHA-256 of all ``header_bytes`` of the file, read now, equals the digest it was made
-  from: a changed byte anywhere in the header is a miss, and the file is parsed again;
+  from: a changed byte anywhere in the header is a miss, and the file is parsed again. The digest is skipped
+  (hashing a 10 MB vocabulary was a tenth of a ``check``) only when the open file's identity (size, modification
+  and change times in nanoseconds, inode, device) is the one recorded with the entry and both times are more
+  than ``RACY_NS`` older than the entry: any write moves the change time, which no user can set back, and a
+  file written within a clock tick of its entry is always hashed (git's rule for a "racy" index entry);
 - every field is type-checked when read back (anything else is a miss);
 - only headers the parser accepted are kept: a hostile file is refused by the parser on every run.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +41,8 @@ MAX_TENSORS = 20_000
 _SCALARS = (bool, int, float, str)
 _CHUNK = 4 * 1024 * 1024
 _reader_id: str | None = None
+#: a file changed less than this before its entry was written is always hashed (coarse file-system clocks)
+RACY_NS = 2_000_000_000
 
 
 def read_cached(source: ByteSource, limits: Limits, parse: Callable[[], GGUFHeader]) -> GGUFHeader:
@@ -46,13 +53,34 @@ def read_cached(source: ByteSource, limits: Limits, parse: Callable[[], GGUFHead
     if not isinstance(source, LocalFileSource) or source.size is None or datacache.cache_dir() is None:
         return parse()
     key = datacache.key_of(KIND, _locator(source, limits))
-    header = _decode(datacache.load(KIND, key), source, limits)
+    entry = datacache.load(KIND, key)
+    header = _decode(entry, source, limits)
     if header is None:
         header = parse()
-        entry = _encode(header, source) if len(header.tensors) <= MAX_TENSORS else None
-        if entry is not None:
-            datacache.store(KIND, key, entry)
+        fresh = _encode(header, source) if len(header.tensors) <= MAX_TENSORS else None
+        if fresh is not None:
+            datacache.store(KIND, key, fresh)
+    elif isinstance(entry, dict) and not _known(entry, source) and _settled(source):  # hashed this time; recorded, the next run need not
+        datacache.store(KIND, key, {**entry, "identity": list(source.identity() or ()), "stored_ns": time.time_ns()})
     return header
+
+
+def _settled(source: LocalFileSource) -> bool:
+    """True when the file was last changed more than ``RACY_NS`` ago (its identity can stand for its bytes)."""
+    ident = source.identity()
+    return ident is not None and time.time_ns() - max(ident[1], ident[2]) > RACY_NS
+
+
+def _known(entry: Any, source: ByteSource) -> bool:
+    """True when the file is the very one the entry's digest was checked on, untouched since: same identity,
+    changed more than ``RACY_NS`` before the entry was written."""
+    if not isinstance(entry, dict) or not isinstance(source, LocalFileSource):
+        return False
+    ident, stored = entry.get("identity"), entry.get("stored_ns")
+    if type(stored) is not int or not isinstance(ident, list) or any(type(x) is not int for x in ident):
+        return False
+    now = source.identity()
+    return now is not None and list(now) == ident and stored - max(now[1], now[2]) > RACY_NS
 
 
 def _locator(source: ByteSource, limits: Limits) -> bytes:
@@ -101,7 +129,9 @@ def _encode(header: GGUFHeader, source: ByteSource) -> dict[str, Any] | None:
             return {"array_of": v.element_type, "count": v.count, "offset": v.offset}
         return [value(x) for x in v] if isinstance(v, list) else v
 
-    return {"sha256": digest, "version": header.version, "alignment": header.alignment,
+    ident = source.identity() if isinstance(source, LocalFileSource) else None
+    return {"sha256": digest, "identity": list(ident) if ident else None, "stored_ns": time.time_ns(),
+            "version": header.version, "alignment": header.alignment,
             "data_offset": header.data_offset, "header_bytes": header.header_bytes,
             "metadata": {k: value(v) for k, v in header.metadata.items()}, "value_types": header.value_types,
             "warnings": header.warnings,
@@ -124,7 +154,7 @@ def _decode(entry: Any, source: ByteSource, limits: Limits) -> GGUFHeader | None
         fields = [_int(entry.get(k)) for k in ("version", "alignment", "data_offset")]
     except (TypeError, ValueError):
         return None
-    if entry.get("sha256") != _digest(source, n):
+    if not _known(entry, source) and entry.get("sha256") != _digest(source, n):
         return None
     return GGUFHeader(version=fields[0], metadata=metadata, tensors=tensors, alignment=fields[1],
                       data_offset=fields[2], header_bytes=n, file_size=source.size, warnings=warnings,

@@ -13,7 +13,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -133,6 +132,8 @@ def write_output(path: str, text: str) -> None:
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
     directory = os.path.dirname(os.path.abspath(target))
+    import tempfile  # only when writing a file (not on a check's path)
+
     fd, tmp = tempfile.mkstemp(prefix=".qcheck-", dir=directory)
     try:
         os.fchmod(fd, mode)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import textwrap
 from collections.abc import Iterator
 from typing import IO
@@ -35,9 +34,13 @@ def terminal_width(stream: IO[str] | None) -> int | None:
         is_tty = stream is not None and stream.isatty()
     except (AttributeError, ValueError):
         is_tty = False
-    if not is_tty:
+    if not is_tty or stream is None:
         return None
-    return max(shutil.get_terminal_size((100, 24)).columns, MIN_WIDTH)
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns  # (shutil's wrapper costs an import of bz2, lzma)
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return max(columns or 100, MIN_WIDTH)
 
 
 def wants_colour(stream: IO[str] | None) -> bool:

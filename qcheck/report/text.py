@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from qcheck.report import text_check, text_eval, text_gate, text_inspect, text_matrix, text_probe
 
 if TYPE_CHECKING:
     from qcheck.model import Inspection
     from qcheck.report import Result
 
-#: result kind -> the function that renders one result of that kind as text
-RENDERERS: dict[str, Callable[[Any], str]] = {
-    "inspect": text_inspect.render,
-    "check": text_check.render,
-    "matrix": text_matrix.render,
-    "eval": text_eval.render,
-    "gate": text_gate.render,
-    "probe": text_probe.render,
-}
+#: result kinds with a text renderer: ``qcheck.report.text_<kind>.render`` (imported when that kind is rendered, so
+#: a check does not load the eval, gate and probe renderers)
+KINDS = ("inspect", "check", "matrix", "eval", "gate", "probe")
+
+
+def renderer(kind: str) -> Callable[[Any], str]:
+    """The function that renders one result of ``kind`` as text."""
+    if kind not in KINDS:
+        raise KeyError(kind)
+    render_one: Callable[[Any], str] = importlib.import_module(f"qcheck.report.text_{kind}").render
+    return render_one
 
 
 def render(result: Result) -> str:
@@ -30,12 +31,12 @@ def render(result: Result) -> str:
     results = getattr(result, "results", None)
     if result.kind.endswith("-set") and isinstance(results, list):
         return render_set(result.kind.removesuffix("-set"), results)
-    return RENDERERS[result.kind](result)
+    return renderer(result.kind)(result)
 
 
 def render_set(kind: str, results: list[Result]) -> str:
     """``--all``: each model's usual text, under a rule naming it (``[2/3] path``), blocks separated by a blank line."""
-    render_one = RENDERERS[kind]
+    render_one = renderer(kind)
     blocks = []
     for i, result in enumerate(results, 1):
         data = result.to_json()
@@ -47,4 +48,6 @@ def render_set(kind: str, results: list[Result]) -> str:
 
 def describe_inspection(inspection: Inspection) -> str:
     """A one-line description for humans: 'Llama 8.0B, GGUF Q4_K_M (4.89 bpw), 4.9 GB'."""
-    return text_inspect.describe(inspection)
+    from qcheck.report.text_inspect import describe
+
+    return describe(inspection)
