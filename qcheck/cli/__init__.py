@@ -6,6 +6,7 @@ stderr and exit code 2; nothing else reaches the user as a traceback unless ``QC
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -26,6 +27,11 @@ COMMANDS = {
     "probe": "probe_cmd",
 }
 DEFAULT_COMMAND = "check"
+#: commands that read headers and data files and are done in well under a second: the cyclic garbage collector
+#: stays off while they run (loading allocates many long-lived containers and frees almost no cycles; the
+#: collections it triggered were ~5% of a check's CPU time, bench/bench_startup.py). Every other command (eval,
+#: probe, gate, hook: models, servers, many files) turns it back on before it starts.
+SHORT_COMMANDS = frozenset({"inspect", "check", "matrix"})
 
 
 class QcheckGroup(click.Group):
@@ -38,6 +44,8 @@ class QcheckGroup(click.Group):
         module = COMMANDS.get(name)
         if module is None:
             return None
+        if name not in SHORT_COMMANDS:
+            gc.enable()
         return importlib.import_module(f"qcheck.cli.{module}").command
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
@@ -77,10 +85,14 @@ def main(argv: list[str] | None = None) -> None:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     start_run()  # one network deadline and byte budget for the whole command
+    collecting = gc.isenabled()
+    gc.disable()  # until the command is known (SHORT_COMMANDS)
     try:
         _main(argv)
     finally:
         end_run()
+        if collecting:  # main() called in-process (tests, an embedding program): leave the collector as found
+            gc.enable()
 
 
 def _main(argv: list[str] | None) -> None:
