@@ -53,6 +53,10 @@ class FileSet(Protocol):
     def exists(self, name: str) -> bool: ...
 
 
+#: POSIX ``st_ctime`` moves on every write and cannot be set by a user; on Windows it is the creation time
+CHANGE_TIME_TRACKS_WRITES = os.name != "nt"
+
+
 class LocalFileSource:
     """A local file read with positioned reads; never memory-maps, never reads more than asked."""
 
@@ -88,7 +92,10 @@ class LocalFileSource:
 
     def identity(self) -> tuple[int, int, int, int, int] | None:
         """(size, mtime ns, ctime ns, inode, device) of the open file: what changes when its bytes do (the change
-        time cannot be set back by a user), so a cache can tell a file it has seen without reading it."""
+        time cannot be set back by a user), so a cache can tell a file it has seen without reading it. None where
+        ``st_ctime`` is not a change time (Windows: the creation time), so nothing is trusted without reading."""
+        if not CHANGE_TIME_TRACKS_WRITES:
+            return None
         try:
             st = os.fstat(self._fd)
         except OSError:

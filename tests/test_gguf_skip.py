@@ -371,3 +371,18 @@ def test_a_hashed_hit_on_a_settled_file_records_its_identity(tmp_path: Path, hea
          path.stat().st_dev))
     _load(path)
     assert len(digests) == 1
+
+
+def test_without_a_change_time_every_run_hashes(tmp_path: Path, header_cache: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where st_ctime is the creation time (Windows), a put-back mtime could hide a write: no identity is kept and
+    the digest decides every time."""
+    monkeypatch.setattr("qcheck.source.CHANGE_TIME_TRACKS_WRITES", False)
+    path = _copy_vocab(tmp_path)
+    _load(path)
+    assert _entry(header_cache)[1]["value"]["identity"] is None
+    monkeypatch.setattr("qcheck.readers.gguf_cache.RACY_NS", 0)
+    digests = _count_digests(monkeypatch)
+    _load(path)
+    _load(path)
+    assert len(digests) == 2
