@@ -227,6 +227,7 @@ def test_simulated_candidates_forced_to_loop_run_on_and_break_json(models, tasks
         assert {f["metric"] for f in cand["gate"]["failures"]} == FAILING[name], name
         assert cand["coverage"]["items"] == cand["coverage"]["items_total"] == 3
     loop = cands["loop"]
+    assert loop["simulation"]["activations"].startswith("not quantised by the format (unquantised weights:")
     assert loop["intervals"]["termination_drop"] == {"low": 1.0, "high": 1.0, "method": "paired-normal", "level": 0.95}
     [first, *_] = loop["generation_regressions"]
     assert first["lost"] == ["end-of-sequence", "valid JSON", "repetition"]

@@ -279,7 +279,9 @@ def _format_activations(engine: str, model: Any, inspection: Any, options: Simul
         left_out.append(f"{engine}'s bfloat16/float16 computation outside the quantised matrix multiplications (the "
                         "simulation computes in float32; --reference-dtype bfloat16 computes it in bfloat16)")
     if not act_dtype:
-        return _Emulated(activations=f"not quantised by the format (weight-only: {engine} multiplies in the model's "
+        method = getattr(getattr(inspection, "quantization", None), "method", None)
+        kind = "unquantised weights" if method in (None, "none") else "weight-only"
+        return _Emulated(activations=f"not quantised by the format ({kind}: {engine} multiplies in the model's "
                                      "dtype)", left_out=left_out)
     done = simulate.apply_activation_fake_quant(model, inspection, limits=options.limits, handles=handles)
     activations = f"fake-quantised as {engine} runs the format: {done}" if done else \
