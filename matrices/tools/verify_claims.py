@@ -18,7 +18,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -109,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=Path, default=CLAIMS)
     args = parser.parse_args(argv)
     claims = [c for c in load_claims(args.claims) if args.engine in (None, c["engine"])]
-    results = verify(claims)
+    return report(verify(claims), lambda c: f"{c['engine']}: {c['package']} {c['version']} {c['path']} "
+                                            f"({', '.join(c.get('rules', []))})")
+
+
+def report(results: list[tuple[dict[str, Any], str | None]], describe: Callable[[dict[str, Any]], str]) -> int:
+    """Print one line per claim (confirmed / UNFETCHED / DIFFERS, with the problem) and the total; the exit code."""
     for claim, problem in results:
-        where = f"{claim['package']} {claim['version']} {claim['path']}"
         label = "confirmed" if problem is None else "UNFETCHED" if problem.startswith("could not fetch") else "DIFFERS  "
-        print(f"{label} {claim['engine']}: {where} "
-              f"({', '.join(claim.get('rules', []))}){'' if problem is None else ': ' + problem}")
+        print(f"{label} {describe(claim)}{'' if problem is None else ': ' + problem}")
     failed = sum(p is not None for _, p in results)
     print(f"{len(results) - failed} of {len(results)} claims confirmed")
     return 1 if failed else 0

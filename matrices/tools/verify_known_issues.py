@@ -59,14 +59,8 @@ def main(argv: list[str] | None = None,
     if not claims:
         print("no claims to check")
         return 1
-    results = verify_claims.verify(claims, fetch)
-    for claim, problem in results:
-        label = "confirmed" if problem is None else "DIFFERS  "
-        print(f"{label} {claim['rules'][0]}: {claim['package']} {claim['version']} {claim['path']}"
-              f"{'' if problem is None else ': ' + problem}")
-    failed = sum(p is not None for _, p in results)
-    print(f"{len(results) - failed} of {len(results)} claims confirmed")
-    return 1 if failed else 0
+    return verify_claims.report(verify_claims.verify(claims, fetch),
+                                lambda c: f"{c['rules'][0]}: {c['package']} {c['version']} {c['path']}")
 
 
 if __name__ == "__main__":
