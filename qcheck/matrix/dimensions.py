@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from qcheck.matrix.schema import Target
     from qcheck.model import Inspection
 
-__all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "judge_dimensions",
+__all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "fold", "judge_dimensions",
            "without_architecture", "worst"]
 
 #: the name of the weight-format dimension (the matrix rules' own verdict)
@@ -112,6 +112,25 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
     weights = Judgement(WEIGHTS, verdict.status, list(verdict.reasons), list(verdict.sources),
                         list(verdict.suggestions), list(verdict.requires))
     verdict.dimensions = [weights, *judgements]
+    return _fold_in(verdict, judgements)
+
+
+def fold(verdict: Verdict, judgement: Judgement) -> Verdict:
+    """Add one dimension judged after the others (the engine's start-up, which needs the memory estimate) to a
+    verdict ``combine`` has built, in place: the status and reasons are decided again from the weight format's
+    judgement and every dimension, as ``combine`` decides them (the suggestions found since are kept)."""
+    if not verdict.dimensions:
+        return combine(verdict, [judgement])
+    weights = verdict.dimensions[0]
+    verdict.status = weights.status
+    verdict.reasons = list(weights.reasons)
+    verdict.dimensions = [*verdict.dimensions, judgement]
+    return _fold_in(verdict, verdict.dimensions[1:])
+
+
+def _fold_in(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
+    """The worst dimension decides the status, its reasons first; every dimension's sources, requirements,
+    warnings and risks are kept (once)."""
     if not judgements:
         return verdict
     status = worst([verdict.status, *(j.status for j in judgements)])

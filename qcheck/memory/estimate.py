@@ -205,6 +205,8 @@ class _Estimator:
     scale: float  # weights as held / weights as stored
     kv_scale: float = 1.0
     assumptions: list[str] = field(default_factory=list)
+    #: the context before --fit lowered it (None: not lowered)
+    lowered_from: int | None = None
 
     @property
     def dev_weights(self) -> int:
@@ -306,7 +308,8 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
     est = _estimator(inspection, shape, deploy, target, family, notes)
     if family is not None:
         est.assumptions.extend(family.notes())
-        ctx = _fit_context(est, ctx, deploy)
+        fitted = _fit_context(est, ctx, deploy)
+        est.lowered_from, ctx = (ctx if fitted < ctx else None), fitted
     return _finish(est, ctx, deploy.batch)
 
 
@@ -391,7 +394,13 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
     fixed = sum(p.bytes for p in over) - activation
     total = est.need(ctx, batch) if kv_bytes is not None else est.dev_weights + activation + fixed
     fit = _fit(est, ctx, batch, total, reserve, kv_bytes)
+    host = est.host
+    if fit.offload is not None and fit.offload.user_set:  # the split the user set is the deployment: its figures
+        total, host = fit.offload.gpu_bytes, fit.offload.ram_bytes
+        parts = _plan_parts(est, fit.offload, over)
+        _user_split_limits(est, fit, ctx, batch, reserve.usable_bytes)
     pool = _kv_pool(est, ctx, batch, reserve, fit, per_token)
+    concurrency = _concurrency(est, ctx, fit, pool[0])
     active_bytes, active_params = _active(est)
     mem = target.params
     return MemoryEstimate(
@@ -402,13 +411,22 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         per_gpu_bytes=fit.per_gpu, max_gpus=fit.max_gpus, formula=FORMULA,
         overhead_source=mem.source_text() if mem is not None else "none: the engine has no [memory] data",
         assumptions=est.assumptions, ignored=list(IGNORED), parts=parts, overhead_known=family is not None,
-        engine=target.engine, device=target.device, host_bytes=est.host,
+        engine=target.engine, device=target.device, host_bytes=host,
         reserve=reserve.text, max_context=fit.max_ctx, max_batch=fit.max_batch, max_context_gpus=fit.max_ctx_gpus,
         model_context=ins.context_length, offload=fit.offload, tp=fit.n_dev if fit.n_dev > 1 else None,
         active_weight_bytes=active_bytes, active_parameters=active_params, kv_cache_type_k=est.kv.k,
         kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as, engine_version=target.engine_version,
-        kv_available_bytes=pool[0], kv_available_tokens=pool[1], refusal=reserve.refusal,
-        capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None)
+        kv_available_bytes=pool[0], kv_available_tokens=pool[1], max_concurrency=concurrency, refusal=reserve.refusal,
+        capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None,
+        context_lowered_from=est.lowered_from, fit_active=_fit_active(family))
+
+
+def _fit_active(family: EngineFamily | None) -> bool | None:
+    """Whether llama.cpp's --fit places the model by itself (None: an engine without --fit)."""
+    active = getattr(family, "fit_active", None)
+    if active is None:
+        return None
+    return bool(active()) and not family.user_layers()  # type: ignore[union-attr]
 
 
 def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit, per_token: float | None
@@ -430,6 +448,50 @@ def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit,
         share = _per_gpu(0, 1 << 30, est.lay, n, est.placement) / (1 << 30)
         tokens = max(0, int(pool / (per_token * share))) if pool > 0 else 0
     return pool, tokens
+
+
+def _concurrency(est: _Estimator, ctx: int, fit: _Fit, pool: int | None) -> float | None:
+    """How many requests of ``ctx`` tokens the KV pool holds at once, per GPU at the plan's device count (vLLM's
+    "Maximum concurrency for N tokens per request", kv_cache_utils.py at 0.11.0 and 0.34.0); None without a pool
+    or a KV size."""
+    if pool is None or est.kv.per_layer is None:
+        return None
+    one = est.kv_device(ctx, 1, fit.n_dev if fit.n_dev > 1 else 1)
+    if one <= 0:
+        return None
+    return round(max(pool, 0) / one, 2)
+
+
+def _plan_parts(est: _Estimator, plan: OffloadPlan, over: list[Part]) -> list[Part]:
+    """The parts of a split the user set (-ngl, --n-cpu-moe): on the GPU its layers' weights and KV cache and the
+    engine's buffers (they add up to ``total_bytes``), then what stays in RAM."""
+    split = (f"--n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe else f"-ngl {plan.ngl} of {plan.n_layers + 1}")
+    ram_weights = plan.ram_bytes - plan.ram_kv_bytes
+    return [Part("weights", plan.gpu_weights_bytes, "header", f"{split}: the tensors of the layers on the GPU"),
+            Part("KV cache", plan.gpu_kv_bytes, "formula", f"{split}: the KV cache of the layers on the GPU "
+                 f"({est.kv.label})"),
+            *over,
+            Part("weights in host memory", ram_weights, "header",
+                 f"{split}: the layers on the CPU" + (" and the token embeddings" if est.host else "")),
+            Part("KV cache in host memory", plan.ram_kv_bytes, "formula", f"{split}: the KV cache of the layers on "
+                 "the CPU")]
+
+
+def _user_split_limits(est: _Estimator, fit: _Fit, ctx: int, batch: int, usable: int | None) -> None:
+    """Under a split the user set, the largest context and batch are those its GPU part fits (not the whole model's);
+    no GPU count applies (llama.cpp places layers, not tensor-parallel ranks)."""
+    family, plan = est.family, fit.offload
+    user = getattr(family, "user_plan", None)
+    if user is None or plan is None or usable is None or est.kv.per_layer is None:
+        return
+    fit.per_gpu, fit.needed, fit.max_ctx_gpus = plan.gpu_bytes, None, 1
+
+    def fits(c: int, b: int) -> bool:
+        got = user(est.scale, est.kv_at(c, b), est.overhead(c, b), usable)
+        return bool(got is not None and got.fits)
+
+    fit.max_ctx = search_max(lambda c: fits(c, batch), 1, max(est.inspection.context_length or (1 << 20), 1))
+    fit.max_batch = search_max(lambda b: fits(ctx, b), 1, 4096)
 
 
 def _kv_unknown_note(est: _Estimator) -> str:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 GIB = 1024**3
 MIB = 1024**2
+#: the parts held in host memory, apart from the device total (llama.cpp's token embeddings, layers kept on the CPU)
+HOST_PARTS = ("weights in host memory", "KV cache in host memory")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,16 @@ class OffloadPlan:
     user_set: bool = False
     #: whether the plan's GPU part fits the usable memory
     fits: bool | None = None
+    #: the plan's parts: weights and KV cache on the GPU (``gpu_bytes`` adds the engine's buffers) and the KV cache
+    #: in RAM (``ram_bytes`` holds it beside the weights in RAM)
+    gpu_weights_bytes: int = 0
+    gpu_kv_bytes: int = 0
+    ram_kv_bytes: int = 0
+    #: weight bytes one decode step reads from the GPU and from RAM under this plan (MoE: the active experts'
+    #: share), and the share of the KV cache in RAM: what the speed estimate reads (qcheck.speed)
+    gpu_read_bytes: int = 0
+    ram_read_bytes: int = 0
+    ram_kv_share: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -71,6 +83,42 @@ class OffloadPlan:
             for key in ("n_cpu_moe", "moe_gpu_bytes", "moe_ram_bytes", "override_tensor"):
                 del data[key]
         return data
+
+
+#: a start-up outcome -> the status of the ``start-up`` dimension it gives: layers moved to the CPU are a slower
+#: substitute path (docs/design.md: CPU offload is a fallback)
+STARTUP_STATUS = {"starts": "native", "context-lowered": "native", "offloaded": "fallback",
+                  "does-not-start": "unsupported", "unknown": "unknown"}
+
+
+@dataclass
+class Startup:
+    """What the engine does at start-up with the settings asked (JSON ``verdicts[].startup``): it ``starts``, starts
+    serving a shorter context than asked (``context-lowered``: llama.cpp ``--fit``, SGLang's pool cap), starts with
+    layers in RAM (``offloaded``), refuses (``does-not-start``), or qcheck cannot tell (``unknown``). ``judged`` is
+    False under ``--kernels-only``: then it is reported beside a status it did not set."""
+
+    outcome: str
+    message: str
+    #: the context the engine serves per request (lowered when it lowers it)
+    context: int | None = None
+    #: requests of that context the KV pool holds at once (vLLM's "Maximum concurrency"); None: not a pool engine
+    max_concurrency: float | None = None
+    source: str | None = None
+    #: the engine version the source was read at
+    version: str | None = None
+    judged: bool = True
+
+    def __post_init__(self) -> None:
+        if self.outcome not in STARTUP_STATUS:
+            raise ValueError(f"start-up outcome {self.outcome!r}")
+
+    @property
+    def status(self) -> str:
+        return STARTUP_STATUS[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status}
 
 
 @dataclass
@@ -131,8 +179,16 @@ class MemoryEstimate:
     kv_available_bytes: int | None = None
     #: tokens that pool holds (vLLM's "GPU KV cache size: N tokens")
     kv_available_tokens: int | None = None
+    #: requests of ``context`` tokens the pool holds at once, per GPU (vLLM's "Maximum concurrency for N tokens
+    #: per request: X"); None for engines that allocate the context's KV up front
+    max_concurrency: float | None = None
     #: why the engine refuses to start on this device whatever the model (vLLM: utilization above free memory)
     refusal: str | None = None
+    #: the context before llama.cpp's --fit lowered it to ``context`` (None: not lowered)
+    context_lowered_from: int | None = None
+    #: llama.cpp's --fit runs (on in this build or asked for, no -ngl given): it lowers the context and moves layers
+    #: to the CPU by itself; None for engines without --fit
+    fit_active: bool | None = None
     #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
     capacity: str | None = None
     capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
@@ -163,12 +219,19 @@ class MemoryEstimate:
             return "?" if b is None else f"{b / GIB:.1f}"
 
         where = {"RAM": "in RAM", "unified": "in unified memory"}.get(self.device, "on one GPU")
-        terms = [f"weights {g(self.weights_bytes)}", f"KV {g(self.kv_cache_bytes)}"]
+        plan = self.offload
+        if plan is not None and plan.user_set:
+            where = "on the GPU with " + (f"--n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe else
+                                          f"-ngl {plan.ngl} of {plan.n_layers + 1}")
+        # the parts on the device, as the total adds them (token embeddings and layers kept in RAM are apart)
+        on_device = {p.name: p.bytes for p in self.parts if p.name not in HOST_PARTS}
+        weights = on_device.get("weights", self.weights_bytes)
+        kv = on_device.get("KV cache", self.kv_cache_bytes) if self.kv_cache_bytes is not None else None
+        terms = [f"weights {g(weights)}", f"KV {g(kv)}"]
         if self.overhead_known:
-            terms += [f"{p.name} {g(p.bytes)}" for p in self.parts
-                      if p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB]
-            if not any(p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB
-                       for p in self.parts):
+            extra = [p for p in self.parts if p.name not in ("weights", "KV cache", *HOST_PARTS)]
+            terms += [f"{p.name} {g(p.bytes)}" for p in extra if p.bytes >= 0.05 * GIB]
+            if not any(p.bytes >= 0.05 * GIB for p in extra):
                 terms.append(f"buffers {g(self.activation_bytes + self.fixed_bytes)}")
         text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
         if not self.overhead_known:
