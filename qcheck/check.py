@@ -19,8 +19,8 @@ from qcheck.outcome import Outcome, StrictnessFlags, outcome, policy_json, verdi
 from qcheck.saved_inspection import inspection_from_json, load_saved_inspection
 
 if TYPE_CHECKING:
-    from qcheck.report import Result
     from qcheck.request import CheckRequest
+    from qcheck.result import Result
 
 __all__ = ["CHECK_SET_SCHEMA", "INSPECTION_SET_SCHEMA", "CheckResult", "ResultSet", "inspect_target",
            "inspection_from_json", "load_saved_inspection", "load_targets", "verdict_fails"]

@@ -20,16 +20,17 @@ the ceiling, stated, never applied) are ``[[speed_engine]]`` entries. Ceilings, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qcheck.formats import REGISTRY
+from qcheck.memory.records import SpeedEstimate
 from qcheck.model import Inspection, Verdict
 
 if TYPE_CHECKING:
     from qcheck.matrix.gpu_perf import GpuPerf, SpeedEngine
     from qcheck.matrix.schema import Arch
-    from qcheck.memory import MemoryEstimate
+    from qcheck.memory.records import MemoryEstimate
 
 _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
 #: GGUF tensor types llama.cpp multiplies as floats (cuBLAS / the float vector kernel), not with MMQ
@@ -68,40 +69,6 @@ def compute_format(verdict: Verdict, inspection: Inspection, native: frozenset[s
     if cores is not None and cores in native and verdict.status == "native":
         return cores, f"native {cores.upper()} tensor cores"
     return half, "16-bit tensor cores"
-
-
-@dataclass
-class SpeedEstimate:
-    """The JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
-
-    label: str
-    decode_tokens_per_s: float | None
-    prefill_tokens_per_s: int | None
-    bytes_per_step: int
-    batch: int
-    bandwidth_gbs: float
-    compute_format: str
-    compute_why: str
-    tflops: float | None
-    active_parameters: int | None
-    formula: str
-    source: str
-    calibration: str  # how far measured speeds stayed below such ceilings (stated, not applied)
-    summary: str = ""
-    #: the engine's least time per decode step and per prefill step (ms), what bounds decode, where they come from
-    floor_ms: float | None = None
-    prefill_floor_ms: float | None = None
-    decode_bound: str = "bandwidth"  # bandwidth | floor
-    bandwidth_tokens_per_s: float | None = None  # the decode ceiling from bandwidth alone
-    floor_basis: str | None = None
-    floor_source: str | None = None
-    #: of ``bytes_per_step``, what layers kept in RAM (-ngl, --n-cpu-moe, --fit) read at the host's bandwidth
-    ram_bytes_per_step: int = 0
-    host_bandwidth_gbs: float | None = None
-    host_bandwidth_basis: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: host memory bandwidth (GB/s) for the layers llama.cpp keeps in RAM (-ngl, --n-cpu-moe, --fit): they run on the CPU,

@@ -15,20 +15,10 @@ keeps its own reasons, so a deployment every other dimension accepts reads exact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
+from qcheck.matrix.deployment import Deployment, Dimension
 from qcheck.model import Judgement, Status, Verdict
-from qcheck.request import Deploy
-
-if TYPE_CHECKING:
-    from packaging.version import Version
-
-    from qcheck.matrix.loader import Matrix
-    from qcheck.matrix.resolve import EngineRequest
-    from qcheck.matrix.schema import Target
-    from qcheck.model import Inspection
 
 __all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "fold", "judge_dimensions",
            "without_architecture", "worst"]
@@ -37,25 +27,6 @@ __all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "com
 WEIGHTS = "weights"
 #: worst first; ``worst()`` picks the lowest index
 SEVERITY: tuple[Status, ...] = ("unsupported", "unknown", "fallback", "native")
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What a dimension gets to judge: the checkpoint, the engine at a version, the GPU (None for a provider)."""
-
-    matrix: Matrix
-    inspection: Inspection
-    request: EngineRequest
-    target: Target | None
-    #: the engine version as reported (the request's, or the newest the data knows) and as evaluated
-    version: str
-    at: Version
-    #: how it is deployed (KV-cache types, parallel sizes, engine knobs): the request's ``deploy``
-    deploy: Deploy = field(default_factory=Deploy)
-
-
-Dimension = Callable[[Deployment], "Judgement | None"]
-
 
 
 def _architecture(d: Deployment) -> Judgement | None:

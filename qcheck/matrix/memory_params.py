@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.schema import SOURCE_KEYS, SourceSpec, Where, check_keys, require_str, type_name
+from qcheck.matrix.vocab import SOURCE_KEYS, SourceSpec, Where, check_keys, require_str, type_name
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet

@@ -110,7 +110,7 @@ def _engine_data(engine: str | None) -> Engine | None:
     """The engine's data in the shipped matrix (None: no engine, or one the matrix does not know)."""
     if not engine:
         return None
-    from qcheck.matrix import load_matrix
+    from qcheck.matrix.loader import load_matrix
 
     try:
         return load_matrix().engine(engine)

@@ -9,10 +9,7 @@ constant read in its code), ``estimate`` (qcheck's stated guess, no engine const
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from qcheck.speed import SpeedEstimate
+from typing import Any
 
 GIB = 1024**3
 MIB = 1024**2
@@ -83,6 +80,40 @@ class OffloadPlan:
             for key in ("n_cpu_moe", "moe_gpu_bytes", "moe_ram_bytes", "override_tensor"):
                 del data[key]
         return data
+
+
+@dataclass
+class SpeedEstimate:
+    """The speed estimate of one verdict (computed by ``qcheck.speed``): the JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
+
+    label: str
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: int | None
+    bytes_per_step: int
+    batch: int
+    bandwidth_gbs: float
+    compute_format: str
+    compute_why: str
+    tflops: float | None
+    active_parameters: int | None
+    formula: str
+    source: str
+    calibration: str  # how far measured speeds stayed below such ceilings (stated, not applied)
+    summary: str = ""
+    #: the engine's least time per decode step and per prefill step (ms), what bounds decode, where they come from
+    floor_ms: float | None = None
+    prefill_floor_ms: float | None = None
+    decode_bound: str = "bandwidth"  # bandwidth | floor
+    bandwidth_tokens_per_s: float | None = None  # the decode ceiling from bandwidth alone
+    floor_basis: str | None = None
+    floor_source: str | None = None
+    #: of ``bytes_per_step``, what layers kept in RAM (-ngl, --n-cpu-moe, --fit) read at the host's bandwidth
+    ram_bytes_per_step: int = 0
+    host_bandwidth_gbs: float | None = None
+    host_bandwidth_basis: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 #: a start-up outcome -> the status of the ``start-up`` dimension it gives: layers moved to the CPU are a slower

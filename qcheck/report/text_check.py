@@ -129,8 +129,10 @@ def render(result: CheckResult) -> str:
     failing = sum(1 for v in result.verdicts if result.fails(v))
     starts = result.request is not None and result.request.judges_startup
     if failing == 0:
-        verdict = ("it runs" if len(result.verdicts) == 1 else "all combinations run it") + \
-            (" and start with the settings asked" if starts else "")
+        if len(result.verdicts) == 1:
+            verdict = "it runs" + (" and starts with the settings asked" if starts else "")
+        else:
+            verdict = "all combinations run it" + (" and start with the settings asked" if starts else "")
     else:
         verdict = f"{failing} of {len(result.verdicts)} fail{'s' if failing == 1 else ''}"
     lines.append(f"{total}: {summary}; {verdict} (exit {result.exit_code})")
