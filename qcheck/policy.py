@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from qcheck import validate
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.request import EngineKnobs
+from qcheck.request import EngineKnobs, Parallel
 
 if TYPE_CHECKING:
     from qcheck.doors import Asked
@@ -48,10 +48,10 @@ TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "require-kv-
 DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales", "kernels-only")
-MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
+MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "tp", "pp", "ep", "enforce")  # + qcheck.knobs.KNOBS
 #: [memory] keys that set how a model is deployed: a manifest's command line sets these itself, so a policy with
 #: deployments may not (its [memory] may hold the load, ``batch``, and ``enforce``)
-DEPLOYMENT_SETTING_KEYS = ("context", "kv-cache-dtype")
+DEPLOYMENT_SETTING_KEYS = ("context", "kv-cache-dtype", "tp", "pp", "ep")
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
                 "reference-dtype", "device", "cache-dir", "tier", "use-intervals", "simulate-engine",
                 "kv-cache-dtype", "cache-type-k", "cache-type-v", "kv-split")
@@ -110,6 +110,8 @@ class MemorySpec:
     enforce: bool = True
     #: the engine settings (gpu-memory-utilization, n-gpu-layers ...), as qcheck check's flags give them
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
+    #: the parallel layout (``tp``, ``pp``, ``ep``: qcheck check's --tp/--pp/--ep)
+    parallel: Parallel = field(default_factory=Parallel)
 
 
 @dataclass
@@ -181,8 +183,8 @@ class Policy:
                          require_native=self.require_native, allow_unknown=self.allow_unknown,
                          require_kv_scales=self.require_kv_scales, kernels_only=self.kernels_only or relaxed,
                          limits=limits)
-        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), knobs=mem.knobs) if mem \
-            else Deploy()
+        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), mem.parallel, mem.knobs) \
+            if mem else Deploy()
         return Asked(tuple(target.engines), tuple(target.gpus), deploy, settings_named=mem is not None,
                      require_native=target.require_native, allow_unknown=target.allow_unknown,
                      require_kv_scales=target.require_kv_scales, kernels_only=target.kernels_only or relaxed,
@@ -204,8 +206,8 @@ class Policy:
             quality["kv_cache"] = self.quality.kv_cache.to_json() if self.quality.kv_cache is not None else None
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
-                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
-                           else None), "quality": quality,
+                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json(),
+                            "parallel": self.memory.parallel.to_json()} if self.memory else None), "quality": quality,
                 "lfs_pointers": self.lfs_pointers,
                 "require_native": self.require_native, "allow_unknown": self.allow_unknown,
                 "require_kv_scales": self.require_kv_scales, "kernels_only": self.kernels_only,
@@ -668,9 +670,11 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
         if kv.lower() not in KV_DTYPE_BYTES:
             raise c.fail("memory.kv-cache-dtype", f"unknown KV cache dtype {kv!r}", ", ".join(sorted(KV_DTYPE_BYTES)))
         kv = kv.lower()
+    sizes = {k: c.integer(raw, k, "memory", minimum=1, maximum=1 << 16, default=None) for k in ("tp", "pp", "ep")}
     return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
                       batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
-                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw))
+                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw),
+                      parallel=Parallel(**sizes))
 
 
 def _knobs(c: _Checker, raw: dict[str, Any]) -> EngineKnobs:

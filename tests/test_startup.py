@@ -264,3 +264,73 @@ def test_a_setting_the_engine_does_not_read_is_not_judged(tmp_path: Path) -> Non
     assert not data["deployment"]["not_judged"]
     code, data = check_json(str(model), "--gpu", "rtx-4090", "--", "llama-server", "-m", "x.gguf", "-lm", "none")
     assert [s["flag"] for s in data["deployment"]["not_judged"]] == ["-lm"]
+
+
+# ------------------------------------------------------------------------------------------ one policy, every door
+def _deploy_repo(tmp: Path, model: Any, args: list[str], image: str = "vllm/vllm-openai:v0.34.0",
+                 label: str = "NVIDIA-H100-80GB-HBM3") -> Path:
+    """A repository with one model and a Kubernetes manifest serving it; the policy is written by the test."""
+    (tmp / ".git").mkdir(parents=True)
+    model.write(tmp / "models" / "m")
+    (tmp / "deploy").mkdir()
+    (tmp / "deploy" / "k8s.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m}\nspec:\n  template:\n    spec:\n"
+        f"      nodeSelector:\n        nvidia.com/gpu.product: {label}\n      containers:\n        - name: server\n"
+        f"          image: {image}\n          args: {json.dumps(['/models/m', *args])}\n"
+        "          resources: {limits: {nvidia.com/gpu: 1}}\n")
+    return tmp
+
+
+DEPLOYMENT = 'deployments = [{ file = "deploy/k8s.yaml", models = { "/models/m" = "models/m" } }]\n'
+
+
+def _gate(repo: Path, policy: str) -> tuple[int, dict[str, Any] | None, str]:
+    (repo / "qcheck.toml").write_text(policy)
+    proc = qcheck("gate", "--json", cwd=repo, matrix=False)
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout else None), proc.stderr
+
+
+def test_a_deployment_is_judged_under_the_policy_strictness(tmp_path: Path) -> None:
+    """require-native and require-kv-scales apply to a manifest's containers as to [[targets]] (they were ignored),
+    and the same model asked both ways gets the same pass/fail."""
+    from support import builders as b
+
+    nvfp4 = _deploy_repo(tmp_path / "nvfp4", b.nvfp4_modelopt_fixture(), ["--max-model-len", "2048"])
+    as_target = 'models = ["models/m"]\n[[targets]]\nengine = "vllm"\ngpu = "h100"\n'
+    for strict, code in (("", 0), ("require-native = true\n", 1)):
+        got, data, err = _gate(nvfp4, strict + DEPLOYMENT)
+        assert got == code, err
+        assert data is not None
+        [v] = data["models"][0]["verdicts"]
+        assert v["status"] == "fallback" and v["policy"]["require_native"] is bool(code)
+        assert v["outcome"]["because"] == (["fallback"] if code else [])
+        got, data, err = _gate(nvfp4, strict + as_target)
+        assert got == code, err
+    static = b.fp8_ct_static()
+    for key in [k for k in static.tensors if "_scale" in k and ("k_" in k or "v_" in k)]:
+        del static.tensors[key]
+    kv = _deploy_repo(tmp_path / "kv", static, ["--max-model-len", "2048", "--kv-cache-dtype", "fp8"],
+                      label="NVIDIA-GeForce-RTX-4090")
+    assert _gate(kv, DEPLOYMENT)[0] == 0
+    got, data, err = _gate(kv, "require-kv-scales = true\n" + DEPLOYMENT)
+    assert got == 1, err
+    assert data is not None and data["models"][0]["verdicts"][0]["outcome"]["because"] == ["kv-scales"]
+
+
+def test_every_table_is_checked_and_a_key_no_door_applies_is_an_error(tmp_path: Path) -> None:
+    from support import builders as b
+
+    repo = _deploy_repo(tmp_path, b.bf16_llama(), ["--max-model-len", "2048"])
+    (repo / "ref").mkdir()
+    for extra, key in (('[quality]\nreference = "ref"\ntier = "good"\nfrobnicate = 1\n', "quality.frobnicate: unknown key"),
+                       ('[quality]\nreference = "nowhere"\ntier = "good"\n', "quality.reference"),
+                       ('[quality]\nreference = "ref"\ntier = "good"\n', "quality: a quality gate evaluates"),
+                       ("[memory]\ncontext = 4096\n", "memory.context: cannot apply to the policy's deployments"),
+                       ("[memory]\ngpu-memory-utilization = 0.8\n", "memory.gpu-memory-utilization"),
+                       ('models = ["models/m"]\n[[targets]]\nengine = "vllm"\ngpu = "h100"\n[memory]\ncontext = 4096\n',
+                        "memory.context")):
+        got, _, err = _gate(repo, DEPLOYMENT + extra)
+        assert got == 2 and key in err and err.count("\n") == 1, (extra, err)
+    got, data, err = _gate(repo, DEPLOYMENT + "[memory]\nbatch = 4\n")  # the load applies to a deployment
+    assert got == 0, err
+    assert data is not None and data["models"][0]["verdicts"][0]["memory"]["batch"] == 4
