@@ -879,6 +879,7 @@ def starter_policy(directory: str | Path = ".") -> str:
     lines += ["", "# Defaults for every target (each [[targets]] may override them):",
               "require-native = false   # true: a slower fallback kernel fails the gate",
               "allow-unknown = false    # true: a combination without a sourced answer passes",
+              "kernels-only = false     # true: the engine's start-up with [memory] is reported, not judged",
               'lfs-pointers = "error"   # "skip": Git LFS pointer files are reported and skipped', ""]
     lines += ["# Where the models must run: engine (name or name==version) x gpu (product, architecture, sm90);",
               "# `models` (globs of model names) limits a target to some models; without it, it judges all."]
@@ -889,7 +890,8 @@ def starter_policy(directory: str | Path = ".") -> str:
         lines += ["[[targets]]", 'engine = "vllm"', 'gpu = ["h100"]']
         st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
-    lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
+    lines += ["# Optional: the deployment's settings; a model fails when the engine would not start with them",
+              "# (kernels-only = true, at the top or per target, reports that without failing).",
               "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true",
               "# engine settings, named as qcheck check's flags: gpu-memory-utilization = 0.9, max-num-seqs = 256,",
               '# mem-fraction-static = 0.85, n-gpu-layers = 30, parallel = 1, flash-attn = "on", fit = "off" ...', "",

@@ -185,8 +185,8 @@ def _context_limit(q: _Question) -> Startup | None:
 def _unknown_fit(q: _Question) -> Startup:
     m = q.memory
     if m.device == "RAM":
-        why = (f"it needs {_gib(m.total_bytes)} GiB of RAM, and qcheck does not know the host's memory (judge a "
-               "GPU product, or --kernels-only)")
+        why = (f"it needs {_gib(m.total_bytes)} GiB of RAM, and qcheck does not know the host's memory "
+               "(--kernels-only judges the kernels alone)")
     elif m.gpu_memory_bytes is None:
         why = "no GPU product was named, so there is no memory to compare with (e.g. h100, rtx-4090)"
     elif not m.overhead_known:
@@ -203,7 +203,7 @@ def _concurrency_text(q: _Question, concurrency: float | None) -> str:
         return ""
     at_once = math.floor(concurrency)
     short = f" (--batch {q.deploy.batch} asked: the rest wait)" if q.deploy.batch > at_once else ""
-    return f"; at most {at_once} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once{short}"
+    return f"; at most {at_once:,} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once{short}"
 
 
 def _vllm(q: _Question) -> Startup | None:
@@ -227,7 +227,7 @@ def _vllm(q: _Question) -> Startup | None:
         fits = ""
         lay = q.inspection.shape.attention if q.inspection.shape is not None else None
         if m.kv_available_tokens and lay is not None and not lay.window_layers:
-            fits = f"; about {m.kv_available_tokens} tokens fit"
+            fits = f"; about {m.kv_available_tokens:,} tokens fit"
         return _said("does-not-start", f"vLLM refuses to start: To serve at least one request with the model's max "
                      f"seq len ({m.context}), {_gib(need)} GiB KV cache is needed, which is larger than the available "
                      f"KV cache memory ({_gib(pool)} GiB){fits}{more}", rule, q)
@@ -285,6 +285,12 @@ def _llamacpp(q: _Question) -> Startup | None:
     return _said("offloaded", f"{who} moves layers to the CPU: {plan.summary}", rule, q)
 
 
+def _fits_text(m: MemoryEstimate) -> str:
+    need = m.per_gpu_bytes if m.per_gpu_bytes is not None else m.total_bytes
+    return f"starts: it fits ({_gib(need)} GiB needed, {_gib(m.usable_bytes)} GiB usable" + \
+        (f", context {m.context}" if m.context else "") + ")"
+
+
 def _engine_name(q: _Question) -> str:
     return {"llama.cpp": "llama.cpp", "ollama": "Ollama", "lm-studio": "LM Studio"}.get(q.engine, q.engine)
 
@@ -296,7 +302,7 @@ def _memory(q: _Question) -> Startup:
     if said is not None:
         return said
     if m.fits is True:
-        return _said("starts", "it fits: " + m.summary().split(";")[0], None, q)
+        return _said("starts", _fits_text(m), None, q)
     if m.fits is None:
         return _unknown_fit(q)
     return _said("unknown", f"it does not fit ({_gib(m.total_bytes)} GiB needed, {_gib(m.usable_bytes)} usable): what "
