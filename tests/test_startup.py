@@ -334,3 +334,21 @@ def test_every_table_is_checked_and_a_key_no_door_applies_is_an_error(tmp_path: 
     got, data, err = _gate(repo, DEPLOYMENT + "[memory]\nbatch = 4\n")  # the load applies to a deployment
     assert got == 0, err
     assert data is not None and data["models"][0]["verdicts"][0]["memory"]["batch"] == 4
+
+
+@pytest.mark.parametrize(("engine", "knobs"), [("vllm==0.34.0", {}), ("vllm==0.11.0", {"kv_cache_memory": 8 << 30}),
+                                               ("sglang", {}), ("tensorrt-llm", {}), ("transformers", {})])
+def test_the_parts_add_up_to_the_total(engine: str, knobs: dict[str, Any], tmp_path: Path) -> None:
+    """Every engine's listed parts on the device add up to the stated total (a fixed vLLM pool is counted as the
+    pool; TensorRT-LLM's KV share of the free memory shows the headroom it leaves)."""
+    from qcheck.doors import Asked, build_request
+    from qcheck.pipeline import run
+    from qcheck.request import Deploy, EngineKnobs
+
+    model = write_run(QWEN32, tmp_path / "m")
+    request = build_request(Asked((engine,), ("h100",), Deploy(8192, knobs=EngineKnobs(**knobs))), str(model))
+    [v] = run(request).verdicts  # type: ignore[union-attr]
+    m = v.memory
+    assert m is not None
+    device = [p for p in m.parts if p.name not in ("weights in host memory", "KV cache in host memory")]
+    assert sum(p.bytes for p in device) == m.total_bytes, [(p.name, p.bytes) for p in m.parts]

@@ -510,8 +510,17 @@ def _parts(est: _Estimator, kv_bytes: int | None, per_token: float | None, batch
                   + (" (token embeddings in host memory excluded)" if host else ""))]
     if host:
         parts.append(Part("weights in host memory", host, "header", "token_embd stays in RAM (llama.cpp input layer)"))
-    parts.append(Part("KV cache", kv_bytes or 0, "formula",
-                      f"batch {batch} x cached tokens x {per_token or 0:g} B per token ({est.kv.label})"))
+    kv_how = f"batch {batch} x cached tokens x {per_token or 0:g} B per token ({est.kv.label})"
+    limit = est.family.kv_limit() if est.family is not None else None
+    if limit is not None and kv_bytes is not None:  # the pool the user fixed is what the device holds (need())
+        parts.append(Part("KV cache", limit, "source", f"--kv-cache-memory-bytes: the pool allocated whatever the "
+                          f"context; this context and batch use {kv_bytes / GIB:.2f} GiB of it ({kv_how})"))
+    else:
+        parts.append(Part("KV cache", kv_bytes or 0, "formula", kv_how))
+        if kv_bytes and est.kv_scale != 1.0:  # TensorRT-LLM gives the KV cache a fraction of what is left
+            parts.append(Part("KV headroom", math.ceil(kv_bytes * est.kv_scale) - kv_bytes, "source",
+                              f"the free memory the KV cache is not given (the engine's KV share is "
+                              f"{1 / est.kv_scale:g} of it)"))
     parts.extend(over)
     return parts
 
