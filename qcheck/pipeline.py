@@ -127,9 +127,15 @@ def answer(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult |
         if not request.gpus or request.all_models:
             raise
         # several models and a GPU: which quant fits, one table (--all keeps the per-model detail)
-        table = run(request.replace(all_models=True, memory=True), matrix)
+        table = run(_tabled(request).replace(all_models=True), matrix)
         assert isinstance(table, ResultSet)
         return QuantTable.from_set(table)
+
+
+def _tabled(request: CheckRequest) -> CheckRequest:
+    """A which-quant-fits row's question: the memory figures are always shown; the start-up is judged when the user
+    named deployment settings (else it is reported, as --kernels-only reports it: a table explores which fits)."""
+    return request.replace(memory=True, kernels_only=request.kernels_only or not request.memory)
 
 
 def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branches: bool,
@@ -143,7 +149,7 @@ def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branc
     results: list[CheckResult] = []
     skipped: list[str] = []
     for v in variants:
-        one = request.replace(target=v, memory=True, all_models=from_branches)
+        one = _tabled(request).replace(target=v, all_models=from_branches)
         try:
             got = run(one, matrix)
         except QcheckError as exc:
