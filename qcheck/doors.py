@@ -97,6 +97,7 @@ def build_request(asked: Asked, target: str | None = None, *, command: Sequence[
 
 def _request(asked: Asked, target: str, engines: tuple[str, ...], gpus: tuple[str, ...], deploy: Deploy,
              memory: bool, **more: object) -> CheckRequest:
+    more.setdefault("notes", asked.notes)
     return CheckRequest(target, engines, gpus, deploy, require_native=asked.require_native,
                         allow_unknown=asked.allow_unknown, require_kv_scales=asked.require_kv_scales,
                         kernels_only=asked.kernels_only, memory=memory, gpu_memory_gib=asked.gpu_memory_gib,
