@@ -136,6 +136,9 @@ class MemoryEstimate:
     #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
     capacity: str | None = None
     capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
+    #: weight bytes on one GPU as the engine holds them at the GPU count judged (``tp``, else one): kernel layouts
+    #: and tensors every tensor-parallel rank keeps whole included (vLLM's "Model loading took")
+    weights_device_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
