@@ -85,6 +85,11 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
         from qcheck.memory import apply_memory
 
         apply_memory(verdicts, inspection, request.deploy, matrix, request.memory_override)
+    if request.capacity:
+        from qcheck.memory.capacity import add_capacity
+
+        add_capacity(verdicts, inspection, request.deploy, matrix, (planned.engines, planned.targets),
+                     request.memory_override)
     if planned.explore:
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
     return CheckResult(inspection, verdicts, require_native=request.require_native,

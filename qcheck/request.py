@@ -279,6 +279,9 @@ class CheckRequest:
     require_kv_scales: bool = False
     #: estimate memory (and speed) per verdict; the front ends turn it on when a memory question is asked
     memory: bool = False
+    #: per verdict, the concurrent sequences at 4k-128k context for each KV type the engine accepts on the GPU
+    #: (``--capacity``, qcheck.memory.capacity; implies ``memory``)
+    capacity: bool = False
     #: every model of a directory or repo (``--all``), not one
     all_models: bool = False
     #: per GPU id, the memory to judge against instead of the catalogue's (``--gpu auto``: what is free)

@@ -37,14 +37,18 @@ class _CheckCommand(click.Command):
               help="Fail a verdict whose quantised KV cache runs with default scales of 1.0 (the checkpoint ships "
                    "no k_scale/v_scale, or q/prob scales where FP8 attention needs them).")
 @deploy_options
+@click.option("--capacity", is_flag=True,
+              help="Add a capacity table to each verdict: concurrent sequences at 4k, 8k, 32k and 128k context "
+                   "(and --context) for each KV cache type the engine accepts on the GPU, with vLLM's own "
+                   "'maximum concurrency' figure (docs/memory.md).")
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
 def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, require_kv_scales: bool, deploy: Deploy, memory_asked: bool, all_models: bool,
-            output_spec: OutputSpec,
+            allow_unknown: bool, require_kv_scales: bool, deploy: Deploy, memory_asked: bool, capacity: bool,
+            all_models: bool, output_spec: OutputSpec,
             limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
@@ -109,9 +113,11 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
         request = request_from_command(engine_command, QcheckFlags(
             target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes),
             require_kv_scales))
+        if capacity:
+            request = request.replace(capacity=True, memory=True)
         return finish(answer(request), output_spec)
     assert target is not None
     request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
-                           require_kv_scales=require_kv_scales, memory=memory_asked or bool(detected),
-                           all_models=all_models, gpu_memory_gib=detected, notes=tuple(notes), limits=limits)
+                           require_kv_scales=require_kv_scales, memory=memory_asked or bool(detected) or capacity,
+                           capacity=capacity, all_models=all_models, gpu_memory_gib=detected, notes=tuple(notes), limits=limits)
     return finish(answer(request), output_spec)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from qcheck.memory.capacity import CapacityTable
     from qcheck.speed import SpeedEstimate
 
 GIB = 1024**3
@@ -139,12 +140,16 @@ class MemoryEstimate:
     #: weight bytes on one GPU as the engine holds them at the GPU count judged (``tp``, else one): kernel layouts
     #: and tensors every tensor-parallel rank keeps whole included (vLLM's "Model loading took")
     weights_device_bytes: int | None = None
+    #: ``--capacity``: concurrent sequences per context for each KV type the engine accepts (qcheck.memory.capacity)
+    concurrency: CapacityTable | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
         and the speed record (with its summary line) when there are any."""
         data = asdict(self)
         del data["note"], data["speed"]
+        if self.concurrency is None:  # asked for with --capacity only
+            del data["concurrency"]
         if self.offload is not None:
             data["offload"] = self.offload.to_json()
         for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",

@@ -101,8 +101,10 @@ class Row:
 
     @property
     def concurrency_ours(self) -> float | None:
-        tokens, ctx = self.estimate.kv_available_tokens, self.estimate.context
-        return tokens / ctx if tokens is not None and ctx else None
+        """The figure ``qcheck check --capacity`` prints for vLLM (qcheck.memory.capacity)."""
+        from qcheck.memory.capacity import engine_concurrency
+
+        return engine_concurrency(self.estimate)
 
     @property
     def concurrency_error(self) -> float | None:
