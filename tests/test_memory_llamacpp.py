@@ -186,7 +186,7 @@ def test_gpt_oss_compute_buffer_as_llama_server_builds_it(gpt_oss_shaped, n_ctx)
     """llama-server's defaults (4 slots on one pool, one output row each, no repacking, flash attention): the FFN
     stage holds the 4 routed experts' gate, up and activated product (3 x 4 x 2880), three hidden-sized tensors and
     the attention output (64 x 64) per ubatch token in F32, beside both attention masks (the full one over n_ctx
-    cells, the sliding one over 4 x 128 + 512). At 31744 cells llama.cpp logs 124.38 MiB (the figure a user's
+    cells, the sliding one over 4 x 128 + 512). At 31744 cells llama.cpp logs 124.39 MiB (the figure a user's
     gpt-oss-20b log shows: 124.4); the formula before it counted 4 hidden-sized tensors and no attention output."""
     measured = load_buffers(gpt_oss_shaped, n_ctx=n_ctx, n_ubatch=512, flash_attn=True, n_seq=4, kv_unified=True,
                             n_outputs_max=4)

@@ -83,6 +83,14 @@ def _within(error: float | None, tolerance: float, what: str) -> None:
     assert error is not None and abs(error) <= tolerance, what
 
 
+def test_the_worked_examples_are_the_rendered_ones() -> None:
+    from support.memory_examples import docs_block
+    from support.memory_examples import render as render_examples
+
+    assert docs_block(DOCS.read_text(encoding="utf-8")) == render_examples(), (
+        "docs/memory.md's worked examples are stale: python bench/memory_examples.py --write")
+
+
 def test_the_docs_table_is_the_rendered_one() -> None:
     text = DOCS.read_text(encoding="utf-8")
     assert docs_table(text) == render(), ("docs/memory.md's validation tables are stale: "
@@ -102,6 +110,20 @@ def test_mxfp4_moe_weights_follow_the_kernel_layout() -> None:
     assert h100.weights_ours == pytest.approx(13.60, abs=0.01)
     assert any("marlin kernel" in a for a in a100.estimate.assumptions)
     assert any("triton kernel" in a for a in h100.estimate.assumptions)
+
+
+def test_gpt_oss_120b_at_tp4_on_ampere_is_held_as_marlin_and_replicated_tensors() -> None:
+    """Issue 31's example: gpt-oss-120b at tensor parallel 4 on an Ampere GPU, where vLLM logs 17.2 GiB per GPU
+    and the file's bytes over 4 give 15.2: Marlin pads each rank's expert width (2880 / 4 = 720 to 768) and the
+    hidden size (2880 to 3072), and every rank keeps the routers and norms whole (the 8 KV heads split 2 a rank)."""
+    base = next(r for r in RUNS if r["id"] == "vllm-011-gpt-oss-120b")
+    run = {**base, "id": "issue-31-gpt-oss-120b-tp4-a100", "version": "0.19.0", "gpu": "a100",
+           "settings": {"context": 8192, "tp": 4, "knobs": {"gpu_memory_utilization": 0.9}}}
+    est = row(run).estimate
+    stored = sum(t.nbytes or 0 for t in gpt_oss_tensors(base["config"]).values())
+    assert stored / 4 / GIB == pytest.approx(15.2, abs=0.05)
+    assert est.weights_device_bytes / GIB == pytest.approx(17.2, rel=0.02)
+    assert any("marlin kernel" in a for a in est.assumptions)
 
 
 def test_the_issue_examples() -> None:
