@@ -52,6 +52,8 @@ class Asked:
     notes: tuple[str, ...] = ()
     limits: Limits = DEFAULT_LIMITS
     host_bandwidth_gbs: float | None = None
+    #: add the capacity table (``--capacity``): concurrent sequences per context and KV type
+    capacity: bool = False
 
     def judged_by(self, strictness: Strictness) -> Asked:
         """The same question judged under ``strictness`` (qcheck's --require-native ... --kernels-only flags)."""
@@ -101,7 +103,7 @@ def _request(asked: Asked, target: str, engines: tuple[str, ...], gpus: tuple[st
     return CheckRequest(target, engines, gpus, deploy, require_native=asked.require_native,
                         allow_unknown=asked.allow_unknown, require_kv_scales=asked.require_kv_scales,
                         kernels_only=asked.kernels_only, memory=memory, gpu_memory_gib=asked.gpu_memory_gib,
-                        limits=asked.limits, host_bandwidth_gbs=asked.host_bandwidth_gbs,
+                        limits=asked.limits, host_bandwidth_gbs=asked.host_bandwidth_gbs, capacity=asked.capacity,
                         **more)  # type: ignore[arg-type]
 
 

@@ -147,7 +147,7 @@ def layout_from_gguf(metadata: Mapping[str, Any]) -> AttentionLayout:
     pattern = _pos(keys.sliding_window_pattern)
     if window and pattern:
         lay.full_layers = layers // pattern
-    elif window and keys.architecture == "gemma2":
+    elif window and keys.architecture in ("gemma2", "gpt-oss"):  # every other layer slides (set_swa_pattern(2))
         lay.full_layers = layers // 2
     elif window and keys.architecture == "gemma3":
         lay.full_layers = layers // 6

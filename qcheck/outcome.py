@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from qcheck.model import Verdict
 
-__all__ = ["DEFAULT_STRICTNESS", "Outcome", "Strictness", "StrictnessFlags", "outcome", "policy_json", "verdict_record"]
+__all__ = ["DEFAULT_STRICTNESS", "Outcome", "decided_by_startup", "Strictness", "StrictnessFlags", "outcome", "policy_json", "verdict_record"]
 
 #: the start-up dimension's name (qcheck.memory.startup): a verdict it decides "does not start"
 STARTUP = "start-up"
@@ -74,7 +74,7 @@ class Outcome:
         return {"fails": self.fails, "because": list(self.because), "reasons": list(self.reasons)}
 
 
-def _decided_by_startup(verdict: Verdict) -> bool:
+def decided_by_startup(verdict: Verdict) -> bool:
     """The start-up dimension set the status (no worse dimension besides it)."""
     return any(d.dimension == STARTUP and d.status == verdict.status for d in verdict.dimensions) and not any(
         d.dimension != STARTUP and d.status == verdict.status for d in verdict.dimensions)
@@ -86,12 +86,12 @@ def outcome(verdict: Verdict, strictness: Strictness | None = None) -> Outcome:
     status = verdict.status
     first = verdict.reasons[0] if verdict.reasons else status
     if status == "unsupported":
-        word = "does-not-start" if _decided_by_startup(verdict) else "unsupported"
+        word = "does-not-start" if decided_by_startup(verdict) else "unsupported"
         return Outcome(True, (word,), (first,))
     if status == "unknown":
         if s.allow_unknown:
             return Outcome(False)
-        word = "start-up-unknown" if _decided_by_startup(verdict) else "unknown"
+        word = "start-up-unknown" if decided_by_startup(verdict) else "unknown"
         return Outcome(True, (word,), (f"{first} (--allow-unknown passes an unknown)",))
     because: list[str] = []
     reasons: list[str] = []

@@ -89,6 +89,11 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
         apply_memory(verdicts, inspection, request.deploy, matrix, request.memory_override,
                      host_bandwidth_gbs=request.host_bandwidth_gbs, warn_no_fit=not request.judges_startup)
         apply_startup(verdicts, inspection, request, matrix)
+    if request.capacity:
+        from qcheck.memory.capacity import add_capacity
+
+        add_capacity(verdicts, inspection, request.deploy, matrix, (planned.engines, planned.targets),
+                     request.memory_override)
     if planned.explore:
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
     return CheckResult(inspection, verdicts, request=request, warnings=list(request.notes), explore=planned.explore)

@@ -295,6 +295,9 @@ class CheckRequest:
     require_kv_scales: bool = False
     #: estimate memory (and speed) per verdict; the front ends turn it on when a memory question is asked
     memory: bool = False
+    #: per verdict, the concurrent sequences at 4k-128k context for each KV type the engine accepts on the GPU
+    #: (``--capacity``, qcheck.memory.capacity; implies ``memory``)
+    capacity: bool = False
     #: every model of a directory or repo (``--all``), not one
     all_models: bool = False
     #: per GPU id, the memory to judge against instead of the catalogue's (``--gpu auto``: what is free)
@@ -319,6 +322,8 @@ class CheckRequest:
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))
+        if self.capacity and not self.memory:  # the capacity table is memory estimates: it asks a memory question
+            object.__setattr__(self, "memory", True)
         for gpu, gib in self.gpu_memory_gib:
             if not isinstance(gib, (int, float)) or not math.isfinite(gib) or gib <= 0:
                 raise UsageError(f"GPU memory for {gpu} must be a positive number of GiB, not {gib!r}")
@@ -332,7 +337,6 @@ class CheckRequest:
         """Whether the engine's start-up with the settings asked decides the status (a memory question was asked
         and the user did not ask about kernels only)."""
         return self.memory and not self.kernels_only
-
 
     def replace(self, **changes: Any) -> CheckRequest:
         """A copy with some fields changed (the same question about another target, say)."""

@@ -41,13 +41,17 @@ class _CheckCommand(click.Command):
                    "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
 @strictness_options
 @deploy_options
+@click.option("--capacity", is_flag=True,
+              help="Add a capacity table to each verdict: concurrent sequences at 4k, 8k, 32k and 128k context "
+                   "(and --context) for each KV cache type the engine accepts on the GPU, with vLLM's own "
+                   "'maximum concurrency' figure (docs/memory.md).")
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
 def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], strictness: StrictnessFlags,
-            deploy: Deploy, memory_asked: bool, host_bandwidth_gbs: float | None, all_models: bool,
+            deploy: Deploy, memory_asked: bool, capacity: bool, host_bandwidth_gbs: float | None, all_models: bool,
             output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
@@ -115,6 +119,7 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
         detected = tuple(free.items())
         deploy = replace(deploy, gpus_available=len(ids) or None)
     asked = Asked(tuple(engines), tuple(gpus), deploy, memory_asked, gpu_memory_gib=detected,
-                  notes=tuple(notes), limits=limits, host_bandwidth_gbs=host_bandwidth_gbs).judged_by(strictness)
+                  notes=tuple(notes), limits=limits, host_bandwidth_gbs=host_bandwidth_gbs,
+                  capacity=capacity).judged_by(strictness)
     request = build_request(asked, target, command=engine_command, all_models=all_models)
     return finish(answer(request), output_spec)

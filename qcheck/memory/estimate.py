@@ -238,14 +238,22 @@ class _Estimator:
         """The KV bytes one device holds at (context, batch, n devices)."""
         return _per_gpu(0, self.kv_at(ctx, batch), self.lay, n, self.placement)
 
+    def on_device(self, kv: int, n: int = 1) -> int:
+        """Weights and KV bytes on one of n devices: the family's tensor-parallel split of the weights as held
+        (kernel layouts, tensors every rank keeps whole) when it has one, else the stored bytes over n."""
+        held = None
+        if n > 1 and self.family is not None and self.placement == "tensor" and not self.host:
+            held = self.family.weights_on(n) if self.target.weights_loaded_as is None else None
+        if held is None:
+            return _per_gpu(self.dev_weights, kv, self.lay, n, self.placement)
+        return held + _per_gpu(0, kv, self.lay, n, self.placement)
+
     def need(self, ctx: int, batch: int, n: int = 1) -> int:
         kv = math.ceil(self.kv_at(ctx, batch) * self.kv_scale)
         limit = self.family.kv_limit() if self.family is not None else None
         if limit is not None:  # a pool the user fixed is allocated whatever the context
-            return _per_gpu(self.dev_weights, 0, self.lay, n, self.placement) + limit + sum(
-                p.bytes for p in self.overhead(ctx, batch, n))
-        return _per_gpu(self.dev_weights, kv, self.lay, n, self.placement) + sum(
-            p.bytes for p in self.overhead(ctx, batch, n))
+            return self.on_device(0, n) + limit + sum(p.bytes for p in self.overhead(ctx, batch, n))
+        return self.on_device(kv, n) + sum(p.bytes for p in self.overhead(ctx, batch, n))
 
     def fits(self, ctx: int, batch: int, n: int, usable: int) -> bool:
         """Whether (context, batch) fits n devices: the need within the usable memory, and the context's KV within
@@ -303,7 +311,7 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
     shape = shape_of(inspection)
     mem = target.params_at()
     tp = deploy.parallel.tp or 1
-    family = family_for(mem, shape, target.memory(), deploy.knobs, tp) if mem is not None else None
+    family = family_for(mem, shape, target.memory(), deploy.knobs, tp, inspection) if mem is not None else None
     ctx, notes = _context(inspection, family, deploy)
     est = _estimator(inspection, shape, deploy, target, family, notes)
     if family is not None:
@@ -339,6 +347,10 @@ def _estimator(inspection: Inspection, shape: ModelShape, deploy: Deploy, target
     llamacpp = family is not None and family.formula == "llama.cpp"
     notes = [*notes, *shape.attention.notes]
     weights, basis, wnotes = _weights(inspection, shape, target.weights_loaded_as)
+    held = family.weights_on(1) if family is not None and target.weights_loaded_as is None else None
+    if family is not None and held is not None and held != weights:
+        weights = held
+        wnotes.append(f"weights as {target.engine} holds them: {family.weights_how(1)}")
     notes += wnotes
     scale = weights / shape.total_bytes if shape.total_bytes else 1.0
     kv = kv_sizing(inspection, shape.attention, deploy, llamacpp)
@@ -418,7 +430,8 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as, engine_version=target.engine_version,
         kv_available_bytes=pool[0], kv_available_tokens=pool[1], max_concurrency=concurrency, refusal=reserve.refusal,
         capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None,
-        context_lowered_from=est.lowered_from, fit_active=_fit_active(family))
+        context_lowered_from=est.lowered_from, fit_active=_fit_active(family),
+        weights_device_bytes=est.on_device(0, fit.n_dev))
 
 
 def _fit_active(family: EngineFamily | None) -> bool | None:
@@ -441,7 +454,7 @@ def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit,
     if limit is not None:
         pool = limit
     else:
-        used = _per_gpu(est.dev_weights, 0, est.lay, n, est.placement) + sum(p.bytes for p in est.overhead(ctx, batch, n))
+        used = est.on_device(0, n) + sum(p.bytes for p in est.overhead(ctx, batch, n))
         pool = int((usable - used) / est.kv_scale)
     tokens = None
     if per_token:
@@ -553,6 +566,9 @@ def _fit(est: _Estimator, ctx: int, batch: int, total: int, reserve: Reserve, kv
         fit.per_gpu = est.need(ctx, batch, fit.n_dev)
         fit.fits = est.fits(ctx, batch, fit.n_dev, usable)
         est.assumptions.append(f"--tp {fit.n_dev}: {fit.per_gpu / GIB:.1f} GiB per GPU ({est.placement})")
+        how = est.family.weights_how(fit.n_dev) if est.family is not None and est.placement == "tensor" else ""
+        if how:
+            est.assumptions.append(f"weights per GPU at --tp {fit.n_dev}: {how}")
     candidates = _device_counts(est)
     fit.max_gpus = candidates[-1]
     if est.target.device == "GPU" and known:

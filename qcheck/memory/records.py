@@ -153,6 +153,47 @@ class Startup:
 
 
 @dataclass
+class CapacityCell:
+    """One context of one KV type."""
+
+    context: int
+    #: whole sequences of this context held at once; None: beyond the model's context, or the estimate cannot
+    #: say (no device size, no KV size)
+    sequences: int | None
+    #: on how many GPUs (tensor parallel or layer split) the count holds
+    gpus: int = 1
+    #: ``sequences`` reached the search bound: at least that many
+    at_least: bool = False
+    #: the engine's own figure (vLLM: "Maximum concurrency for N tokens per request")
+    engine_concurrency: float | None = None
+    #: the KV pool's tokens per GPU (vLLM's "GPU KV cache size")
+    kv_pool_tokens: int | None = None
+
+
+@dataclass
+class CapacityRow:
+    """One KV-cache type the engine accepts on this GPU, and its cells."""
+
+    kv_cache_dtype: str  # the type as the estimate names it (the model's own for the default)
+    asked: str  # what was asked: "auto" (the default) or the --kv-cache-dtype value
+    status: str  # the verdict with this KV type: native | fallback | unknown
+    cells: list[CapacityCell] = field(default_factory=list)
+    #: other accepted types with the same verdict and the same figures (fp8_e4m3 beside fp8, float16 beside
+    #: bfloat16)
+    same_as: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CapacityTable:
+    """``Verdict.memory.concurrency``: rows per KV type, and the types left out with why."""
+
+    rows: list[CapacityRow]
+    left_out: list[str] = field(default_factory=list)
+    #: what the counts mean for this engine (scheduler limits, the figure it prints)
+    note: str = ""
+
+
+@dataclass
 class MemoryEstimate:
     """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
 
@@ -223,12 +264,19 @@ class MemoryEstimate:
     #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
     capacity: str | None = None
     capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
+    #: weight bytes on one GPU as the engine holds them at the GPU count judged (``tp``, else one): kernel layouts
+    #: and tensors every tensor-parallel rank keeps whole included (vLLM's "Model loading took")
+    weights_device_bytes: int | None = None
+    #: ``--capacity``: concurrent sequences per context for each KV type the engine accepts (qcheck.memory.capacity)
+    concurrency: CapacityTable | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
         and the speed record (with its summary line) when there are any."""
         data = asdict(self)
         del data["note"], data["speed"]
+        if self.concurrency is None:  # asked for with --capacity only
+            del data["concurrency"]
         if self.offload is not None:
             data["offload"] = self.offload.to_json()
         for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",

@@ -107,7 +107,9 @@ def _check(data: dict[str, Any]) -> list[str]:
     lines = [_headline("check", int(data.get("exit_code", 0)), detail), "",
              f"**{cell(model, 200)}**: {cell(_inspection_line(insp), 200)}", ""]
     lines += _table(["Model", "Engine", "GPU", "Status", "Notes"], [_verdict_row(model, v, policy) for v in verdicts])
-    return lines
+    from qcheck.report.capacity import markdown_lines
+
+    return lines + markdown_lines(verdicts, target_label, cell)
 
 
 def _num(x: Any, digits: int = 4) -> str:

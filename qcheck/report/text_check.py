@@ -78,6 +78,10 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
         field("memory", [v.memory.summary()])
         if v.memory.speed is not None and v.memory.speed.summary:
             field("speed", [v.memory.speed.summary])
+        if v.memory.concurrency is not None:
+            from qcheck.report.capacity import text_lines
+
+            field("capacity", text_lines(v.memory.to_json()["concurrency"]))
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
 
