@@ -62,6 +62,14 @@ class BuiltRunner:
     kv_cache: dict[str, Any] | None = None
 
 
+def quantization_json(inspection: Any) -> dict[str, Any]:
+    """``BuiltRunner.quantization`` from a ``qcheck.model.Inspection``: what the report says about the format."""
+    q = inspection.quantization
+    return {"method": q.method, "producer": q.producer, "weight_bits": q.weight_bits,
+            "bits_per_weight": q.bits_per_weight, "gguf_file_type": q.gguf_file_type,
+            "activation_dtype": q.activation_dtype}
+
+
 def build_runner(backend: str, name: str, target: str, context: RunnerContext) -> BuiltRunner:
     """Build the candidate ``name`` from ``target`` with ``backend``."""
     spec = BACKENDS.get(backend)
