@@ -7,6 +7,7 @@ error line, the figure that must not change, the file that must not be read.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -104,3 +105,148 @@ def test_every_module_that_calls_a_gguf_loader_vets_the_file_first() -> None:
             callers[path.relative_to(package).as_posix()] = ("still_vetted(" in code, hits)
     assert "eval/runners/llamacpp.py" in callers  # the scan finds the one known caller
     assert {name: hits for name, (vetted, hits) in callers.items() if not vetted} == {}
+
+
+# --------------------------------------------------------------------- 2. planted reference-cache entries
+TEXT_TASKS = [{"id": f"t{i}", "kind": "text", "text": text} for i, text in enumerate((
+    "The quick brown fox jumps over the lazy dog, and the dog sleeps on.",
+    "def add(a, b):\n    return a + b  # the sum of two numbers",
+    "Quantisation maps weights to fewer bits; the loss is measured in nats per token."))]
+
+
+def _tasks(tmp_path: Path, lines: list[dict] = TEXT_TASKS) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _dequantised_reference(gguf: Path, dest: Path) -> Path:
+    """The tiny reference's directory with the GGUF's dequantised weights: what an attacker computes planted rows
+    from (the candidate itself as the reference)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from qcheck.eval.simulate import simulated_state_dict
+
+    shutil.copytree(tiny_reference(), dest)
+    state, _ = simulated_state_dict(str(gguf), str(tiny_reference()))
+    save_file({k: v.contiguous() for k, v in state.items()}, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return dest
+
+
+def _eval_json(*args: str):
+    done = qcheck("eval", *args, "--json", "--no-progress")
+    return done, (json.loads(done.stdout) if done.stdout.strip() else None)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A victim's cache entry (the tiny reference R, its Q8_0 GGUF C: fails --max-kld 1e-6) and an attacker's entry
+    for the same tasks computed with C's dequantised weights as the reference, in another cache folder."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("planted")
+    cand = tiny_gguf("Q8_0")
+    tasks = _tasks(root)
+    common = ["-c", f"c={cand}", "--tasks", str(tasks), "--simulate-engine", "weights"]
+    victim = ["-r", str(tiny_reference()), *common, "--max-kld", "0.000001", "--cache-dir", str(root / "victim")]
+    done, first = _eval_json(*victim)
+    assert done.returncode == 1 and first is not None and not first["cache"]["hit"], done.stderr[-2000:]
+    attacker, forged = _eval_json("-r", str(_dequantised_reference(cand, root / "attacker-ref")), *common,
+                                  "--cache-dir", str(root / "attacker"))
+    assert attacker.returncode == 0 and forged["candidates"][0]["metrics"]["kld_mean"] < 1e-6, attacker.stderr
+    [entry] = (root / "victim" / "eval").glob("ref-*")
+    [theirs] = (root / "attacker" / "eval").glob("ref-*")
+    shutil.copytree(entry, root / "pristine")
+    return {"victim": victim, "kld": first["candidates"][0]["metrics"]["kld_mean"], "entry": entry,
+            "theirs": theirs, "pristine": root / "pristine"}
+
+
+def _restore(planted: dict) -> Path:
+    import shutil
+
+    entry = planted["entry"]
+    shutil.rmtree(entry, ignore_errors=True)
+    if entry.is_symlink():
+        entry.unlink()
+    shutil.copytree(planted["pristine"], entry)
+    return entry
+
+
+def _plant_rows(entry: Path, theirs: Path) -> None:
+    import shutil
+
+    for name in ("rows.bin", "index.json", "generations.json"):
+        shutil.copyfile(theirs / name, entry / name)
+
+
+def _plant_whole_entry(entry: Path, theirs: Path) -> None:
+    """The attacker's entry, auth.json included (signed by the same user's key, for another key), under the
+    victim's name."""
+    import shutil
+
+    shutil.rmtree(entry)
+    shutil.copytree(theirs, entry)
+
+
+def _fifo_rows(entry: Path, theirs: Path) -> None:
+    (entry / "rows.bin").unlink()
+    os.mkfifo(entry / "rows.bin")
+
+
+def _zero_generations(entry: Path, theirs: Path) -> None:
+    (entry / "generations.json").unlink()
+    (entry / "generations.json").symlink_to("/dev/zero")
+
+
+def _group_writable(entry: Path, theirs: Path) -> None:
+    _plant_rows(entry, theirs)
+    entry.chmod(0o770)
+
+
+@pytest.mark.parametrize("tamper,why", [
+    (_plant_rows, "is not what the entry was signed with"),
+    (_plant_whole_entry, "tag does not verify"),
+    (_fifo_rows, "rows.bin"),
+    (_zero_generations, "generations.json"),
+    (_group_writable, "writable by group or others"),
+])
+def test_a_planted_or_broken_cache_entry_is_recomputed_not_trusted(planted: dict, tamper, why: str) -> None:
+    entry = _restore(planted)
+    tamper(entry, planted["theirs"])
+    done, out = _eval_json(*planted["victim"])
+    # the planted rows would make the candidate pass (KLD < 1e-6, exit 0); the true figure is recomputed
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert out["candidates"][0]["metrics"]["kld_mean"] == pytest.approx(planted["kld"], rel=1e-6)
+    assert out["cache"]["hit"] is False
+    [note] = [n for n in out["notes"] if "not used" in n]
+    assert why in note and "computed again" in note
+    if tamper is _plant_rows:
+        done, again = _eval_json(*planted["victim"])  # the entry was replaced by a good one: a hit now
+        assert done.returncode == 1 and again["cache"]["hit"] is True
+
+
+def test_the_cache_key_is_private_and_a_key_others_may_read_is_never_used(tmp_path: Path) -> None:
+    import stat
+
+    key = tmp_path / "config" / "qcheck" / "cache-key"
+    args = ["-r", str(tiny_reference()), "-c", f"c={tiny_gguf('Q8_0')}", "--tasks", str(_tasks(tmp_path)),
+            "--cache-dir", str(tmp_path / "cache"), "--json", "--no-progress"]
+
+    def run() -> dict:
+        done = qcheck("eval", *args, QCHECK_CACHE_KEY_FILE="", XDG_CONFIG_HOME=str(tmp_path / "config"))
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    assert [run()["cache"]["hit"], run()["cache"]["hit"]] == [False, True]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    assert len(bytes.fromhex(key.read_text())) == 32
+    [entry] = (tmp_path / "cache" / "eval").glob("ref-*")
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in entry.iterdir()} == dict.fromkeys(
+        ("auth.json", "generations.json", "index.json", "meta.json", "rows.bin"), 0o600)
+    key.chmod(0o644)
+    for _ in range(2):  # neither this run's entry nor the earlier one is used while the key may be read by others
+        out = run()
+        assert out["cache"]["hit"] is False
+        assert any("may be read by group or others" in n and "not reused" in n for n in out["notes"]), out["notes"]

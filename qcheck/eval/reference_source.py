@@ -19,11 +19,15 @@ from qcheck.errors import InputError, UsageError
 from qcheck.eval.cache import (
     KIND_FULL,
     KIND_TOPK,
+    CacheHome,
     CacheInfo,
     CacheReader,
     CacheWriter,
     cache_key,
+    committed,
     default_cache_dir,
+    entry_key,
+    open_entry,
     precision_note,
 )
 from qcheck.eval.config import EvalConfig, Plan
@@ -77,6 +81,7 @@ class _Slot:
     key: str
     parts: dict[str, Any]
     kind: str
+    auth_key: bytes
 
 
 def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
@@ -109,29 +114,35 @@ def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 @contextlib.contextmanager
-def cache_root(config: EvalConfig) -> Iterator[Path]:
-    """The cache's ``eval/`` folder, or a temporary directory removed afterwards with ``--no-cache``."""
+def cache_root(config: EvalConfig) -> Iterator[CacheHome]:
+    """The cache's ``eval/`` folder with this user's cache key, or with ``--no-cache`` a temporary directory (removed
+    afterwards) and a key made for this run."""
     if config.use_cache:
         root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-        yield root / "eval"
+        key, problem = entry_key()
+        yield CacheHome(root / "eval", key, problem)
         return
+    import secrets
+
+    from qcheck.cache_auth import KEY_BYTES
+
     with tempfile.TemporaryDirectory(prefix="qcheck-eval-") as tmp:
-        yield Path(tmp)
+        yield CacheHome(Path(tmp), secrets.token_bytes(KEY_BYTES), persistent=False)
 
 
-def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -> ReferenceSide:
-    """The reference's rows from the cache, computed first when the cache has no complete entry for them."""
+def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHome) -> ReferenceSide:
+    """The reference's rows from the cache, computed first when the cache has no usable entry for them."""
     from qcheck.eval.runners.reference import torch_modules
     from qcheck.eval.safe_load import NO_CODE
 
     torch, transformers = torch_modules()
     endpoint = _connect(plan, work, config.limits, transformers) if plan.remote is not None else None
-    slot = _slot(config, work, endpoint, root, (torch, transformers))
-    reader = CacheReader.open_if_complete(root, slot.key) if config.use_cache else None
+    slot = _slot(config, work, endpoint, home, (torch, transformers))
+    notes: list[str] = [home.problem] if home.problem else []
+    reader = open_entry(home, slot.key, notes)
     hit = reader is not None
     report: dict[str, Any] = {"path": config.reference, "dtype": config.reference_dtype, "device": config.device,
                               "fingerprint": slot.parts["model"][:16], "tokenizer": slot.parts["tokenizer"][:16]}
-    notes: list[str] = []
     if endpoint is None:
         ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
     else:
@@ -149,7 +160,7 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
             from qcheck.eval.remote_reference import runner_notes
 
             notes.extend(runner_notes(endpoint.runner))
-        reader = CacheReader(final)
+        reader = committed(final, home.auth_key)
     if endpoint is not None:
         notes.append(_endpoint_label(report, reader, endpoint.runner))
         notes.extend(_follow(work, reader))
@@ -161,7 +172,7 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
     cache = CacheInfo(hit=hit, kind=reader.kind, path=str(reader.dir), key=slot.key, topk=reader.topk,
                       persistent=config.use_cache, requests_written=written, bytes=reader.size,
                       precision=precision_note(reader.kind, reader.topk))
-    rescorer = Rescorer(root=root, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
+    rescorer = Rescorer(home=home, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
                         local=None if endpoint is not None else (config.reference, config.reference_dtype,
                                                                  config.device, config.max_memory),
                         endpoint=endpoint.runner if endpoint is not None else None)
@@ -188,7 +199,7 @@ def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _
     return _Endpoint(runner=runner, kind=kind, config=ref_config, fingerprint=remote.fingerprint(runner))
 
 
-def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, root: Path,
+def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, home: CacheHome,
           modules: tuple[Any, Any]) -> _Slot:
     """The cache key: everything that could change the reference's numbers."""
     torch, transformers = modules
@@ -201,7 +212,7 @@ def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, root: 
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
         "transformers": transformers.__version__.rsplit(".", 1)[0],
     }
-    return _Slot(root=root, key=cache_key(parts), parts=parts, kind=kind)
+    return _Slot(root=home.root, key=cache_key(parts), parts=parts, kind=kind, auth_key=home.auth_key)
 
 
 def _compute(config: EvalConfig, work: Workload, slot: _Slot, endpoint: _Endpoint | None,
@@ -241,7 +252,8 @@ def _compute_local(config: EvalConfig, work: Workload, slot: _Slot,
     del model
     meta = {"reference": config.reference, "created_by": "qcheck eval", "parts": slot.parts, "placement": where,
             "vocab": _vocab_json(ref_vocab)}
-    writer = CacheWriter(slot.root, slot.key, slot.kind, ref_vocab.vocab_size, config.cache_topk, meta)
+    writer = CacheWriter(slot.root, slot.key, slot.kind, ref_vocab.vocab_size, config.cache_topk, meta,
+                         auth_key=slot.auth_key)
     written = 0
     requests = [r for e in encoded for r in e.score]
     tokens = sum(len(r.input_ids) - 1 for r in requests)
@@ -289,7 +301,8 @@ def _compute_remote(endpoint: _Endpoint, work: Workload, slot: _Slot) -> tuple[P
             "vocab": _vocab_json(runner.reference)}
 
     def make_writer(cache_kind: str, topk: int | None) -> CacheWriter:
-        return CacheWriter(slot.root, slot.key, cache_kind, runner.reference.vocab_size, topk, meta)
+        return CacheWriter(slot.root, slot.key, cache_kind, runner.reference.vocab_size, topk, meta,
+                           auth_key=slot.auth_key)
 
     progress.start("reference (endpoint)", work.units())
     try:
