@@ -250,3 +250,60 @@ def test_the_cache_key_is_private_and_a_key_others_may_read_is_never_used(tmp_pa
         out = run()
         assert out["cache"]["hit"] is False
         assert any("may be read by group or others" in n and "not reused" in n for n in out["notes"]), out["notes"]
+
+
+# --------------------------------------------------------------------- 3. endpoint results replayed
+@pytest.mark.llamacpp
+def test_endpoint_results_resume_only_the_named_run_of_the_same_server(tmp_path: Path) -> None:
+    """A good run against a server, then the same URL and model id serving other numbers (a Q4_0 GGUF instead of
+    Q8_0): a new run measures the new server; ``--resume`` of the good run is refused; nothing is kept under
+    ``--no-cache``, and everything lives under ``--cache-dir``."""
+    pytest.importorskip("llama_cpp")
+    import re
+
+    from transformers import AutoTokenizer
+
+    from support.engine_fake_server import FakeEngine, FakeServer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_reference()))
+    q8, q4 = FakeEngine(str(tiny_gguf("Q8_0")), tok), FakeEngine(str(tiny_gguf("Q4_0")), tok)
+    home = tmp_path / "home-cache"
+    try:
+        with FakeServer(q8) as srv:
+            def run(*extra: str):
+                done = qcheck("eval", "-r", str(tiny_reference()), "-t", str(_tasks(tmp_path)), "--endpoint",
+                              f"e={srv.url}", "--cache-dir", str(tmp_path / "cache"), "--json", "--max-kld", "0.05",
+                              *extra, QCHECK_CACHE_DIR=str(home))
+                out = json.loads(done.stdout) if done.stdout.strip() else None
+                return done, out["candidates"][0] if out else None
+
+            done, good = run()
+            assert done.returncode == 0, done.stderr[-2000:]
+            run_id = re.search(r"kept as run (\S+); after an interruption, continue with --resume \1",
+                               done.stderr).group(1)
+            [state] = (tmp_path / "cache" / "eval" / "endpoints" / run_id).glob("endpoint-*.jsonl")
+            done, resumed = run("--resume", run_id)  # the same server: every request comes from the run's file
+            assert done.returncode == 0 and resumed["metrics"]["kld_mean"] == good["metrics"]["kld_mean"]
+            assert any(n.startswith(f"resumed: {len(TEXT_TASKS)} request(s)") for n in resumed["notes"])
+            srv.engine = q4  # redeployed under the same model id
+            done, fresh = run()
+            assert done.returncode == 1 and fresh["metrics"]["kld_mean"] > 10 * good["metrics"]["kld_mean"]
+            assert not any("resumed" in n for n in fresh["notes"])
+            done, _ = run("--resume", run_id)
+            _one_error(done, f"--resume {run_id}", "is not the server these results were recorded from",
+                       "for the probe changed")
+            done, _ = run("--no-cache")
+            assert done.returncode == 1 and "kept as run" not in done.stderr
+            lines = state.read_text().splitlines()  # a planted record (no valid MAC) is not a record
+            record = json.loads(lines[1])
+            record["value"]["t"] = [0.0 for _ in record["value"]["t"]]
+            state.write_text("\n".join([*lines, json.dumps(record)]) + "\n")
+            srv.engine = q8
+            done, again = run("--resume", run_id)
+            assert done.returncode == 0 and again["metrics"]["kld_mean"] == good["metrics"]["kld_mean"]
+        assert not home.exists()  # nothing under $QCHECK_CACHE_DIR when --cache-dir names the cache
+        done, _ = run("--resume", "no-such-run")
+        _one_error(done, "--resume no-such-run: no such run")
+    finally:
+        q8.close()
+        q4.close()

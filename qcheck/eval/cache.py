@@ -57,6 +57,7 @@ import numpy as np
 from qcheck import cache_auth
 from qcheck.errors import InputError
 from qcheck.eval.runners.base import Generation, TokenScores
+from qcheck.eval.runners.http import RunState
 
 FORMAT_VERSION = 2
 WINDOW_NATS = 24.0
@@ -215,6 +216,8 @@ class CacheHome:
     #: why entries of earlier runs cannot be reused (no usable cache key), None when they can
     problem: str | None = None
     persistent: bool = True
+    #: where endpoint results of this run are kept (``qcheck.eval.runners.http.RunState``; None: not kept)
+    endpoint_run: RunState | None = None
 
 
 class CacheWriter:

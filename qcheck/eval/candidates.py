@@ -101,7 +101,7 @@ def _build(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: Referen
                             reference_vocab=ref.vocab, tokenizer=work.encoder.tok, dtype=config.reference_dtype,
                             device=device, activation_quant=config.activation_quant, limits=config.limits,
                             max_length=config.max_length, simulate_engine=config.simulate_engine,
-                            kv_cache=candidate_kv(spec, config))
+                            kv_cache=candidate_kv(spec, config), endpoint_run=ref.endpoint_run)
     return build_runner(spec.backend, spec.name, spec.path or "", context)
 
 

@@ -102,6 +102,10 @@ class EvalConfig:
     kv_cache_by_candidate: dict[str, KVCacheTypes] = field(default_factory=dict)
     #: with a KV cache type: also measure the weights alone and the KV cache alone (``--kv-split``)
     kv_split: bool = True
+    #: the id under which endpoint results of this run are kept (None: a new one); with ``resume`` the run to continue
+    run_id: str | None = None
+    #: continue run ``run_id`` (``--resume RUN``): reuse its endpoint results, if the servers are still the same
+    resume: bool = False
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:

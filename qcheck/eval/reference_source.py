@@ -34,6 +34,7 @@ from qcheck.eval.config import EvalConfig, Plan
 from qcheck.eval.perf import Phase
 from qcheck.eval.runners import DEFAULT_BACKEND
 from qcheck.eval.runners.base import VocabInfo, score_blocks
+from qcheck.eval.runners.http import RunState, check_run_id, new_run_id
 from qcheck.eval.supplement import Rescorer
 from qcheck.eval.workload import Workload
 from qcheck.limits import DEFAULT_LIMITS, Limits
@@ -60,6 +61,8 @@ class ReferenceSide:
     notes: list[str] = field(default_factory=list)
     #: scores the reference again on token ids a candidate's server chose (``qcheck.eval.supplement``)
     rescorer: Rescorer | None = None
+    #: where endpoint candidates keep their results (``qcheck.eval.runners.http.RunState``)
+    endpoint_run: RunState | None = None
 
 
 @dataclass
@@ -116,18 +119,34 @@ def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
 @contextlib.contextmanager
 def cache_root(config: EvalConfig) -> Iterator[CacheHome]:
     """The cache's ``eval/`` folder with this user's cache key, or with ``--no-cache`` a temporary directory (removed
-    afterwards) and a key made for this run."""
+    afterwards) and a key made for this run; with the folder endpoint results of this run are kept in."""
     if config.use_cache:
         root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
         key, problem = entry_key()
-        yield CacheHome(root / "eval", key, problem)
+        yield CacheHome(root / "eval", key, problem, endpoint_run=endpoint_run(config, root / "eval", key))
         return
+    if config.resume:
+        raise UsageError("--resume continues a run kept in the cache: it cannot be used with --no-cache")
     import secrets
 
     from qcheck.cache_auth import KEY_BYTES
 
+    key = secrets.token_bytes(KEY_BYTES)
     with tempfile.TemporaryDirectory(prefix="qcheck-eval-") as tmp:
-        yield CacheHome(Path(tmp), secrets.token_bytes(KEY_BYTES), persistent=False)
+        yield CacheHome(Path(tmp), key, persistent=False, endpoint_run=RunState(None, "", key))
+
+
+def endpoint_run(config: EvalConfig, root: Path, key: bytes) -> RunState:
+    """Where this run keeps endpoint results: a new run folder, or with ``--resume RUN`` that run's (it must exist)."""
+    if not config.resume:
+        return RunState(root / "endpoints", check_run_id(config.run_id or new_run_id()), key)
+    if not config.run_id:
+        raise UsageError("--resume needs the id of the run to continue")
+    state = RunState(root / "endpoints", check_run_id(config.run_id), key, resumed=True)
+    assert state.folder is not None
+    if not state.folder.is_dir():
+        raise UsageError(f"--resume {config.run_id}: no such run in {state.folder.parent}")
+    return state
 
 
 def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHome) -> ReferenceSide:
@@ -136,7 +155,8 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHo
     from qcheck.eval.safe_load import NO_CODE
 
     torch, transformers = torch_modules()
-    endpoint = _connect(plan, work, config.limits, transformers) if plan.remote is not None else None
+    endpoint = _connect(plan, work, config.limits, transformers, home.endpoint_run) if plan.remote is not None \
+        else None
     slot = _slot(config, work, endpoint, home, (torch, transformers))
     notes: list[str] = [home.problem] if home.problem else []
     reader = open_entry(home, slot.key, notes)
@@ -177,10 +197,10 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHo
                                                                  config.device, config.max_memory),
                         endpoint=endpoint.runner if endpoint is not None else None)
     return ReferenceSide(reader=reader, config=ref_config, vocab=vocab, report=report, cache=cache, phase=phase,
-                         kept=kept, notes=notes, rescorer=rescorer)
+                         kept=kept, notes=notes, rescorer=rescorer, endpoint_run=home.endpoint_run)
 
 
-def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _Endpoint:
+def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any, run: RunState | None) -> _Endpoint:
     """Connect to the endpoint serving the reference (``qcheck.eval.remote_reference``)."""
     from qcheck.eval.remote_reference import connect
     from qcheck.eval.safe_load import NO_CODE
@@ -195,7 +215,7 @@ def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _
     longest = max((len(r.input_ids) for e in work.encoded for r in e.score), default=1)
     tokenizer = work.encoder.tok
     runner, kind = connect(remote, tokenizer, remote.vocab(tokenizer, ref_config, work.encoder.add_bos), longest,
-                           limits)
+                           limits, run)
     return _Endpoint(runner=runner, kind=kind, config=ref_config, fingerprint=remote.fingerprint(runner))
 
 

@@ -44,6 +44,8 @@ class RunnerContext:
     simulate_engine: str = "weights"
     #: the KV cache types this candidate runs with (None: the engine's default)
     kv_cache: KVCacheTypes | None = None
+    #: endpoint backends: where this run keeps their results (``qcheck.eval.runners.http.RunState``; None: nowhere)
+    endpoint_run: Any = None
 
 
 @dataclass
