@@ -307,3 +307,60 @@ def test_endpoint_results_resume_only_the_named_run_of_the_same_server(tmp_path:
     finally:
         q8.close()
         q4.close()
+
+
+# --------------------------------------------------------------------- 8. unreadable config.json
+def _config_fifo(d: Path) -> None:
+    (d / "config.json").unlink()
+    os.mkfifo(d / "config.json")
+
+
+def _config_dev_zero(d: Path) -> None:
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to("/dev/zero")
+
+
+def _config_loop(d: Path) -> None:
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to("config.json")
+
+
+def _config_broken_link(d: Path) -> None:
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to(d / "gone.json")
+
+
+def _index_fifo(d: Path) -> None:
+    (d / "model.safetensors").rename(d / "model-00001-of-00001.safetensors")
+    os.mkfifo(d / "model.safetensors.index.json")
+
+
+@pytest.mark.parametrize("break_it,expected", [
+    (_config_fifo, "config.json: not a regular file (a FIFO)"),
+    (_config_dev_zero, "config.json: not a regular file (a character device)"),
+    (_config_loop, "config.json: unreadable: too many levels of symbolic links"),
+    (_config_broken_link, "config.json: unreadable: a broken symbolic link"),
+    (_index_fifo, "model.safetensors.index.json: not a regular file (a FIFO)"),
+])
+def test_an_unreadable_config_or_index_is_one_error_line(tmp_path: Path, break_it, expected: str) -> None:
+    from support.gate_helpers import bf16_dir
+
+    model = bf16_dir(tmp_path / "m")
+    break_it(model)
+    for command in (["check", str(model), "--engine", "vllm", "--gpu", "h100"], ["inspect", str(model)]):
+        done = qcheck(*command, matrix=False)  # a FIFO read would hang (the helper's timeout), /dev/zero never ends
+        _one_error(done, expected)
+
+
+def test_a_missing_config_json_is_never_a_silent_runs(tmp_path: Path) -> None:
+    from support.gate_helpers import bf16_dir
+
+    model = bf16_dir(tmp_path / "m")
+    (model / "config.json").unlink()
+    done = qcheck("check", str(model), "--engine", "vllm", "--gpu", "h100", "--json", matrix=False)
+    assert done.returncode == 1, done.stderr
+    out = json.loads(done.stdout)
+    assert any(w.startswith("no config.json beside the safetensors weights") for w in out["inspection"]["warnings"])
+    [verdict] = out["verdicts"]
+    assert verdict["status"] == "unknown"
+    assert any("no config.json: whether vLLM loads this checkpoint is not known" in r for r in verdict["reasons"])
