@@ -364,3 +364,93 @@ def test_a_missing_config_json_is_never_a_silent_runs(tmp_path: Path) -> None:
     [verdict] = out["verdicts"]
     assert verdict["status"] == "unknown"
     assert any("no config.json: whether vLLM loads this checkpoint is not known" in r for r in verdict["reasons"])
+
+
+# --------------------------------------------------------------------- 4. the reference cache key
+def _sharded_reference(dest: Path) -> Path:
+    """The tiny reference with its weights in ``sub/w.safetensors``, named by model.safetensors.index.json."""
+    import shutil
+
+    from safetensors import safe_open
+
+    shutil.copytree(tiny_reference(), dest)
+    (dest / "sub").mkdir()
+    (dest / "model.safetensors").rename(dest / "sub" / "w.safetensors")
+    with safe_open(str(dest / "sub" / "w.safetensors"), "np") as f:
+        names = list(f.keys())
+    (dest / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": dict.fromkeys(names, "sub/w.safetensors")}))
+    return dest
+
+
+def test_swapped_weights_in_a_subfolder_shard_are_not_served_from_the_cache(tmp_path: Path) -> None:
+    import shutil
+
+    ref = _sharded_reference(tmp_path / "ref")
+    cand = tiny_gguf("Q8_0")
+    args = ["-r", str(ref), "-c", f"c={cand}", "--tasks", str(_tasks(tmp_path)), "--simulate-engine", "weights",
+            "--cache-dir", str(tmp_path / "cache")]
+    done, first = _eval_json(*args)
+    assert done.returncode == 0 and not first["cache"]["hit"], done.stderr[-2000:]
+    # the shard now holds the candidate's dequantised weights: the truth is a KLD of ~0
+    shutil.copyfile(_dequantised_reference(cand, tmp_path / "q8-ref") / "model.safetensors", ref / "sub" / "w.safetensors")
+    done, second = _eval_json(*args)
+    assert done.returncode == 0 and second["cache"]["hit"] is False, second["cache"]
+    assert first["candidates"][0]["metrics"]["kld_mean"] > 1e-4 > abs(second["candidates"][0]["metrics"]["kld_mean"])
+
+
+def _edit_generation_config(ref: Path) -> None:
+    cfg = json.loads((ref / "generation_config.json").read_text())
+    cfg["temperature"] = 0.5
+    (ref / "generation_config.json").write_text(json.dumps(cfg))
+
+
+def _edit_tokenizer_config(ref: Path) -> None:
+    cfg = json.loads((ref / "tokenizer_config.json").read_text())
+    cfg["model_max_length"] = 77
+    (ref / "tokenizer_config.json").write_text(json.dumps(cfg))
+
+
+def _add_chat_template(ref: Path) -> None:
+    (ref / "chat_template.jinja").write_text("{{ messages }}")
+
+
+def _add_adapter(ref: Path) -> None:
+    (ref / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
+
+
+def _rewrite_index(ref: Path) -> None:
+    index = json.loads((ref / "model.safetensors.index.json").read_text())
+    index["metadata"] = {"total_size": 1}
+    (ref / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def _retouch_shard(ref: Path) -> None:
+    shard = ref / "sub" / "w.safetensors"
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize("change", [_edit_generation_config, _edit_tokenizer_config, _add_chat_template, _add_adapter,
+                                    _rewrite_index, _retouch_shard])
+def test_the_reference_fingerprint_covers_every_file_the_loader_reads(tmp_path: Path, change) -> None:
+    from qcheck.eval.fingerprint import model_fingerprint
+
+    ref = _sharded_reference(tmp_path / "ref")
+    before = model_fingerprint(str(ref))
+    assert model_fingerprint(str(ref)) == before
+    change(ref)
+    assert model_fingerprint(str(ref)) != before
+
+
+def test_the_reference_fingerprint_refuses_what_the_loader_must_not_read(tmp_path: Path) -> None:
+    from qcheck.errors import InputError
+    from qcheck.eval.fingerprint import model_fingerprint
+
+    ref = _sharded_reference(tmp_path / "ref")
+    os.mkfifo(ref / "tokenizer.model")
+    with pytest.raises(InputError, match=r"tokenizer\.model: not a regular file \(a FIFO\)"):
+        model_fingerprint(str(ref))
+    (ref / "tokenizer.model").unlink()
+    (ref / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../outside.safetensors"}}))
+    with pytest.raises(InputError, match="escapes the model directory"):
+        model_fingerprint(str(ref))

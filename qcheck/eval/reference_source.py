@@ -8,7 +8,6 @@ describes them belong together; the candidates only see the resulting ``Referenc
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,13 +30,14 @@ from qcheck.eval.cache import (
     precision_note,
 )
 from qcheck.eval.config import EvalConfig, Plan
+from qcheck.eval.fingerprint import model_fingerprint
 from qcheck.eval.perf import Phase
 from qcheck.eval.runners import DEFAULT_BACKEND
 from qcheck.eval.runners.base import VocabInfo, score_blocks
 from qcheck.eval.runners.http import RunState, check_run_id, new_run_id
 from qcheck.eval.supplement import Rescorer
 from qcheck.eval.workload import Workload
-from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.limits import Limits
 
 #: bumps when tokenisation or scoring changes, so old cache entries are not reused
 ENCODER_VERSION = 2  # 2: long text items in sliding windows instead of truncated
@@ -85,35 +85,6 @@ class _Slot:
     parts: dict[str, Any]
     kind: str
     auth_key: bytes
-
-
-def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """Hash of config.json, generation_config.json and each weight file (safetensors header + size + mtime,
-    name/size/mtime for other formats): cheap, and any change to the weights files invalidates the cache."""
-    root = Path(path)
-    h = hashlib.sha256()
-    try:
-        h.update((root / "config.json").read_bytes())
-        for f in sorted(root.iterdir()):
-            if not f.is_file():
-                continue
-            if f.suffix == ".safetensors":
-                with open(f, "rb") as fh:
-                    raw = fh.read(8)
-                    n = int.from_bytes(raw, "little") if len(raw) == 8 else 0
-                    if not 0 < n <= limits.max_safetensors_header:
-                        raise InputError(f"safetensors header length {n} is out of bounds", path=str(f))
-                    h.update(f.name.encode() + b"\0" + fh.read(n))
-                st = f.stat()  # same header, retrained weights: size/mtime still tell them apart
-                h.update(f"{st.st_size}\0{st.st_mtime_ns}".encode())
-            elif f.name == "generation_config.json":
-                h.update(f.read_bytes())
-            elif f.suffix in (".bin", ".pt", ".pth", ".gguf", ".npz", ".ckpt"):
-                st = f.stat()
-                h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    except OSError as exc:
-        raise InputError(f"cannot read the reference model files: {exc.strerror or exc}", path=path) from None
-    return h.hexdigest()
 
 
 @contextlib.contextmanager
