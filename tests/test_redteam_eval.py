@@ -454,3 +454,58 @@ def test_the_reference_fingerprint_refuses_what_the_loader_must_not_read(tmp_pat
     (ref / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../outside.safetensors"}}))
     with pytest.raises(InputError, match="escapes the model directory"):
         model_fingerprint(str(ref))
+
+
+# --------------------------------------------------------------------- 5. an adapter beside the reference
+def _with_adapter(dest: Path) -> Path:
+    """The tiny reference plus a PEFT LoRA adapter (random, large enough to change every prediction) in its folder,
+    its base_model_name_or_path naming the folder itself."""
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(tiny_reference(), dest)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(dest)),
+                           LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "down_proj"],
+                                      init_lora_weights=False))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.normal_(0, 0.5)
+    model.save_pretrained(str(dest / "adapter"))
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (dest / "adapter" / name).rename(dest / name)
+    shutil.rmtree(dest / "adapter")
+    config = json.loads((dest / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(dest)
+    (dest / "adapter_config.json").write_text(json.dumps(config))
+    return dest
+
+
+def test_an_adapter_beside_the_reference_is_said_and_left_out_unless_asked(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    ref = _with_adapter(tmp_path / "ref")
+    tasks = _tasks(tmp_path)
+    q8 = f"q8={tiny_gguf('Q8_0')}"
+    common = ["--tasks", str(tasks), "--cache-dir", str(tmp_path / "cache")]
+    done, plain = _eval_json("-r", str(tiny_reference()), "-c", q8, *common)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done, out = _eval_json("-r", str(ref), "-c", q8, "-c", f"self={ref}", *common)
+    assert done.returncode == 0, done.stderr[-2000:]
+    q8_run, self_run = out["candidates"]
+    # the base alone: exactly the plain reference's numbers (merged silently, top-1 fell from ~90 % to 0 %)
+    assert q8_run["metrics"]["kld_mean"] == pytest.approx(plain["candidates"][0]["metrics"]["kld_mean"], rel=1e-6)
+    assert q8_run["metrics"]["top1_agreement"] == plain["candidates"][0]["metrics"]["top1_agreement"] > 0.5
+    assert out["reference"]["adapter"] == {"files": ["adapter_config.json", "adapter_model.safetensors"],
+                                           "applied": False}
+    assert any("holds a PEFT adapter" in n and "not applied" in n and "--reference-adapter" in n for n in out["notes"])
+    assert any("candidate folder holds a PEFT adapter" in n for n in self_run["notes"])
+    assert abs(self_run["metrics"]["kld_mean"]) < 1e-6  # the candidate's own weights: the base
+    done, merged = _eval_json("-r", str(ref), "-c", q8, "--reference-adapter", *common)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert merged["reference"]["adapter"]["applied"] is True and merged["cache"]["hit"] is False
+    assert merged["candidates"][0]["metrics"]["top1_agreement"] < 0.2
+    assert "FutureWarning" not in done.stderr

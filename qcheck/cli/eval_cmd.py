@@ -109,6 +109,9 @@ def endpoint_run_id(reference: str, candidates: tuple[str, ...], resume: str | N
               help="The unquantised transformers model directory (config.json, safetensors, tokenizer), or an "
                    "OpenAI-compatible endpoint serving it: URL[#model=M&top_k=K|full&api_key_env=VAR] with "
                    "--reference-files.")
+@click.option("--reference-adapter", is_flag=True,
+              help="Merge the PEFT adapter in the reference folder (adapter_config.json, adapter_model.safetensors) "
+                   "into the reference; by default an adapter there is left out and the report says so.")
 @click.option("--reference-files", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="With an endpoint --reference: a local folder with its tokenizer and config.json (no weights).")
 @click.option("--candidate", "-c", "candidates", multiple=True, metavar="[NAME=]PATH",
@@ -182,7 +185,7 @@ def endpoint_run_id(reference: str, candidates: tuple[str, ...], resume: str | N
                    "QCHECK_PROGRESS_INTERVAL seconds (30) with an ETA.")
 @output_options
 @limit_options
-def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
+def command(reference: str, reference_adapter: bool, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
             reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool,
             resume: str | None, cache_topk: int | None,
             max_length: int, stride: int | None, windows: str, max_items: int | None,
@@ -229,7 +232,7 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
                         cache_topk=cache_topk, max_length=max_length, stride=stride, windows=windows, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
-                        run_id=run_id, resume=resume is not None,
+                        run_id=run_id, resume=resume is not None, reference_adapter=reference_adapter,
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
                         progress=show_progress,
                         noise_floor=noise_floor_dtype or (default_noise_floor_dtype(reference_dtype) if noise_floor

@@ -299,7 +299,8 @@ def noise_floor(config: EvalConfig, work: Workload, ref: ReferenceSide,
     if loaded is not None:
         model, device = loaded
     else:
-        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
+        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory,
+                                          config.reference_adapter)
     runner = TransformersRunner(model, vocab_info(model, work.encoder.tok, work.encoder.add_bos), name=name,
                                 device=device)
     del model

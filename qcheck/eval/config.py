@@ -106,6 +106,9 @@ class EvalConfig:
     run_id: str | None = None
     #: continue run ``run_id`` (``--resume RUN``): reuse its endpoint results, if the servers are still the same
     resume: bool = False
+    #: merge the PEFT adapter in the reference folder into the reference (``--reference-adapter``); by default an
+    #: adapter there is left out and the report says so
+    reference_adapter: bool = False
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:
@@ -232,6 +235,9 @@ def _remote_reference(config: EvalConfig) -> RemoteReference | None:
     if remote is None and config.reference_files:
         raise UsageError("--reference-files is for an endpoint --reference (http(s)://...); a local reference "
                          "directory has its own files")
+    if remote is not None and config.reference_adapter:
+        raise UsageError("--reference-adapter merges an adapter in a local reference folder; an endpoint serves its "
+                         "own model")
     if remote is not None and config.noise_floor:
         raise UsageError("--noise-floor loads the reference's weights in another dtype: it needs a local reference "
                          "directory, not an endpoint")

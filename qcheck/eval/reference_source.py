@@ -136,6 +136,12 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHo
                               "fingerprint": slot.parts["model"][:16], "tokenizer": slot.parts["tokenizer"][:16]}
     if endpoint is None:
         ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
+        from qcheck.eval.runners.reference import adapter_files, adapter_note
+
+        adapter = adapter_note(config.reference, config.reference_adapter)
+        if adapter:
+            notes.append(adapter)
+            report["adapter"] = {"files": adapter_files(config.reference), "applied": config.reference_adapter}
     else:
         assert plan.remote is not None
         ref_config = endpoint.config
@@ -165,7 +171,8 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHo
                       precision=precision_note(reader.kind, reader.topk))
     rescorer = Rescorer(home=home, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
                         local=None if endpoint is not None else (config.reference, config.reference_dtype,
-                                                                 config.device, config.max_memory),
+                                                                 config.device, config.max_memory,
+                                                                 config.reference_adapter),
                         endpoint=endpoint.runner if endpoint is not None else None)
     return ReferenceSide(reader=reader, config=ref_config, vocab=vocab, report=report, cache=cache, phase=phase,
                          kept=kept, notes=notes, rescorer=rescorer, endpoint_run=home.endpoint_run)
@@ -200,6 +207,7 @@ def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, home: 
         "max_items": config.max_items, "tokenizer": work.encoder.fingerprint(), "dtype": config.reference_dtype,
         "device": config.device, "max_length": config.max_length, "stride": work.encoder.stride,
         **({"windows": config.windows} if config.windows != "sliding" else {}), "kind": kind, "topk": config.cache_topk,
+        **({"adapter": True} if config.reference_adapter and endpoint is None else {}),
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
         "transformers": transformers.__version__.rsplit(".", 1)[0],
     }
@@ -235,7 +243,8 @@ def _compute_local(config: EvalConfig, work: Workload, slot: _Slot,
     from qcheck.eval.runners.reference import TransformersRunner, load_reference, placement, vocab_info
 
     encoded, encoder, progress = work.encoded, work.encoder, work.progress
-    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory)
+    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory,
+                                      config.reference_adapter)
     where = placement(model)
     phase.loaded()
     ref_vocab = vocab_info(model, encoder.tok, encoder.add_bos)

@@ -61,8 +61,8 @@ class Rescorer:
     kind: str
     topk: int | None
     vocab: VocabInfo
-    #: (path, dtype, device, max_memory) of a local reference
-    local: tuple[str, str, str, dict[str | int, str] | None] | None = None
+    #: (path, dtype, device, max_memory, adapter merged) of a local reference
+    local: tuple[str, str, str, dict[str | int, str] | None, bool] | None = None
     #: the EndpointRunner of an endpoint reference
     endpoint: Any = None
 
@@ -108,8 +108,8 @@ class Rescorer:
         from qcheck.eval.runners.reference import TransformersRunner, load_reference
 
         assert self.local is not None
-        path, dtype, device, max_memory = self.local
-        model, _, input_device = load_reference(path, dtype, device, max_memory)
+        path, dtype, device, max_memory, adapter = self.local
+        model, _, input_device = load_reference(path, dtype, device, max_memory, adapter)
         runner = TransformersRunner(model, self.vocab, name="reference", device=input_device)
         del model
         try:

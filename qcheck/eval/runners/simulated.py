@@ -314,6 +314,12 @@ def build(name: str, target: str, context: RunnerContext) -> BuiltRunner:
         raise _InputError("no such file or directory", path=target)
     inspection, note = _inspect(target, context.limits)
     notes = [note] if note else []
+    from qcheck.eval.runners.reference import adapter_files
+
+    adapter = adapter_files(target)
+    if adapter:
+        notes.append(f"the candidate folder holds a PEFT adapter ({', '.join(adapter)}): not applied, the candidate is "
+                     "the checkpoint's own weights")
     quantization = None
     if inspection is not None:
         quantization = quantization_json(inspection)
