@@ -509,3 +509,136 @@ def test_an_adapter_beside_the_reference_is_said_and_left_out_unless_asked(tmp_p
     assert merged["reference"]["adapter"]["applied"] is True and merged["cache"]["hit"] is False
     assert merged["candidates"][0]["metrics"]["top1_agreement"] < 0.2
     assert "FutureWarning" not in done.stderr
+
+
+# --------------------------------------------------------------------- 6. regular expressions in task files
+#: classic ReDoS patterns (nested and overlapping quantifiers, an e-mail validator) and inputs that make a
+#: backtracking engine take exponential time on them
+REDOS = [
+    ("^(a+)+$", "a" * 64 + "!"),
+    ("^(a|aa)+$", "a" * 64 + "!"),
+    ("^(a|a?)+$", "a" * 64 + "!"),
+    ("^(\\w+\\s?)*$", "word " * 40 + "!"),
+    ("(.*a){12}x", "a" * 64),
+    ("^([a-zA-Z0-9])(([\\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}(([a-z]{2,3})|([a-z]{2,3}[.]{1}[a-z]{2,3}))$",
+     "a" * 64 + "@"),
+]
+
+
+def _gate_project(root: Path, tasks: Path) -> Path:
+    """A repository whose policy's [quality] reads ``tasks`` (the task file is read before any model)."""
+    import shutil
+
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tiny_gguf("Q8_0"), root / "q8.gguf")
+    shutil.copytree(tiny_reference(), root / "ref")
+    if tasks.parent != root:
+        shutil.copy(tasks, root / "tasks.jsonl")
+    (root / "qcheck.toml").write_text('models = ["q8.gguf"]\n[[targets]]\nengine = "tinycpp"\ngpu = "cpu"\n'
+                                      '[quality]\nreference = "ref"\ntasks = ["tasks.jsonl"]\ncache-dir = "cache"\n'
+                                      'max-kld = 1.0\n')
+    return root
+
+
+def _eval_and_gate(tmp_path: Path, lines: list[dict], *expected: str) -> None:
+    """``qcheck eval`` and ``qcheck gate`` both refuse the task file with one line holding ``expected``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    tasks = _tasks(tmp_path, lines)
+    _one_error(qcheck("eval", "-r", str(tiny_reference()), "-c", f"c={tiny_gguf('Q8_0')}", "--tasks", str(tasks),
+                      "--no-cache"), *expected)
+    project = _gate_project(tmp_path / "repo", tasks)
+    _one_error(qcheck("gate", cwd=project), *expected)
+
+
+@pytest.mark.parametrize("pattern,text", REDOS)
+def test_a_redos_pattern_in_a_schema_is_matched_in_bounded_time(tmp_path: Path, pattern: str, text: str) -> None:
+    """The item's own expected value is checked against its schema when the file is read: Python's re never returned
+    (killed at 60 s in the report); RE2 answers at once, and the mismatch is the one error line."""
+    line = {"id": "j", "kind": "generate", "prompt": "p", "match": "json", "expected": text,
+            "schema": {"type": "string", "pattern": pattern}}
+    _eval_and_gate(tmp_path, [line], "expected: does not satisfy the item's own schema", "does not match")
+
+
+def test_redos_patterns_as_regex_items_and_property_patterns_run_bounded() -> None:
+    from qcheck.eval.jsonmatch import check_output, check_schema
+    from qcheck.eval.tasks import parse_jsonl
+
+    for pattern, text in REDOS:
+        [item] = parse_jsonl(json.dumps({"id": "r", "kind": "generate", "prompt": "p", "expected": pattern,
+                                         "match": "regex"}).encode(), "t.jsonl", "t")
+        assert item.is_correct(text) is False and item.is_correct(text.rstrip("!@x") if "a+" in pattern else "") in (
+            True, False)
+        schema = {"type": "object", "patternProperties": {pattern: {"type": "integer"}}, "additionalProperties": False}
+        assert check_schema(schema) is None
+        outcome = check_output(json.dumps({text: 1}), json.dumps(schema, sort_keys=True), None)
+        assert not outcome.valid and "not allowed" in outcome.problem
+    # formats are annotations: no format validator (some of which are regular expressions) runs on outputs
+    schema = {"type": "string", "format": "email"}
+    assert check_output(json.dumps("@" * 100_000), json.dumps(schema), None).valid
+
+
+@pytest.mark.parametrize("pattern,why", [
+    ("(a)\\1", "RE2 has no backreferences or look-around"),
+    ("(?=a)a", "RE2 has no backreferences or look-around"),
+    ("(?:[a-z]{500}){2}", "RE2 instructions, over 1000"),
+    ("a" * 1001, "characters long, over 1000"),
+])
+def test_a_pattern_qcheck_cannot_bound_is_refused_when_the_file_is_read(tmp_path: Path, pattern: str, why: str) -> None:
+    lines = [{"id": "r", "kind": "generate", "prompt": "p", "expected": pattern, "match": "regex"}]
+    _eval_and_gate(tmp_path / "regex", lines, "expected: regular expression", why)
+    schema_line = {"id": "j", "kind": "generate", "prompt": "p", "match": "json",
+                   "schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}}
+    _eval_and_gate(tmp_path / "schema", [schema_line], "schema: pattern", why)
+
+
+def test_a_long_output_is_not_matched_past_the_bound() -> None:
+    from qcheck.eval.patterns import MAX_STEPS, compile_pattern
+    from qcheck.eval.tasks import parse_jsonl
+
+    [item] = parse_jsonl(json.dumps({"id": "r", "kind": "generate", "prompt": "p", "expected": "[a-z]{900}!",
+                                     "match": "regex"}).encode(), "t.jsonl", "t")
+    limit = MAX_STEPS // compile_pattern("[a-z]{900}!").program
+    assert item.is_correct("b" * 900 + "!")
+    assert item.is_correct("a" * (limit - 1000) + "b" * 900 + "!")
+    assert not item.is_correct("a" * (limit + 1) + "b" * 900 + "!")  # within RE2's reach, past qcheck's bound
+
+
+# --------------------------------------------------------------------- 9. task files: one reader, regular files only
+def _fifo_in_folder(folder: Path) -> Path:
+    os.mkfifo(folder / "b-fifo.jsonl")
+    return folder
+
+
+def _dev_zero(folder: Path) -> Path:
+    (folder / "zero.jsonl").symlink_to("/dev/zero")  # read whole, it never ends: memory ran out
+    return folder
+
+
+@pytest.mark.parametrize("make,expected", [
+    (_fifo_in_folder, "b-fifo.jsonl: not a regular file (a FIFO)"),
+    (_dev_zero, "zero.jsonl: not a regular file (a character device)"),
+])
+def test_a_task_file_that_is_not_a_regular_file_is_one_error_line(tmp_path: Path, make, expected: str) -> None:
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    _tasks(folder)
+    target = make(folder)
+    _one_error(qcheck("eval", "-r", str(tiny_reference()), "-c", f"c={tiny_gguf('Q8_0')}", "--tasks", str(target),
+                      "--no-cache"), expected)
+    project = _gate_project(folder, folder / "tasks.jsonl")
+    policy = (project / "qcheck.toml").read_text()
+    (project / "qcheck.toml").write_text(policy.replace('tasks = ["tasks.jsonl"]', 'tasks = ["."]'))
+    _one_error(qcheck("gate", "--allow-outside", cwd=project), expected.split(":")[0])
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ('{"id": "s", "kind": "text", "text": "half a pair \\ud800 here"}', "lone UTF-16 surrogate"),
+    ('{"id": "m", "kind": "generate", "prompt": "p", "expected": "e", "max_new_tokens": ' + "9" * 5000 + "}",
+     "invalid JSON: Exceeds the limit"),
+    ('{"id": "d", "kind": "text", "text": "a", "text": "b"}', "duplicate key"),
+])
+def test_hostile_task_values_are_one_error_line_not_internal_errors(tmp_path: Path, raw: str, expected: str) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(raw + "\n")
+    _one_error(qcheck("eval", "-r", str(tiny_reference()), "-c", f"c={tiny_gguf('Q8_0')}", "--tasks", str(tasks),
+                      "--no-cache"), f"{tasks}:1", expected)

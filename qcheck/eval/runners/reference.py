@@ -399,7 +399,10 @@ def _merge_adapter(model: Any, path: str) -> Any:
     if not (root / ADAPTER_CONFIG).is_file() or not (root / "adapter_model.safetensors").is_file():
         raise InputError("--reference-adapter needs adapter_config.json and adapter_model.safetensors in the reference "
                          "folder (an adapter_model.bin is a pickle: never loaded)", path=path)
-    peft = require("peft", "eval", "--reference-adapter (a PEFT adapter on the reference)")
+    try:
+        import peft
+    except ImportError:
+        raise UsageError("--reference-adapter applies the adapter with peft: pip install 'peft>=0.13'") from None
     import warnings
 
     try:
