@@ -642,3 +642,38 @@ def test_hostile_task_values_are_one_error_line_not_internal_errors(tmp_path: Pa
     tasks.write_text(raw + "\n")
     _one_error(qcheck("eval", "-r", str(tiny_reference()), "-c", f"c={tiny_gguf('Q8_0')}", "--tasks", str(tasks),
                       "--no-cache"), f"{tasks}:1", expected)
+
+
+# --------------------------------------------------------------------- 7. passwords in a remote reference's URL
+@pytest.mark.llamacpp
+def test_a_password_in_an_endpoint_url_is_written_nowhere(tmp_path: Path) -> None:
+    """An endpoint reference and an endpoint candidate at http://alice:PASSWORD@host: the server gets the
+    credentials; the JSON, the text output, stderr, the HTML report (its command line too) and every file of the
+    cache show ``alice:***@``."""
+    pytest.importorskip("llama_cpp")
+    from transformers import AutoTokenizer
+
+    from support.engine_fake_server import FakeEngine, FakeServer
+
+    secret = "s3cret-Pw-77"
+    engine = FakeEngine(str(tiny_gguf("Q8_0")), AutoTokenizer.from_pretrained(str(tiny_reference())))
+    try:
+        with FakeServer(engine) as srv:
+            url = srv.url.replace("http://", f"http://alice:{secret}@")
+            args = ["-r", f"{url}#model=tiny-q8", "--reference-files", str(tiny_reference()), "-t",
+                    str(_tasks(tmp_path)), "-c", f"q8={tiny_gguf('Q8_0')}", "--endpoint", url, "--endpoint-model",
+                    "tiny-q8", "--cache-dir", str(tmp_path / "cache")]
+            done = qcheck("eval", *args, "--json", "--report", str(tmp_path / "r.html"))
+            text = qcheck("eval", *args, "--no-cache")
+    finally:
+        engine.close()
+    assert done.returncode == 0 and text.returncode == 0, done.stderr[-2000:] + text.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["reference"]["path"] == srv.url.replace("http://", "http://alice:***@")
+    assert [c["name"] for c in out["candidates"]] == ["q8", srv.url.split("://")[1]]
+    written = {"json": done.stdout, "text": text.stdout, "stderr": done.stderr + text.stderr,
+               "html": (tmp_path / "r.html").read_text()}
+    written.update({str(p): p.read_text(errors="replace") for p in (tmp_path / "cache").rglob("*") if p.is_file()
+                    and p.suffix != ".bin"})
+    assert "alice:***@" in written["html"] and "alice:***@" in written["text"]
+    assert {where: body.count(secret) for where, body in written.items() if secret in body} == {}

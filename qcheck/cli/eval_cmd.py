@@ -82,8 +82,10 @@ def report_meta() -> dict[str, Any]:
         module = sys.modules.get(name)
         if module is not None and isinstance(getattr(module, "__version__", None), str):
             versions[name.replace("_", "-")] = module.__version__
+    from qcheck.net import redact
+
     return {"generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": ["qcheck", *sys.argv[1:]], "versions": versions}
+            "command": ["qcheck", *(redact(arg) for arg in sys.argv[1:])], "versions": versions}
 
 
 def endpoint_run_id(reference: str, candidates: tuple[str, ...], resume: str | None, no_cache: bool,

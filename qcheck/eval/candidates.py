@@ -187,7 +187,10 @@ def _verdict(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner,
                for o in acc.items if o.ref_correct != o.cand_correct][:200]
     distribution = histogram(acc.token_arrays()["kld"]) if metrics.get("tokens_scored") else {}
     simulation = getattr(built, "simulation", None)
-    return CandidateResult(name=spec.name, backend=built.runner.backend, path=spec.path, metrics=metrics,
+    from qcheck.net import redact
+
+    return CandidateResult(name=spec.name, backend=built.runner.backend, path=redact(spec.path) if spec.path else None,
+                           metrics=metrics,
                            intervals=intervals, gate=gate, notes=notes, warnings=warnings,
                            per_task=acc.per_task(), distribution=distribution, flipped=flipped,
                            quantization=built.quantization, activations=built.activations,

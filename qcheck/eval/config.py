@@ -58,6 +58,10 @@ class CandidateSpec:
         head, sep, rest = target.partition(":")
         if sep and head in BACKENDS and not os.path.exists(target):
             backend, target = head, rest
+        if name is None and target.startswith(("http://", "https://")):
+            from qcheck.net import origin
+
+            name = origin(target.split("#", 1)[0]).split("://", 1)[-1]  # host[:port], never a user or password
         if name is None:
             p = Path(target.rstrip("/"))
             name = (p.stem if p.suffix in (".gguf", ".safetensors") else p.name) or target

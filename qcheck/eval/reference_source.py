@@ -345,7 +345,9 @@ def _vocab_from_meta(reader: CacheReader) -> VocabInfo:
 
 def _remote_json(remote: Any, runner: Any, files: str) -> dict[str, Any]:
     """What the report says about an endpoint reference (``reference.endpoint``); its dtype is the server's."""
-    return {"path": remote.target.split("#", 1)[0], "files": files, "dtype": None, "device": None,
+    from qcheck.net import redact
+
+    return {"path": redact(remote.target.split("#", 1)[0]), "files": files, "dtype": None, "device": None,
             "endpoint": {"flavour": runner.flavour, "model": runner.model, "mode": runner.mode,
                          "prompt_format": runner.prompt_format}}
 

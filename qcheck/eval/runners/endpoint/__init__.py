@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -113,6 +113,8 @@ class EndpointOptions:
     backoff: float = 0.5
     resume: bool = True
     state_dir: str | None = None
+    #: the URL requests go to, with its user and password (``url`` is the one shown: password masked); set by parse
+    connect_url: str = field(default="", repr=False)
 
     @classmethod
     def parse(cls, target: str, **overrides: Any) -> EndpointOptions:
@@ -121,9 +123,9 @@ class EndpointOptions:
         values: dict[str, Any] = {"url": url.strip()}
         known = {f.name: f for f in fields(cls)}
         for key, raw in parse_qsl(fragment, keep_blank_values=True):
-            if key not in known or key == "url":
+            if key not in known or key in ("url", "connect_url"):
                 raise UsageError(f"endpoint option {key!r} is unknown; known: "
-                                 f"{', '.join(k for k in known if k != 'url')}")
+                                 f"{', '.join(k for k in known if k not in ('url', 'connect_url'))}")
             values[key] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         opts = cls(**values)
@@ -154,6 +156,10 @@ class EndpointOptions:
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
+        from qcheck.net import redact
+
+        # a password in the URL (http://user:pw@host) goes to the server, never into a message, report or cache
+        self.connect_url, self.url = self.url, redact(self.url)
 
 
 #: scoring mode -> the module that speaks its wire protocol (``request`` and ``parse``); ``generate`` is separate
@@ -178,7 +184,7 @@ class EndpointRunner:
         self.tok = tokenizer
         self.reference = reference
         self._notes: list[str] = []
-        self.client = client or HttpClient(options.url, api_key=env_secret(options.api_key_env),
+        self.client = client or HttpClient(options.connect_url or options.url, api_key=env_secret(options.api_key_env),
                                            timeout=options.timeout, retries=options.retries,
                                            backoff=options.backoff)
         self._strings: TokenStrings | None = None
