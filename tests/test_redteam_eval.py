@@ -677,3 +677,35 @@ def test_a_password_in_an_endpoint_url_is_written_nowhere(tmp_path: Path) -> Non
                     and p.suffix != ".bin"})
     assert "alice:***@" in written["html"] and "alice:***@" in written["text"]
     assert {where: body.count(secret) for where, body in written.items() if secret in body} == {}
+
+
+# --------------------------------------------------------------------- 9. low: hostile endpoint answers
+def test_a_64mb_answer_of_empty_arrays_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """64 MB of ``[[],[],...]`` took ~1.9 GB per request to parse; now it is refused from its text (one line, exit 2)
+    and the run's peak memory stays that of the reference model plus the answer's bytes."""
+    import subprocess
+    import sys
+
+    from qcheck.eval.runners.http import MAX_RESPONSE_BYTES
+    from support.gate_helpers import env
+    from support.rawserver import RawServer, response
+
+    body = b"[" + b",".join([b"[]"] * ((MAX_RESPONSE_BYTES - 2) // 3)) + b"]"
+    assert len(body) <= MAX_RESPONSE_BYTES
+
+    def answer(request, send) -> None:
+        send(response("200 OK", body, [("Content-Type", "application/json")]))
+
+    measure = ("import resource, subprocess, sys\n"
+               "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+               "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr)\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+               "sys.exit(done.returncode)\n")
+    with RawServer(answer) as server:
+        done = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "qcheck", "eval", "-r",
+                               str(tiny_reference()), "-t", str(_tasks(tmp_path)), "--endpoint", f"e={server.url}",
+                               "--endpoint-model", "m", "--retries", "0", "--no-cache"],
+                              capture_output=True, text=True, env=env(), timeout=600)
+    _one_error(done, "would take about", "MB of memory to parse, over the 512 MB bound")
+    peak_mb = int(done.stdout.strip().splitlines()[-1]) // 1024
+    assert peak_mb < 1300, peak_mb  # parsed, the answer alone was ~1.9 GB

@@ -32,6 +32,9 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_RETRY_AFTER = 120.0
 #: longest backoff between attempts when the server asks nothing
 MAX_BACKOFF = 30.0
+#: most memory one parsed answer may take (``qcheck.readers.jsonfile.parsed_size``): a full-vocabulary answer of the
+#: largest size above takes ~450 MB; 64 MB of ``[[],[],...]`` would take ~1.9 GB
+MAX_PARSED_BYTES = 512 * 1024 * 1024
 #: largest resume state file read back
 MAX_STATE_BYTES = 4 * 1024 * 1024 * 1024
 
@@ -136,6 +139,13 @@ class HttpClient:
             raise EndpointError(f"{where}: HTTP {resp.status}{extra}: {message}", status=resp.status, body=message)
         if not resp.complete:
             raise EndpointError(f"{where}: response is over {limit} bytes")
+        from qcheck.readers.jsonfile import parsed_size
+
+        cost = parsed_size(resp.body)
+        if cost > MAX_PARSED_BYTES:
+            raise EndpointError(f"{where}: the {len(resp.body)}-byte response would take about {cost >> 20} MB of "
+                                f"memory to parse, over the {MAX_PARSED_BYTES >> 20} MB bound (a response of empty "
+                                "or tiny arrays?)")
         try:
             return json.loads(resp.body)
         except RecursionError:
