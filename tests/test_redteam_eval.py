@@ -200,6 +200,20 @@ def _zero_generations(entry: Path, theirs: Path) -> None:
     (entry / "generations.json").symlink_to("/dev/zero")
 
 
+def _truncated_rows(entry: Path, theirs: Path) -> None:
+    data = (entry / "rows.bin").read_bytes()
+    (entry / "rows.bin").write_bytes(data[: len(data) // 2])
+
+
+def _garbage_meta(entry: Path, theirs: Path) -> None:
+    (entry / "meta.json").write_bytes(b"\xff{not json")
+
+
+def _mistyped_index(entry: Path, theirs: Path) -> None:
+    index = json.loads((entry / "index.json").read_text())
+    (entry / "index.json").write_text(json.dumps({k: ["0", None] for k in index}))
+
+
 def _group_writable(entry: Path, theirs: Path) -> None:
     _plant_rows(entry, theirs)
     entry.chmod(0o770)
@@ -211,6 +225,9 @@ def _group_writable(entry: Path, theirs: Path) -> None:
     (_fifo_rows, "rows.bin"),
     (_zero_generations, "generations.json"),
     (_group_writable, "writable by group or others"),
+    (_truncated_rows, "rows.bin is not what the entry was signed with"),
+    (_garbage_meta, "meta.json is not what the entry was signed with"),
+    (_mistyped_index, "index.json is not what the entry was signed with"),
 ])
 def test_a_planted_or_broken_cache_entry_is_recomputed_not_trusted(planted: dict, tamper, why: str) -> None:
     entry = _restore(planted)
@@ -709,3 +726,31 @@ def test_a_64mb_answer_of_empty_arrays_is_refused_before_it_is_parsed(tmp_path: 
     _one_error(done, "would take about", "MB of memory to parse, over the 512 MB bound")
     peak_mb = int(done.stdout.strip().splitlines()[-1]) // 1024
     assert peak_mb < 1300, peak_mb  # parsed, the answer alone was ~1.9 GB
+
+
+def test_a_signed_entry_of_another_layout_is_rejected_not_an_internal_error(tmp_path: Path) -> None:
+    """An entry that verifies (this user's key) but whose JSON has other shapes (an older qcheck, a bug): rejected
+    with its reason, never a TypeError or KeyError later."""
+    import hashlib
+
+    import numpy as np
+
+    from qcheck import cache_auth
+    from qcheck.eval.cache import AUTH, KIND_FULL, PURPOSE, CacheReader, CacheWriter, RejectedEntry, _payload
+    from qcheck.eval.runners.base import TokenScores
+
+    key = cache_auth.load_key()
+    rows = np.log(np.full((3, 8), 1 / 8, dtype=np.float32))
+    for name, value, why in (("index.json", {"a": ["0", None]}, "index.json: unknown layout"),
+                             ("generations.json", {"g": {"token_ids": "x"}}, "generations.json: unknown layout"),
+                             ("meta.json", {"kind": "full-u16", "vocab_size": "8"}, "unknown layout")):
+        writer = CacheWriter(tmp_path / name, "k", KIND_FULL, 8, None, {}, auth_key=key)
+        writer.add_scores("a", TokenScores(rows[:, 0], full=rows))
+        entry = writer.commit()
+        (entry / name).write_text(json.dumps(value))
+        auth = json.loads((entry / AUTH).read_text())
+        auth["files"][name] = hashlib.sha256((entry / name).read_bytes()).hexdigest()
+        auth["mac"] = cache_auth.sign(key, PURPOSE, _payload(entry.name, auth["files"]))
+        (entry / AUTH).write_text(json.dumps(auth))
+        with pytest.raises(RejectedEntry, match=why):
+            CacheReader(entry, key)
