@@ -9,7 +9,7 @@ file, then inspected by ``qcheck.inspect`` (an ``InputError`` there is the run's
 file replaced or rewritten between the two is refused too.
 
 Callers: ``qcheck.eval.runners.llamacpp`` (llama-cpp-python). A GGUF given to transformers (``gguf_file=``, which
-reads it with gguf-py's ``GGUFReader``) must pass through ``vet`` the same way; tests/test_native_loaders.py fails
+reads it with gguf-py's ``GGUFReader``) must pass through ``vet`` the same way; tests/test_redteam_eval.py fails
 when a module calls a GGUF loader without it.
 """
 
