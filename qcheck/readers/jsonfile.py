@@ -155,6 +155,8 @@ def _plain_skeleton(data: bytes) -> bytes | None:
 #: and the object: a float, an int, a short string), in bytes; an estimate from the text alone, before parsing
 CONTAINER_COST = 64
 VALUE_COST = 32
+#: the most ``parsed_size`` can be per byte of text: ``[[[...]]]`` (a container and a value per 2 bytes)
+MAX_COST_PER_BYTE = (CONTAINER_COST + VALUE_COST) // 2
 
 
 def parsed_size(data: bytes) -> int:

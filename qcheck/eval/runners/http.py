@@ -139,9 +139,10 @@ class HttpClient:
             raise EndpointError(f"{where}: HTTP {resp.status}{extra}: {message}", status=resp.status, body=message)
         if not resp.complete:
             raise EndpointError(f"{where}: response is over {limit} bytes")
-        from qcheck.readers.jsonfile import parsed_size
+        from qcheck.readers.jsonfile import MAX_COST_PER_BYTE, parsed_size
 
-        cost = parsed_size(resp.body)
+        # counted only for an answer that could be over the bound (over ~10 MB): the count costs a pass over the text
+        cost = parsed_size(resp.body) if len(resp.body) * MAX_COST_PER_BYTE > MAX_PARSED_BYTES else 0
         if cost > MAX_PARSED_BYTES:
             raise EndpointError(f"{where}: the {len(resp.body)}-byte response would take about {cost >> 20} MB of "
                                 f"memory to parse, over the {MAX_PARSED_BYTES >> 20} MB bound (a response of empty "
