@@ -754,3 +754,17 @@ def test_a_signed_entry_of_another_layout_is_rejected_not_an_internal_error(tmp_
         (entry / AUTH).write_text(json.dumps(auth))
         with pytest.raises(RejectedEntry, match=why):
             CacheReader(entry, key)
+
+
+def test_a_reference_given_as_one_file_is_fingerprinted_by_its_bytes(tmp_path: Path) -> None:
+    from qcheck.eval.fingerprint import model_fingerprint
+
+    q8, q4 = tiny_gguf("Q8_0"), tiny_gguf("Q4_0")
+    assert model_fingerprint(str(q8)) == model_fingerprint(str(q8)) != model_fingerprint(str(q4))
+    copy = tmp_path / "m.gguf"
+    copy.write_bytes(q8.read_bytes())
+    before = model_fingerprint(str(copy))
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 1  # one byte of tensor data, same size: the first 64 MB differ
+    copy.write_bytes(bytes(data))
+    assert model_fingerprint(str(copy)) != before

@@ -10,7 +10,8 @@ the top of the folder plus every shard an index names, wherever it is:
 - a ``*.safetensors`` file by its name, header, size and modification time (its data is what the header describes;
   reading gigabytes of weights on every run would cost more than most evaluations);
 - any other file up to ``CONTENT_BYTES`` by its bytes (configs, tokenizers, templates, indexes);
-- a larger one (a GGUF or a pickle beside the model, never loaded) by its name, size and modification time.
+- a larger one (a GGUF, or a pickle beside the model, never loaded) by its first ``CONTENT_BYTES``, size and
+  modification time. A reference given as one file (a GGUF) is fingerprinted the same way.
 
 Anything at the top of the folder that is not a regular file or a directory (a FIFO, a device, a broken link) is an
 ``InputError``: transformers would read it, or hang on it.
@@ -35,10 +36,13 @@ INDEX_SUFFIX = ".safetensors.index.json"
 def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """SHA-256 over every file the loader may read from the model folder ``path`` (see the module docstring)."""
     root = Path(path)
-    fileset = LocalFileSet(root)
     h = hashlib.sha256()
+    single = not root.is_dir()  # one file (a GGUF reference): identified as a large file of a folder is
+    if single:
+        root = root.parent
+    fileset = LocalFileSet(root)
     try:
-        names = _top_level(root) if root.is_dir() else []
+        names = [Path(path).name] if single else _top_level(root)
         for index in [n for n in names if n.endswith(INDEX_SUFFIX)]:
             names.extend(_shards(fileset, index, limits))
         for name in sorted(set(names)):
@@ -83,7 +87,6 @@ def _identity(fileset: LocalFileSet, name: str, full: Path, limits: Limits) -> b
                 raise InputError(f"safetensors header length {n} is out of bounds", path=str(full))
             header = src.read_at(8, n)
         return header + json.dumps([st.st_size, st.st_mtime_ns]).encode()
-    if st.st_size <= CONTENT_BYTES:
-        with fileset.open(name) as src:
-            return hashlib.sha256(src.read_at(0, CONTENT_BYTES + 1)).digest()
-    return json.dumps([st.st_size, st.st_mtime_ns]).encode()
+    with fileset.open(name) as src:  # a larger file: its first CONTENT_BYTES (a GGUF's header), size and time
+        head = hashlib.sha256(src.read_at(0, CONTENT_BYTES)).digest()
+    return head if st.st_size <= CONTENT_BYTES else head + json.dumps([st.st_size, st.st_mtime_ns]).encode()
