@@ -371,9 +371,9 @@ def judge_architecture(d: Deployment) -> Judgement | None:
         return None  # an adapter carries no model: the provider's adapter rules judge it
     names = architecture_names(insp)
     if not names:
-        if insp.container == "safetensors" and not any(f.kind == "config" and f.name.endswith("config.json")
-                                                       and not f.name.endswith("adapter_config.json")
-                                                       for f in insp.files):
+        if insp.container == "safetensors" and any(f.kind == "safetensors" for f in insp.files) and not any(
+                f.kind == "config" and f.name.endswith("config.json") and not f.name.endswith("adapter_config.json")
+                for f in insp.files):  # a directory read from disk or the Hub, not a header-only description
             return Judgement(DIMENSION, "unknown", [  # never a silent "runs" for weights an engine cannot load alone
                 f"no config.json: whether {d.request.engine.name} loads this checkpoint is not known (it reads the "
                 "architecture from config.json; vLLM 0.34.0 refuses a directory without it or params.json)"])
