@@ -349,7 +349,7 @@ CHECKPOINTS: dict[str, dict[str, Any]] = {
 #: override first (GPT-OSS ``mxfp4`` becomes ``gpt_oss_mxfp4`` where that exists); the class is the release's own
 #: ``method_config``. AWQ/GPTQ are not here: their Marlin overrides depend on the GPU and stay hand-written.
 CONFIG_GATES: dict[str, tuple[str, ...]] = {
-    "fp8": ("fp8",), "mxfp4": ("gpt_oss_mxfp4", "mxfp4"), "compressed-tensors": ("compressed-tensors",),
+    "fp8": ("fp8",), "mxfp4": ("gpt_oss_mxfp4", "mxfp4"), "compressed-tensors": ("compressed-tensors",), "hqq": ("hqq",),
     "quark": ("quark",), "torchao": ("torchao",), "modelopt": ("modelopt",), "modelopt_fp4": ("modelopt_fp4",),
     "modelopt_mxfp8": ("modelopt_mxfp8",),
 }
