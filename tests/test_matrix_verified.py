@@ -220,13 +220,19 @@ def test_a_gate_read_at_the_version_decides_over_unread_rules(tmp_path: Path) ->
 
 
 def test_validate_fails_where_a_rule_read_at_a_version_runs_what_a_gate_refuses(tmp_path: Path) -> None:
+    # the wider fp8-any (every NVIDIA GPU) is refined by the gate, not contradicted by it
     root = write_matrix(tmp_path / "m", HEAD + RULES + GATE)
-    m = load_matrix(root)
     assert ask(root, st("fp8"), "demo==0.20.0", gpu="a100").rule_id == "fp8-refused-old-gpus"
+    audit(load_matrix(root))
+    # a rule about exactly the GPUs the gate refuses, read where the gate was, says the opposite
+    ampere = ('\n[[rule]]\nid = "fp8-ampere"\nverified = "0.20.0"\nmethods = ["fp8"]\n'
+              'hardware = { vendor = "nvidia", cc = ">=8.0,<8.9" }\nstatus = "native"\nkernel = "k"\n'
+              'sources = ["code_30"]\n')
+    root = write_matrix(tmp_path / "m2", HEAD + RULES + GATE + ampere)
     with pytest.raises(MatrixDataError) as err:
-        audit(m)
+        audit(load_matrix(root))
     assert err.value.check == "contradicts-generated"
-    assert "rule 'fp8-any'" in str(err.value) and "Minimum capability: 89" in err.value.problem
+    assert "rule 'fp8-ampere'" in str(err.value) and "Minimum capability: 89" in err.value.problem
 
 
 GENERATED = """

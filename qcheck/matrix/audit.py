@@ -146,8 +146,9 @@ def audit(matrix: Matrix) -> Audit:
 
 def _check_gates(engine: Engine, inspection: Inspection, at: Version, target: Target | None, backend: str | None,
                  label: str) -> None:
-    """A gate read at ``at`` refuses this probe, yet the rules read there (gates aside) would run it: one of them
-    contradicts what the code shows (matrices/SCHEMA.md §2.3', ``contradicts-generated``)."""
+    """A gate read at ``at`` refuses this probe, yet the rule read there that decides it (gates aside) runs it and is at
+    least as specific as the gate: it contradicts what the code shows (matrices/SCHEMA.md §2.3',
+    ``contradicts-generated``). A less specific rule is about a wider case that the gate refines."""
     from qcheck.matrix.rules import decide, matching_rules, pick_backend, read_at
 
     picked, _ = pick_backend(engine, backend, target)
@@ -158,7 +159,9 @@ def _check_gates(engine: Engine, inspection: Inspection, at: Version, target: Ta
     if not gates:
         return
     winners = decide(engine, [(r, t) for r, t in held if not r.gate])
-    if winners and winners[0][0].status in ("native", "fallback"):
+    # a gate more specific than the rule refines it (the rule is about a wider case); one that is not contradicts it
+    if winners and winners[0][0].status in ("native", "fallback") \
+            and winners[0][0].specificity >= max(g.specificity for g in gates):
         rule = winners[0][0]
         where = f"{target.arch.id} {target.sm or ''}".strip() if target else "the provider"
         raise MatrixDataError(rule.file, "contradicts-generated",

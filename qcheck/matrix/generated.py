@@ -20,7 +20,7 @@ FACTS_KEYS = {"facts", "fact"}
 FACTS_HEAD_KEYS = {"engine", "generated_by", "releases", "read", "note"}
 READ_KEYS = {"file", "sha256", "sources_sha256", "note"}
 FACT_KEYS = {"kind", "key", "file", "history", "note"}
-STEP_KEYS = {"value", "from", "to", "lines"}
+STEP_KEYS = {"value", "from", "to", "file", "note"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -138,14 +138,17 @@ def decide_read(engine: Engine, candidates: list[tuple[Rule, list[str]]], at: Ve
     """(winners, unread): the deciding rule(s) among those read at ``at``, or, when a rule that was not read there
     is more specific than every rule that was (it would decide, but nobody has read this release for it), no
     winner and those unread rules: the answer is then ``unknown``, naming where they were read. A gate read at
-    ``at`` (the engine refuses before anything more specific applies) decides over both, unless a rule read there
-    refuses too and is more specific (its message is the better one)."""
+    ``at`` (the engine refuses before anything more specific applies) decides over both, unless the rule read there
+    that decides refuses too and is at least as specific (its message is the better one)."""
     read = [(r, t) for r, t in candidates if read_at(r, at)]
-    unread = [(r, t) for r, t in candidates if not read_at(r, at)]
-    winners = decide(engine, read)
+    unread = [(r, t) for r, t in candidates if not read_at(r, at) and not r.gate]
+    winners = decide(engine, [(r, t) for r, t in read if not r.gate])
     gates = [(r, t) for r, t in read if r.gate]
-    if gates and (not winners or winners[0][0].status != "unsupported"):
-        return decide(engine, gates), []
+    if gates:
+        gate = max((r.specificity, r.priority) for r, _ in gates)
+        first = winners[0][0] if winners else None
+        if first is None or first.status != "unsupported" or (first.specificity, first.priority) < gate:
+            return decide(engine, gates), []
     if unread:
         best = max((r.specificity, r.priority) for r, _ in unread)
         if not winners or best > (winners[0][0].specificity, winners[0][0].priority):

@@ -26,6 +26,11 @@ _BUILD_IN_SPEC = re.compile(r"(?<![0-9A-Za-z.])[bB](\d+)")
 
 def parse_version(text: str, scheme: str = "pep440") -> Version:
     """Parse an engine version; raises ValueError with the offending text."""
+    return _parse_version(text, scheme)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_version(text: str, scheme: str) -> Version:
     raw = text.strip()
     if scheme == "build":
         m = _BUILD_VERSION.match(raw)
@@ -117,6 +122,12 @@ def parse_verified(value: object, scheme: str = "pep440") -> Verified:
     if not items or not all(isinstance(item, str) and item.strip() for item in items):
         raise ValueError("verified must be a version, a closed range such as '>=0.14.0,<=0.28.0', or a non-empty "
                          f"list of them, not {value!r}")
+    return _parse_verified(tuple(str(i) for i in items), scheme)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_verified(items: tuple[str, ...], scheme: str) -> Verified:
+    """``parse_verified`` once per distinct value: a file repeats a few ranges over its rules (a Verified is frozen)."""
     exact: set[Version] = set()
     ranges: list[SpecifierSet] = []
     for item in items:
