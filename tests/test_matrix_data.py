@@ -45,10 +45,10 @@ def m():
 
 
 def insp(method: str, *, container: str = "safetensors", dtype: str | None = "bfloat16", moe: bool = False,
-         split: int | None = None, **quant: object) -> Inspection:
+         split: int | None = None, model_type: str | None = None, **quant: object) -> Inspection:
     q = Quantization(method=method, **quant)  # type: ignore[arg-type]
     return Inspection(path="model", container=container, quantization=q, dtype=dtype, moe=moe,  # type: ignore[arg-type]
-                      gguf_split_count=split)
+                      gguf_split_count=split, model_type=model_type)
 
 
 def gguf(*types: str, split: int | None = None) -> Inspection:
@@ -434,7 +434,9 @@ def test_other_engines_cells_from_the_research(m) -> None:
     assert status(m, insp("exl3"), "exllamav3", "mi300x") == "unsupported"  # wave64 CDNA rejected
     assert status(m, insp("mlx", format="affine", weight_bits=4), "lm-studio", "m2-max") == "native"
     assert status(m, insp("mlx", format="affine", weight_bits=4), "lm-studio", "rtx-4090") == "unsupported"
-    assert status(m, insp("fp8", scale_granularity="block"), "mlx", "m3-max") == "fallback"
+    # mlx-lm dequantises block FP8 in the model files that name weight_scale_inv (deepseek_v3 ...); others fail
+    assert status(m, insp("fp8", scale_granularity="block", model_type="deepseek_v3"), "mlx", "m3-max") == "fallback"
+    assert status(m, insp("fp8", scale_granularity="block"), "mlx", "m3-max") == "unsupported"
     v100 = verdict(m, insp("awq", weight_bits=4, group_size=128), "sglang", "v100")
     assert v100.status == "unsupported" and "sm75 and above" in text(v100)
     assert status(m, insp("none", dtype="bfloat16"), "sglang", "t4") == "fallback"

@@ -89,6 +89,27 @@ def parse_transformers_modeling(text: str) -> dict[str, str]:
     return out
 
 
+def parse_transformers_model_type_kinds(text: str) -> dict[str, str]:
+    """{model_type: kind} from modeling_auto.py's ``MODEL_*_MAPPING_NAMES`` keys: of the mappings naming a model_type,
+    the kind that comes first in ``_TRANSFORMERS_KIND`` (a model_type with a multimodal mapping is multimodal even if
+    a causal-LM mapping names it too: ``nemo_speechlm`` is a speech model)."""
+    rank = {needle: i for i, (needle, _) in enumerate(_TRANSFORMERS_KIND)}
+    best: dict[str, tuple[int, str]] = {}
+    for node in ast.parse(text).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if not re.fullmatch(r"MODEL_[A-Z0-9_]*MAPPING_NAMES", name):
+            continue
+        found = next(((needle, k) for needle, k in _TRANSFORMERS_KIND if needle in name), None)
+        if found is None:
+            continue
+        for model_type, _ in _pairs(node.value):
+            if model_type not in best or rank[found[0]] < best[model_type][0]:
+                best[model_type] = (rank[found[0]], found[1])
+    return {t: k for t, (_, k) in best.items()}
+
+
 def parse_transformers_config(*texts: str) -> set[str]:
     """The ``model_type`` values of ``CONFIG_MAPPING_NAMES``, from configuration_auto.py and (transformers >= 5.8,
     where the generated mapping moved) auto_mappings.py: every module-level assignment, including
