@@ -105,3 +105,35 @@ def test_transformers_model_types_carry_the_kind_of_their_model_mappings() -> No
     types = next(lst for lst in data.lists if lst.names == "model-type")
     assert types.arch["nemo_speechlm"].kind == "multimodal"
     assert types.arch["llama"].kind == "text" and types.arch["clip"].kind == "other"
+
+
+def test_self_audit_fixes(m) -> None:
+    """The self-audit's partly-right rules (matrices/AUDIT.md #6, #10, #39), as the code reads."""
+    for fmt in ("nvfp4", "mxfp8", "mxfp4"):  # qmm_sm80 / fp_qmv run every fp mode weight-only on cc 8+
+        assert verdict(m, mlx_mode(fmt), "mlx", "a100", "0.32.1").status == "native", fmt
+    fp8 = insp("fp8", producer="compressed-tensors", weight_bits=8, activation_dtype="float8_e4m3")
+    for gpu in ("h100", "m3-max"):  # decompressed unless use_optimized_inference=True
+        v = verdict(m, fp8, "transformers", gpu)
+        assert v.status == "fallback" and "use_optimized_inference" in v.reasons[0], gpu
+    gguf = Inspection(path="m.gguf", container="gguf", quantization=Quantization(
+        method="gguf", gguf_file_type="Q4_K_M", tensor_types={"Q4_K": 1, "F32": 1}))
+    assert verdict(m, gguf, "lm-studio", "rtx-4090", "0.4.9").status == "native"
+    assert verdict(m, gguf, "lm-studio", "rtx-4090", "0.3.4").status == "unknown"  # its runtime was not read
+
+
+def test_the_audit_draw_is_reproducible() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "matrices" / "tools" / "audit_rules.py"
+    spec = importlib.util.spec_from_file_location("audit_rules", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["audit_rules"] = module
+    spec.loader.exec_module(module)
+    first, second = module.draw(7, 12), module.draw(7, 12)
+    assert first == second and len({(d["engine"], d["id"]) for d in first}) == 12
+    assert not {d["engine"] for d in first} & set(module.EXCLUDE)
+    versions = {e.id: set(e.versions) for e in load_matrix().engines.values()}
+    assert all(set(d["answers_at"]) <= versions[d["engine"]] for d in first)  # listed versions to read
