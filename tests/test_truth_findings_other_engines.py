@@ -77,9 +77,9 @@ def test_transformers_int_checkpoints_by_producer(m) -> None:
     fp8 = verdict(m, insp("fp8", producer="modelopt", weight_bits=8, activation_dtype="float8_e4m3"),
                   "transformers", "h100")
     assert fp8.rule_id == "modelopt-skipped"
-    # read at 5.25.0 only: 5.24.0 is answered as not read, never by the compressed-tensors rule
+    # auto.py is byte-identical in 5.24.0: the same there
     assert verdict(m, insp("int8", producer="modelopt", weight_bits=8), "transformers", "h100",
-                   "5.24.0").status == "unknown"
+                   "5.24.0").status == "unsupported"
 
 
 def test_transformers_bitsandbytes_on_apple_and_older_amd(m) -> None:
