@@ -370,7 +370,7 @@ def test_vllm_nvfp4_w4a4_w4a16_and_moe(m) -> None:
     v = verdict(m, w4a16, "vllm", "b200")
     assert v.status == "native" and "marlin" in text(v)
     moe_v = verdict(m, moe, "vllm", "rtx-5090", "0.24.0")
-    assert moe_v.status == "fallback" and "35065" in text(moe_v)
+    assert moe_v.status == "native" and "35065" in text(moe_v)  # FlashInfer CUTLASS FP4 MoE on family 120
     assert status(m, moe, "vllm", "rtx-5090") == "native"  # 0.33.0: CUTLASS FP4 MoE on family 120
     assert status(m, moe, "vllm", "b200") == "native"
     assert status(m, w4a4, "vllm", "arc-b580") == "unsupported"

@@ -440,10 +440,8 @@ def test_no_rule_claims_releases_it_was_not_read_at() -> None:
     from qcheck.matrix.loader import load_matrix
 
     claims, unknowns = open_ended(load_matrix())
-    assert claims == []
-    assert ("audio.cpp", "other-formats", "0.4.0") in unknowns  # an unknown claims nothing
-    # vLLM and SGLang rules state the releases they were read at (verified): none answers beyond them
-    assert not [u for u in unknowns if u[0] in ("vllm", "sglang")]
+    # every shipped rule states the releases it was read at (verified, issue #35): none answers beyond them
+    assert claims == [] and unknowns == []
 
 
 def moe(fixture):
@@ -453,12 +451,16 @@ def moe(fixture):
 
 
 def test_vllm_nvfp4_moe_on_sm120_by_release(tmp_path) -> None:
-    """0.24.0: Marlin W4A16 (vllm#47749); 0.33.0 oracle/nvfp4.py + cutlass_moe.py:716-722: FP4 MoE on family 120."""
+    """0.14.0: the backend is a compiled check (unknown); 0.16.0-0.28.0 and 0.33.0: the oracle tries FlashInfer CUTLASS
+    and vLLM CUTLASS FP4 MoE, both on capability family 120, before Marlin (self-audit: 0.24.0 was 'Marlin')."""
     path = str(moe(b.nvfp4_modelopt_fixture()).write(tmp_path / "nvfp4-moe"))
-    old, _ = check(path, "vllm==0.24.0", "rtx-5090")
-    assert (old.status, old.rule_id) == ("fallback", "nvfp4-moe-sm120") and "marlin" in text(old)
-    mid, result = check(path, "vllm==0.28.0", "rtx-5090")
-    assert (mid.status, mid.rule_id) == ("unknown", "nvfp4-moe-sm120-unread") and result.exit_code == 1
+    old, result = check(path, "vllm==0.14.0", "rtx-5090")
+    assert (old.status, old.rule_id) == ("unknown", "nvfp4-moe-sm120") and result.exit_code == 1
+    assert "cutlass_fp4_supported" in text(old)
+    for version in ("0.16.0", "0.24.0", "0.28.0"):
+        mid, _ = check(path, f"vllm=={version}", "rtx-5090")
+        assert (mid.dimensions[0].status, mid.rule_id) == ("native", "nvfp4-moe-sm120-016"), version
+        assert "flashinfer cutlass" in text(mid) and "47749" in text(mid)
     for gpu in ("rtx-5090", "gb10"):
         new, _ = check(path, "vllm==0.33.0", gpu)
         assert (new.dimensions[0].status, new.rule_id) == ("native", "nvfp4-moe-sm120-033"), gpu

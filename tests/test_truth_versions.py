@@ -75,6 +75,15 @@ FINDINGS: tuple[Finding, ...] = (
     # ModelOpt NVFP4 on ROCm: parsed as modelopt_fp4, which the ROCm list lacks (Petit never claims it)
     Finding("sglang", "nvfp4-amd-modelopt", "modelopt-nvfp4", "mi300x", "unsupported",
             "modelopt_fp4 quantization is currently not supported in rocm"),
+    # self-audit (matrices/AUDIT.md): compressed-tensors NVFP4 on ROCm has no kernel (FP4 Marlin is CUDA-only) ...
+    Finding("sglang", "nvfp4-amd-ct", "ct-nvfp4-w4a4", "mi300x", "unsupported", "imported only on cuda"),
+    # ... FP8 on an x86 CPU asserts AMX; on Apple MPS every base method is registered (no refusal as such)
+    Finding("sglang", "fp8-cpu", "fp8-tensor", "cpu-x86", "native",
+            "fp8linearmethod on cpu requires that cpu has amx support"),
+    Finding("sglang", "quant-apple", "awq", "m3-max", "unknown", "registers every base quantization method"),
+    # vLLM NVFP4 MoE on sm120: FlashInfer CUTLASS / vLLM CUTLASS FP4 MoE take family 120 before Marlin from 0.16.0
+    Finding("vllm", "nvfp4-moe-sm120-016", "modelopt-nvfp4-moe", "rtx-5090", "native", "flashinfer cutlass"),
+    Finding("vllm", "nvfp4-moe-sm120", "modelopt-nvfp4-moe", "rtx-5090", "unknown", "cutlass_fp4_supported"),
 )
 
 
@@ -98,8 +107,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "modelopt-mxfp8": b._q(b.DEFAULT, b.mxfp8_ct, mxfp8, extra_configs={"hf_quant_config.json": mxfp8_hq}),
         "awq": b.awq_fixture(), "gptq": b.gptq_fixture(desc_act=False),
         "gptq-8bit": b.gptq_fixture(bits=8, desc_act=False), "bf16": b.bf16_llama(), "fp16": fp16,
-        "mlx": b.mlx_fixture(),
+        "mlx": b.mlx_fixture(), "fp8-tensor": b._q(b.DEFAULT, b.fp8_tensor, {"quant_method": "fp8", "activation_scheme": "dynamic"}), "modelopt-nvfp4-moe": b.nvfp4_modelopt_fixture(),
     }
+    moe = made["modelopt-nvfp4-moe"].configs["config.json"]
+    moe["num_local_experts"], moe["num_experts_per_tok"] = 8, 2
     return {name: str(fx.write(root / name)) for name, fx in made.items()}
 
 

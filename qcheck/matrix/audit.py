@@ -44,6 +44,15 @@ class Audit:
     #: engine id -> rules (incl. KV-pair, attention and KV-scale rules) that do not state ``verified`` yet
     unverified: dict[str, int] = field(default_factory=dict)
 
+    def require_verified(self, matrix: Matrix) -> None:
+        """``qcheck matrix --validate`` refuses a shipped rule that does not state the releases it was read at: such
+        a rule would answer at every listed release (issue #35). A file not yet migrated still loads for checks."""
+        for ident, missing in sorted(self.unverified.items()):
+            raise MatrixDataError(matrix.engines[ident].file, "missing-verified",
+                                  f"{missing} rule(s) do not state the releases they were read at: give each "
+                                  "verified = [...] and set [engine] rules_verified = true "
+                                  "(python matrices/tools/migrate_verified.py FILE does it from the rules' sources)")
+
     def summary(self) -> str:
         parts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()))
         return f"{self.cells} cells: {parts}; {len(self.unsourced)} without a sourced rule"
