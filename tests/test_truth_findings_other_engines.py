@@ -137,3 +137,6 @@ def test_the_audit_draw_is_reproducible() -> None:
     assert not {d["engine"] for d in first} & set(module.EXCLUDE)
     versions = {e.id: set(e.versions) for e in load_matrix().engines.values()}
     assert all(set(d["answers_at"]) <= versions[d["engine"]] for d in first)  # listed versions to read
+    only = module.draw(7, 6, only=("vllm", "sglang"))  # the second draw (matrices/AUDIT.md): their hand rules
+    assert only == module.draw(7, 6, only=("vllm", "sglang")) and {d["engine"] for d in only} <= {"vllm", "sglang"}
+    assert len({(d["engine"], d["id"]) for d in only}) == 6

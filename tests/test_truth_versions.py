@@ -84,6 +84,19 @@ FINDINGS: tuple[Finding, ...] = (
     # vLLM NVFP4 MoE on sm120: FlashInfer CUTLASS / vLLM CUTLASS FP4 MoE take family 120 before Marlin from 0.16.0
     Finding("vllm", "nvfp4-moe-sm120-016", "modelopt-nvfp4-moe", "rtx-5090", "native", "flashinfer cutlass"),
     Finding("vllm", "nvfp4-moe-sm120", "modelopt-nvfp4-moe", "rtx-5090", "unknown", "cutlass_fp4_supported"),
+    # second self-audit draw (vLLM/SGLang rules): block FP8 on sm120 at 0.9.0 (no sm120 kernel yet), NVFP4 and
+    # torchao on XPU, compressed-tensors FP8 weight-only on XPU (SGLang)
+    Finding("vllm", "fp8-block-sm120-090", "fp8-block", "rtx-5090", "unknown", "no sm120 kernel for block fp8"),
+    Finding("vllm", "nvfp4-xpu", "ct-nvfp4-w4a4", "arc-a770", "unsupported",
+            "failed to find a kernel that can implement the nvfp4 linear layer"),
+    Finding("vllm", "nvfp4-xpu-weight-only", "ct-nvfp4-w4a16", "arc-a770", "unknown", "were not read"),
+    Finding("sglang", "fp8-xpu-ct-weight-only", "ct-fp8-w8a16", "arc-a770", "unsupported",
+            "compressedtensorsw8a16fp8 is not supported on xpu"),
+    Finding("sglang", "fp8-xpu", "fp8-tensor", "arc-a770", "native", "sgl-kernel-xpu"),
+    # ModelOpt W4A16_NVFP4 before vLLM 0.21.0: no W4A16 branch, read as W4A4 NVFP4 (was 'Marlin W4A16')
+    Finding("vllm", "nvfp4-w4a16-modelopt-pre-021", "modelopt-nvfp4-w4a16", "h100", "unknown",
+            "has no w4a16_nvfp4 branch"),
+    Finding("vllm", "nvfp4-w4a16-marlin", "ct-nvfp4-w4a16", "h100", "native", "marlin nvfp4 w4a16"),
 )
 
 
@@ -107,8 +120,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "modelopt-mxfp8": b._q(b.DEFAULT, b.mxfp8_ct, mxfp8, extra_configs={"hf_quant_config.json": mxfp8_hq}),
         "awq": b.awq_fixture(), "gptq": b.gptq_fixture(desc_act=False),
         "gptq-8bit": b.gptq_fixture(bits=8, desc_act=False), "bf16": b.bf16_llama(), "fp16": fp16,
+        "fp8-block": b.fp8_block_deepseek(), "torchao": b.torchao_fixture(),
+        "ct-fp8-w8a16": b._q(b.DEFAULT, b.fp8_channel, b.ct_config({"group_0": b.scheme(b.qargs(8, "float", "channel"))},
+                                                                    fmt="float-quantized")),
         "mlx": b.mlx_fixture(), "fp8-tensor": b._q(b.DEFAULT, b.fp8_tensor, {"quant_method": "fp8", "activation_scheme": "dynamic"}), "modelopt-nvfp4-moe": b.nvfp4_modelopt_fixture(),
     }
+    w4a16 = made["modelopt-nvfp4-w4a16"] = b.nvfp4_modelopt_fixture()
+    w4a16.configs["config.json"]["quantization_config"]["quant_algo"] = "W4A16_NVFP4"
+    w4a16.configs["config.json"]["quantization_config"]["config_groups"]["group_0"]["input_activations"] = None
+    w4a16.configs["hf_quant_config.json"]["quantization"]["quant_algo"] = "W4A16_NVFP4"
     moe = made["modelopt-nvfp4-moe"].configs["config.json"]
     moe["num_local_experts"], moe["num_experts_per_tok"] = 8, 2
     return {name: str(fx.write(root / name)) for name, fx in made.items()}
@@ -183,6 +203,9 @@ BOUNDARIES: dict[str, tuple[str, str, tuple[str, ...], list[tuple[str, str, str]
         ("0.14.0", "unsupported", "gen-unregistered-modelopt_mxfp8-0.9.0"),
         ("0.16.0", "unsupported", "gen-min-capability-modelopt_mxfp8-0.16.0"),  # ModelOptMxFp8Config: 100 then
         ("0.23.0", "fallback", "mxfp8-marlin")]),
+    # torchao on XPU: the platform list (0.27.1+) refuses it; the hand rule agrees (it was an 'unknown')
+    "torchao-xpu": ("torchao", "arc-a770", (), [
+        ("0.33.0", "unsupported", "gen-xpu-torchao-0.27.1"), ("0.34.0", "unsupported", "gen-xpu-torchao-0.27.1")]),
     "kv-fp8-l40s": ("bf16", "l40s", ("--kv-cache-dtype", "fp8"), [
         ("0.10.2", "unknown", "kv-quantised-older"), ("0.11.0", "native", "kv-fp8-011-triton"),
         ("0.12.0", "unknown", "kv-quantised-older"), ("0.33.0", "native", "kv-fp8-native")]),

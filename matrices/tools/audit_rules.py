@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draw matrix rules at random for a self-audit, and say what must be read to check each.
 
-    PYTHONPATH=. python matrices/tools/audit_rules.py [--seed N] [--count 40] [--json]
+    PYTHONPATH=. python matrices/tools/audit_rules.py [--seed N] [--count 40] [--only vllm,sglang] [--json]
 
 The draw is over the hand-written rules (``[[rule]]``, ``[[kv_rule]]``, ``[[attention_rule]]``) of every engine file
 but vLLM's and SGLang's (``EXCLUDE``: those are re-derived from every wheel by extract_vllm.py / extract_sglang.py
@@ -10,7 +10,8 @@ are checked by their extractors' ``--check``. The same seed gives the same rules
 For each rule it prints the engine versions it answers (the listed versions its ``verified`` covers and its
 ``versions`` holds), its conditions and outcome, and every source it names with the version that source was read at:
 what an auditor reads, at each of those versions, before recording right / partly / wrong (docs/matrix.md, the
-"Self-audit" section; matrices/AUDIT.md holds it).
+"Self-audit" section; matrices/AUDIT.md holds it). ``--only`` draws from the named engines' hand-written rules
+instead (AUDIT.md's second draw: the vLLM and SGLang rules, whose gates alone are generated).
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ def covered(engine: Engine, rule: Rule) -> list[str]:
     return out
 
 
-def draw(seed: int = SEED, count: int = COUNT) -> list[dict[str, Any]]:
-    """``count`` rules drawn with ``seed``, each as what an auditor needs."""
+def draw(seed: int = SEED, count: int = COUNT, only: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """``count`` rules drawn with ``seed`` (from the ``only`` engines' rules if given), each as what an auditor
+    needs."""
     matrix = load_matrix()
     matrix.validate()
     pool = [(engine, kind, rule) for engine in sorted(matrix.engines.values(), key=lambda e: e.id)
-            if engine.id not in EXCLUDE for kind, rule in hand_rules(engine)]
+            if (engine.id in only if only else engine.id not in EXCLUDE) for kind, rule in hand_rules(engine)]
     picked = random.Random(seed).sample(range(len(pool)), count)
     out = []
     for n, index in enumerate(picked, 1):
@@ -75,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--count", type=int, default=COUNT)
+    parser.add_argument("--only", default="", help="comma-separated engine ids to draw from (default: all but "
+                                                   + ", ".join(EXCLUDE) + ")")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    drawn = draw(args.seed, args.count)
+    drawn = draw(args.seed, args.count, tuple(e for e in args.only.split(",") if e))
     if args.json:
         print(json.dumps(drawn, indent=1))
         return 0
