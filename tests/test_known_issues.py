@@ -75,14 +75,20 @@ def test_the_cutlass_fp8_selection_bug_decides_on_ampere_in_its_range(files: dic
 def test_llama_cpp_kv_slow_paths(files: dict[str, str]) -> None:
     v = verdict(files["gguf"], "llama.cpp", "rtx-3090", "q8_0")
     assert known(v) == ["llamacpp-cuda-quantised-kv-prefill"] and v.status == "native"
+    assert known(verdict(files["gguf"], "llama.cpp==b10361", "rtx-3090", "q4_0")) == [
+        "llamacpp-cuda-quantised-kv-prefill"]
     assert known(verdict(files["gguf"], "llama.cpp", "rtx-3090")) == []  # an f16 cache: nothing to say
     assert known(verdict(files["gguf"], "llama.cpp:vulkan", "rtx-3090", "q8_0")) == []
-    old = verdict(files["gguf"], "llama.cpp==b8895", "rtx-3090", "q4_1,q8_0", EngineKnobs(flash_attn=True))
+    old = verdict(files["gguf"], "llama.cpp==b10068", "rtx-3090", "q4_1,q8_0", EngineKnobs(flash_attn=True))
     assert old.status == "fallback" and known(old) == ["llamacpp-cuda-fa-on-cpu-mixed"]
     assert any("about 34 t/s" in w for w in old.warnings)
-    assert known(verdict(files["gguf"], "llama.cpp==b8895", "rtx-3090", "q4_1,q8_0")) == []  # -fa auto: refused
-    assert known(verdict(files["gguf"], "llama.cpp==b11312", "rtx-3090", "q4_1,q8_0",
-                         EngineKnobs(flash_attn=True))) == ["llamacpp-cuda-quantised-kv-prefill"]
+    assert known(verdict(files["gguf"], "llama.cpp==b10068", "rtx-3090", "q4_1,q8_0")) == []  # -fa auto: refused
+    # a pair without a vector kernel is not the prefill issue: at b10361 the op runs on the CPU, at b11312 the
+    # whole cache is converted to f16 on every call (decode too); the KV rule says so
+    at_b10361 = verdict(files["gguf"], "llama.cpp==b10361", "rtx-3090", "q4_1,q8_0", EngineKnobs(flash_attn=True))
+    assert known(at_b10361) == ["llamacpp-cuda-fa-on-cpu-mixed"] and at_b10361.status == "fallback"
+    at_b11312 = verdict(files["gguf"], "llama.cpp==b11312", "rtx-3090", "q4_1,q8_0", EngineKnobs(flash_attn=True))
+    assert known(at_b11312) == [] and at_b11312.status == "fallback"
 
 
 def test_the_shipped_issues_load_and_name_real_engines() -> None:

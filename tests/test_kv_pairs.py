@@ -1,8 +1,11 @@
 """The KV-cache dimension judges the (K, V) pair per engine, build, backend and GPU (issue #24).
 
 llama.cpp compiles its CUDA flash-attention vector kernels for the pairs in GGML_CUDA_FA_QUANTS only; any other
-pair is converted to f16 on every attention call (b11312) or takes flash attention off the GPU (b6673-b10361).
-Metal and SYCL need K and V of one type, Vulkan takes any mix, the CPU every pair. Each case goes through
+pair is converted to f16 on every attention call (b11312) or has no CUDA flash attention (b6301-b10361). What -fa auto
+then does depends on the build: before b6431 flash attention is off unless asked (a quantised V is refused), from
+b6431 -fa auto turns it off where the backend lacks the op and refuses a quantised V, from b10361 a quantised V turns
+it on and the op runs on the CPU. Metal and SYCL need K and V of one type, Vulkan takes any mix, the CPU every pair.
+The rules are generated from each build's code (matrices/generated/llama.cpp.toml). Each case goes through
 the pipeline every front end calls (``qcheck.pipeline.run`` with a ``CheckRequest``: a real GGUF file through the
 readers and classifier) with the exit code the user gets, on both
 sides of each rule's build boundary; the engine-knob cases (``-fa on/off``) go through ``resolve_one`` with the
@@ -97,14 +100,22 @@ def test_only_k_given_pairs_it_with_the_default_f16_v() -> None:
         "--cache-type-k/--cache-type-v K f16, V q4_0")
 
 
-def test_iq4_nl_has_no_cuda_flash_attention(gguf) -> None:
+def test_iq4_nl_runs_flash_attention_on_the_cpu_from_b10361(gguf) -> None:
+    """The CUDA flash attention takes no IQ4_NL cache (b11312 fattn.cu:525-539). From b10361 a quantised V turns
+    -fa auto on before the context is built (llama-context.cpp:3840-3844 at b11312), so the op runs on the CPU: a
+    slow fallback, not a refusal; b10068 turned -fa auto off instead and refused the quantised V."""
     v, code = check(gguf, "llama.cpp", "rtx-4090", "iq4_nl")
-    assert kv_dim(v).status == "unsupported" and code == 1
-    assert "'quantized V cache was requested, but this requires Flash Attention'" in kv_dim(v).reasons[0]
+    assert kv_dim(v).status == "fallback" and code == 0
+    assert "'enabling flash_attn since it is required for quantized V cache'" in kv_dim(v).reasons[0]
+    assert "on the CPU" in kv_dim(v).reasons[0]
     assert status(gguf, "llama.cpp", "rtx-4090", "iq4_nl,f16") == "fallback"  # flash attention off, V plain
-    assert status(gguf, "llama.cpp", "rtx-4090", "iq4_nl,q8_0") == "unsupported"
+    assert status(gguf, "llama.cpp", "rtx-4090", "iq4_nl,q8_0") == "fallback"
+    assert status(gguf, "llama.cpp", "h100", "iq4_nl") == "fallback"
     on = judge("llama.cpp", "rtx-4090", KVCacheTypes("iq4_nl", "iq4_nl"), EngineKnobs(flash_attn=True))
-    assert on.status == "fallback" and "runs on the CPU" in on.reasons[0]
+    assert on.status == "fallback" and "on the CPU" in on.reasons[0]
+    old, code = check(gguf, "llama.cpp==b10068", "rtx-4090", "iq4_nl")
+    assert kv_dim(old).status == "unsupported" and code == 1
+    assert "'quantized V cache was requested, but this requires Flash Attention'" in kv_dim(old).reasons[0]
 
 
 def test_the_fa_setting_decides_what_a_quantised_cache_does() -> None:
@@ -115,22 +126,31 @@ def test_the_fa_setting_decides_what_a_quantised_cache_does() -> None:
     assert judge("llama.cpp", "rtx-4090", KVCacheTypes("q8_0", "q8_0"), EngineKnobs(flash_attn=True)).status == "native"
     mixed_on = judge("llama.cpp", "m3-max", KVCacheTypes("q8_0", "q4_0"), EngineKnobs(flash_attn=True))
     assert mixed_on.status == "fallback" and "the metal flash attention does not take" in mixed_on.reasons[0]
+    old_off = judge("llama.cpp==b6301", "rtx-4090", KVCacheTypes("q8_0", "q8_0"), EngineKnobs(flash_attn=False))
+    assert old_off.status == "unsupported" and "'V cache quantization requires flash_attn'" in old_off.reasons[0]
 
 
-def test_older_cuda_builds_take_flash_attention_off_for_a_mixed_pair(gguf) -> None:
-    """b6673-b10361 (b8895 in the data): K != V gives no CUDA flash-attention kernel, so -fa auto turns it off
-    and a quantised V cache is refused; b11312 converts the pair instead."""
-    v, code = check(gguf, "llama.cpp==b8895", "rtx-4090", "q8_0,q4_0")
+def test_cuda_builds_before_b10361_refuse_a_quantised_v_they_have_no_kernel_for(gguf) -> None:
+    """b6431-b10068: K != V gives no CUDA flash-attention kernel, so -fa auto turns it off and a quantised V cache
+    is refused; b10361 turns flash attention on and runs the op on the CPU; b11312 converts the pair to f16."""
+    v, code = check(gguf, "llama.cpp==b10068", "rtx-4090", "q8_0,q4_0")
     assert kv_dim(v).status == "unsupported" and code == 1
     assert "'Flash Attention was auto, set to disabled'" in kv_dim(v).reasons[0]
+    v, code = check(gguf, "llama.cpp==b10361", "rtx-4090", "q8_0,q4_0")
+    assert kv_dim(v).status == "fallback" and code == 0 and "on the CPU" in kv_dim(v).reasons[0]
+    v, code = check(gguf, "llama.cpp==b6301", "rtx-4090", "q8_0")
+    assert kv_dim(v).status == "unsupported" and "(pass -fa)" in kv_dim(v).reasons[0]
 
 
 # ------------------------------------------------------------------ llama.cpp Metal, Vulkan, SYCL, CPU
 
 def test_metal_needs_one_type_for_k_and_v(gguf) -> None:
+    """Metal's supports_op refuses K != V for flash attention: -fa auto then runs it on the CPU at b11312 (a
+    quantised V turns it on) and refused the quantised V at b10068."""
     v, code = check(gguf, "llama.cpp", "m3-max", "q8_0,q4_0")
-    assert kv_dim(v).status == "unsupported" and code == 1
-    assert "'if (op->src[1]->type != op->src[2]->type) return false'" in kv_dim(v).reasons[0]
+    assert kv_dim(v).status == "fallback" and code == 0 and "the metal flash attention does not take a q8_0-q4_0" \
+        in kv_dim(v).reasons[0]
+    assert status(gguf, "llama.cpp==b10068", "m3-max", "q8_0,q4_0") == "unsupported"
 
 
 def test_vulkan_reads_a_mixed_pair_directly(gguf) -> None:
@@ -140,34 +160,39 @@ def test_vulkan_reads_a_mixed_pair_directly(gguf) -> None:
 
 #: (engine, GPU, --kv-cache-dtype, the KV dimension's status) on both sides of each rule's build boundary
 CASES = [
-    # CUDA: b6673-b10361 (b8895) take flash attention off the GPU for K != V and q4_1/q5_x; b11312 converts
-    ("llama.cpp==b8895", "rtx-4090", "q8_0,f16", "fallback"),
-    ("llama.cpp==b8895", "rtx-4090", "q5_1", "unsupported"),
-    ("llama.cpp==b8895", "rtx-4090", "q8_0", "native"),
+    # CUDA: b8942-b10068 have no flash-attention kernel for K != V or q4_1/q5_x (-fa auto turns it off; a
+    # quantised V is refused), b10361 runs the op on the CPU, b11312 converts the pair to f16
+    ("llama.cpp==b10068", "rtx-4090", "q8_0,f16", "fallback"),
+    ("llama.cpp==b10068", "rtx-4090", "q5_1", "unsupported"),
+    ("llama.cpp==b10068", "rtx-4090", "q8_0", "native"),
+    ("llama.cpp==b10361", "rtx-4090", "q5_1", "fallback"),
     ("llama.cpp==b11312", "rtx-4090", "q5_1", "fallback"),
     ("llama.cpp==b11000", "rtx-4090", "q8_0,q4_0", "unknown"),  # between b10361 and b11312: not read
-    ("llama.cpp==b6301", "rtx-4090", "q8_0,q4_0", "unknown"),  # before b6673: not read
+    ("llama.cpp==b6301", "rtx-4090", "q8_0,q4_0", "unsupported"),  # flash attention off unless -fa
+    ("llama.cpp==b6122", "rtx-4090", "q8_0", "unknown"),  # the CUDA flash attention of b6122-b6133 was not read
     # Metal: K = V from its list
     ("llama.cpp", "m3-max", "q5_1", "native"),
     ("llama.cpp", "m3-max", "q8_0,f16", "fallback"),
-    ("llama.cpp", "m3-max", "iq4_nl", "unsupported"),
-    ("llama.cpp==b8895", "m3-max", "q8_0,q4_0", "unknown"),  # read at b11312 only
+    ("llama.cpp", "m3-max", "iq4_nl", "fallback"),  # no Metal kernel: the CPU runs the op
+    ("llama.cpp==b10068", "m3-max", "q8_0,q4_0", "unsupported"),
     # Vulkan: any mix of its types, bf16 only with bf16
     ("llama.cpp:vulkan", "rx-7900-xtx", "iq4_nl", "native"),
-    ("llama.cpp:vulkan", "rtx-4090", "bf16,q8_0", "unsupported"),
+    ("llama.cpp:vulkan", "rtx-4090", "bf16,q8_0", "fallback"),
     ("llama.cpp:vulkan", "rtx-4090", "bf16,f16", "fallback"),
     ("llama.cpp:vulkan", "rtx-4090", "bf16", "native"),
     # SYCL: K = V in f32, f16, bf16, q4_0, q8_0
     ("llama.cpp", "arc-a770", "q8_0", "native"),
-    ("llama.cpp", "arc-a770", "q4_1", "unsupported"),
-    ("llama.cpp", "arc-a770", "q8_0,q4_0", "unsupported"),
+    ("llama.cpp", "arc-a770", "q4_1", "fallback"),
+    ("llama.cpp", "arc-a770", "q8_0,q4_0", "fallback"),
     ("llama.cpp", "arc-a770", "q8_0,f16", "fallback"),
-    # CPU: every pair, read at b6673, b10361 and b11312
+    ("llama.cpp==b8179", "arc-a770", "q8_0", "unsupported"),  # no SYCL flash attention before b8352
+    # CPU: every pair at every build read; before b6431 a quantised V needs -fa
     ("llama.cpp", "cpu", "q8_0,q4_0", "native"),
     ("llama.cpp", "cpu", "iq4_nl", "native"),
     ("llama.cpp", "cpu", "q5_1,bf16", "native"),
     ("llama.cpp==b8895", "cpu", "q8_0,q4_0", "native"),
-    ("llama.cpp==b6301", "cpu", "q8_0,q4_0", "unknown"),
+    ("llama.cpp==b6301", "cpu", "q8_0,q4_0", "unsupported"),
+    ("llama.cpp==b6301", "cpu", "q8_0,f16", "fallback"),
 ]
 
 
@@ -223,7 +248,7 @@ def test_the_docs_grid_shows_mixed_pairs() -> None:
     m = load_matrix()
     grid = {(label.split()[0], dtype): cells for label, dtype, cells in kv_grid(m, column_targets(m))}
     assert grid[("llama.cpp", "K q8_0, V q4_0")]["ada"].status == "fallback"
-    assert grid[("llama.cpp", "K q8_0, V q4_0")]["apple"].status == "unsupported"
+    assert grid[("llama.cpp", "K q8_0, V q4_0")]["apple"].status == "fallback"  # flash attention on the CPU
     assert grid[("llama.cpp", "q8_0")]["ada"].status == "native"
     assert grid[("exllamav3", "K q4, V q6")]["ada"].status == "native"
 
@@ -247,5 +272,5 @@ def test_the_cli_spells_k_and_v_as_llama_cpp_does(gguf) -> None:
     k_only = cli("check", gguf, "--engine", "llama.cpp", "--gpu", "rtx-4090", "-ctk", "q8_0", "--require-native",
                  "--kernels-only")
     assert k_only.returncode == 1 and "K q8_0, V f16" in k_only.stdout
-    metal = cli("check", gguf, "--engine", "llama.cpp", "--gpu", "m3-max", "-ctk", "q8_0", "-ctv", "q4_0")
+    metal = cli("check", gguf, "--engine", "llama.cpp==b10068", "--gpu", "m3-max", "-ctk", "q8_0", "-ctv", "q4_0")
     assert metal.returncode == 1 and "quantized V cache was requested, but this requires Flash Attention" in metal.stdout

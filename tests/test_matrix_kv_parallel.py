@@ -382,14 +382,13 @@ def test_transformers_splits_unevenly_but_not_experts() -> None:
 
 
 def test_llama_cpp_kv_types_hold_back_to_the_oldest_build(files) -> None:
-    """b6122 and b8095 (node-llama-cpp bundles) have the same kv_cache_types as b11312, so a type outside them is
-    refused at every build. Which pairs the CUDA flash attention runs was read at b6673-b10361 and b11312: b8895
-    and b11312 run q4_0-q4_0 natively; b6301 lies before the first build read (b6122 compiled q4_0 only for head
-    size 128 and aborted on others), so its pair path is unknown (it was judged native before issue 24)."""
+    """Every build read (b6122-b11312) has the same kv_cache_types, so a type outside them is refused at every build.
+    b8895 lies between b8390 and b8942, which both run q4_0-q4_0 on the CUDA flash attention: it is answered; b6301
+    had flash attention off unless -fa was given, and refused a quantised V cache without it."""
     for version in ("b8895", "b11312"):
         v, _ = kv(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q4_0")
         assert kv_dim(v).status == "native" and any("-fa" in r for r in v.requires), version
-    assert kv_status(files["gguf"], "llama.cpp==b6301", "rtx-4090", "q4_0") == "unknown"
+    assert kv_status(files["gguf"], "llama.cpp==b6301", "rtx-4090", "q4_0") == "unsupported"
     for version in ("b6301", "b8895", "b11312"):
         assert kv_status(files["gguf"], f"llama.cpp=={version}", "rtx-4090", "q6_k") == "unsupported"
 

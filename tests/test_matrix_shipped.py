@@ -37,6 +37,13 @@ def test_every_cell_resolves_without_a_data_error(shipped, report) -> None:
     assert set(report.statuses) <= {"native", "fallback", "unsupported", "unknown"}
 
 
+def test_every_shipped_rule_states_where_it_was_read(shipped, report) -> None:
+    """qcheck matrix --validate refuses a rule without `verified` (issue #35); the shipped files have none left."""
+    assert report.unverified == {}
+    report.require_verified(shipped)
+    assert all(e.rules_verified for e in shipped.engines.values())
+
+
 def test_every_unknown_carries_a_reason(report) -> None:
     assert report.unexplained == []
 

@@ -241,3 +241,44 @@ def test_a_claim_without_an_expectation_is_refused(claims, tmp_path: Path) -> No
     path.write_text('[[claim]]\nengine = "e"\npackage = "e"\nversion = "1"\ndist = "wheel"\npath = "x"\npattern = "y"\n')
     with pytest.raises(ValueError, match="claim #1"):
         claims.load_claims(path)
+
+
+def test_a_claim_is_checked_at_every_listed_release_its_rules_answer(claims, tmp_path: Path) -> None:
+    """--every-covered-version: a claim on fp8-turing-before-marlin (read 0.9.0-0.13.0) is re-checked at each vLLM
+    release listed there; `checked_from` cuts the older ones, a sibling claim written for a release keeps it, and the
+    `*_at` variants give the claim as it reads at older releases."""
+    base = {"engine": "vllm", "rules": ["fp8-turing-before-marlin"], "package": "vllm", "version": "0.13.0",
+            "dist": "wheel", "path": "fp8.py", "pattern": r"return (\d+)", "expect": "75",
+            "expect_at": {"<0.14.0": "80"}, "path_at": {"<0.11.0": "old/fp8.py"}}
+    expanded = claims.at_covered_versions([base])
+    assert [c["version"] for c in expanded] == ["0.13.0", "0.9.0", "0.10.1.1", "0.10.2", "0.11.0", "0.12.0"]
+    assert [c["version"] for c in claims.at_covered_versions([dict(base, checked_from="0.11.0")])] == \
+        ["0.13.0", "0.11.0", "0.12.0"]
+    sibling = dict(base, version="0.10.2", pattern=r"min = (\d+)")
+    assert [c["version"] for c in claims.at_covered_versions([base, sibling]) if c["pattern"] == base["pattern"]] == \
+        ["0.13.0", "0.9.0", "0.10.1.1", "0.11.0", "0.12.0"]
+    old = claims.at_version(dict(base, version="0.9.0"))
+    assert (old["path"], old["expect"]) == ("old/fp8.py", "80")
+    assert claims.at_version(dict(base, version="0.14.0"))[("expect")] == "75"
+    # a dependency's claim (another package) stays at its own release
+    assert [c["version"] for c in claims.at_covered_versions([dict(base, package="flashinfer-python")])] == ["0.13.0"]
+
+
+def test_claims_read_the_fetched_release_trees(claims, tmp_path: Path) -> None:
+    tree = tmp_path / "releases" / "vllm-0.9.0"
+    (tree / "vllm" / "old").mkdir(parents=True)
+    (tree / "vllm" / "old" / "fp8.py").write_text("def get_min_capability():\n    return 80\n")
+    (tree / "RELEASE.json").write_text("{}")
+    claim = {"engine": "vllm", "rules": [], "package": "vllm", "version": "0.9.0", "dist": "wheel",
+             "path": "fp8.py", "path_at": {"<0.11.0": "old/fp8.py"}, "pattern": r"return (\d+)", "expect": "80"}
+
+    def offline(*_a: object) -> Path:
+        raise AssertionError("a fetched tree must be read, not downloaded")
+
+    fetch = claims.tree_or_download(tmp_path / "releases")
+    claims.download, saved = offline, claims.download
+    try:
+        assert [p for _, p in claims.verify([claim], fetch=fetch)] == [None]
+        assert [p for _, p in claims.verify([dict(claim, expect="75")], fetch=fetch)] == ["found '80'"]
+    finally:
+        claims.download = saved

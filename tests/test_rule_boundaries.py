@@ -8,6 +8,10 @@ not. The command runs in process (``qcheck check ... --json``, the CLI the user 
 the rule is read from the JSON: ``dimensions[].rule_id`` (the KV-cache or attention rule that decided),
 ``risks[].id`` (a KV-scale rule or a known issue), ``rule_id`` (the weight-format rule).
 
+llama.cpp's rules are generated from each build's code (matrices/generated/llama.cpp.toml): every one of them is
+asked through ``qcheck check`` at every listed build its ``verified`` range covers (and at both ends of that range,
+builds read), and at the build just outside its ``versions``, where it must not decide (``GENERATED``).
+
 A completeness test keeps the table honest: every KV-pair rule of llama.cpp, every attention and KV-scale rule and
 every known issue the matrix ships must have a case here, and every case must name a rule the matrix has; and every
 one of those rules names a source with a file and line (or a tracker link) at the release it was read at.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,7 +31,12 @@ from click.testing import CliRunner
 from qcheck.cli import cli
 from qcheck.matrix.loader import load_matrix
 from support import builders as b
-from support.gguf_helpers import Q, write_gguf
+from support.gguf_helpers import Q, RawGGUF, kv_scalar, tensor_info, write_gguf
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 
 class Case(NamedTuple):
@@ -42,57 +52,10 @@ def _kv(kv: str, fa: str | None = None) -> tuple[str, ...]:
 
 
 NEW = "llama.cpp"  # b11312, the newest build the data has
-OLD = "llama.cpp==b8895"  # inside b6673..b10361
+OLD = "llama.cpp==b10068"  # inside b6673..b10361
 
 #: (engine id, kind, rule id) -> the deployment it decides, and the versions on each side of its boundary
 CASES: dict[tuple[str, str, str], Case] = {
-    # --- llama.cpp CUDA at b11312: GGML_CUDA_FA_QUANTS pairs native, other pairs converted to f16, iq4_nl
-    ("llama.cpp", "kv_rule", "kv-cuda-compiled-pair"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0")),
-    ("llama.cpp", "kv_rule", "kv-cuda-converted-pair"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0,q4_0")),
-    ("llama.cpp", "kv_rule", "kv-cuda-iq4nl-v"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0,iq4_nl")),
-    ("llama.cpp", "kv_rule", "kv-cuda-iq4nl-k-quantised-v"): Case("gguf", "rtx-4090", NEW, OLD, _kv("iq4_nl,q8_0")),
-    ("llama.cpp", "kv_rule", "kv-cuda-iq4nl-k"): Case("gguf", "rtx-4090", NEW, OLD, _kv("iq4_nl,f16")),
-    # --- Metal, Vulkan, SYCL at b11312
-    ("llama.cpp", "kv_rule", "kv-metal-same-type"): Case("gguf", "m3-max", NEW, OLD, _kv("q5_1")),
-    ("llama.cpp", "kv_rule", "kv-metal-iq4nl"): Case("gguf", "m3-max", NEW, OLD, _kv("iq4_nl")),
-    ("llama.cpp", "kv_rule", "kv-metal-mixed-quantised-v"): Case("gguf", "m3-max", NEW, OLD, _kv("q8_0,q4_0")),
-    ("llama.cpp", "kv_rule", "kv-metal-mixed-plain-v"): Case("gguf", "m3-max", NEW, OLD, _kv("q8_0,f16")),
-    ("llama.cpp", "kv_rule", "kv-vulkan-pair"): Case("gguf", "rtx-4090", "llama.cpp:vulkan",
-                                                     "llama.cpp:vulkan==b8895", _kv("q8_0,q4_0")),
-    ("llama.cpp", "kv_rule", "kv-vulkan-bf16"): Case("gguf", "rtx-4090", "llama.cpp:vulkan",
-                                                     "llama.cpp:vulkan==b8895", _kv("bf16")),
-    ("llama.cpp", "kv_rule", "kv-vulkan-bf16-mixed-quantised-v"): Case(
-        "gguf", "rtx-4090", "llama.cpp:vulkan", "llama.cpp:vulkan==b8895", _kv("bf16,q8_0")),
-    ("llama.cpp", "kv_rule", "kv-vulkan-bf16-mixed"): Case("gguf", "rtx-4090", "llama.cpp:vulkan",
-                                                           "llama.cpp:vulkan==b8895", _kv("bf16,f16")),
-    ("llama.cpp", "kv_rule", "kv-sycl-same-type"): Case("gguf", "arc-a770", NEW, OLD, _kv("q8_0")),
-    ("llama.cpp", "kv_rule", "kv-sycl-other-type"): Case("gguf", "arc-a770", NEW, OLD, _kv("q4_1")),
-    ("llama.cpp", "kv_rule", "kv-sycl-mixed-quantised-v"): Case("gguf", "arc-a770", NEW, OLD, _kv("q8_0,q4_0")),
-    ("llama.cpp", "kv_rule", "kv-sycl-mixed-plain-v"): Case("gguf", "arc-a770", NEW, OLD, _kv("q8_0,f16")),
-    # --- CPU: every pair from b6673
-    ("llama.cpp", "kv_rule", "kv-cpu-any-pair"): Case("gguf", "cpu", OLD, "llama.cpp==b6301", _kv("q8_0,q4_0")),
-    # --- -fa off / on (llama.cpp's own flag)
-    ("llama.cpp", "kv_rule", "kv-fa-off-quantised-v"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0", "off")),
-    ("llama.cpp", "kv_rule", "kv-fa-off-quantised-k"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0,f16", "off")),
-    ("llama.cpp", "kv_rule", "kv-fa-on-cpu-fallback-k"): Case("gguf", "rtx-4090", NEW, OLD, _kv("iq4_nl,f16", "on")),
-    ("llama.cpp", "kv_rule", "kv-fa-on-cpu-fallback-v"): Case("gguf", "rtx-4090", NEW, OLD, _kv("q8_0,iq4_nl", "on")),
-    ("llama.cpp", "kv_rule", "kv-fa-on-cpu-fallback-mixed"): Case("gguf", "m3-max", NEW, OLD, _kv("q8_0,q4_0", "on")),
-    ("llama.cpp", "kv_rule", "kv-fa-on-cpu-fallback-metal-iq4nl"): Case("gguf", "m3-max", NEW, OLD,
-                                                                        _kv("iq4_nl", "on")),
-    ("llama.cpp", "kv_rule", "kv-fa-on-cpu-fallback-sycl-types"): Case("gguf", "arc-a770", NEW, OLD,
-                                                                       _kv("q4_1", "on")),
-    # --- CUDA b6673..b10361: flash attention off the GPU for a pair without a kernel
-    ("llama.cpp", "kv_rule", "kv-cuda-older-pair"): Case("gguf", "rtx-4090", OLD, NEW, _kv("q8_0")),
-    ("llama.cpp", "kv_rule", "kv-cuda-older-other-quantised-v"): Case("gguf", "rtx-4090", OLD, NEW,
-                                                                      _kv("q8_0,q4_0")),
-    ("llama.cpp", "kv_rule", "kv-cuda-older-quantised-k"): Case("gguf", "rtx-4090", OLD, NEW, _kv("q8_0,f16")),
-    ("llama.cpp", "kv_rule", "kv-cuda-older-fa-on-cpu"): Case("gguf", "rtx-4090", OLD, NEW, _kv("q8_0,q4_0", "on")),
-    ("llama.cpp", "kv_rule", "kv-cuda-older-fa-on-compiled"): Case("gguf", "rtx-4090", OLD, NEW, _kv("q8_0", "on")),
-    # --- builds between the ones read: not known either way
-    ("llama.cpp", "kv_rule", "kv-pairs-unread-k"): Case("gguf", "rtx-4090", "llama.cpp==b11000", NEW,
-                                                        _kv("q8_0,f16")),
-    ("llama.cpp", "kv_rule", "kv-pairs-unread-v"): Case("gguf", "rtx-4090", "llama.cpp==b11000", NEW,
-                                                        _kv("f16,q4_0")),
     # --- ExLlamaV3 K/V bits (1.6.5: one side quantised and the other fp16 is refused), LM Studio's runtime
     ("exllamav3", "kv_rule", "kv-quantised-k-fp16-v"): Case("exl3", "rtx-4090", "exllamav3", "exllamav3==1.4.1",
                                                             ("-ctk", "q4", "-ctv", "fp16")),
@@ -164,6 +127,59 @@ for _engine, (_inside, _outside, _rules) in ATTENTION.items():
         CASES[(_engine, "attention_rule", _id)] = Case(_model, _gpu, _inside, _outside, _kv(_dtype) if _dtype else ())
 
 
+#: where each llama.cpp backend is asked: (--engine prefix, --gpu)
+BACKEND_GPU = {"cuda": ("llama.cpp", "rtx-4090"), "rocm": ("llama.cpp", "mi300x"), "metal": ("llama.cpp", "m3-max"),
+               "vulkan": ("llama.cpp:vulkan", "rtx-4090"), "sycl": ("llama.cpp", "arc-a770"), "cpu": ("llama.cpp", "cpu")}
+#: GGUF tensor type -> the ggml type id a test file holds (Q2_0 is newer than the installed gguf-py; 77 is no type)
+TYPE_IDS = {q.name: int(q) for q in Q} | {"Q2_0": 42, "unknown(77)": 77}
+GENERATED_FILE = Path(__file__).resolve().parent.parent / "matrices" / "generated" / "llama.cpp.toml"
+
+
+class Generated(NamedTuple):
+    table: str  # "rule" or "kv_rule"
+    model: str  # "gguf" (a Q8_0 file) or "type:<NAME>" (a file holding that tensor type)
+    engine: str  # --engine without the version
+    gpu: str
+    inside: tuple[str, ...]  # builds the rule was read at and listed builds it covers
+    outside: str | None  # the build just outside its versions
+    flags: tuple[str, ...] = ()
+
+
+def _bounds(rule: dict[str, Any]) -> tuple[str | None, str | None, str, str]:
+    """(exclusive lower, exclusive upper, first read, last read) of a generated rule."""
+    lower = re.search(r">(b\d+)", rule.get("versions", "")) if ">=" not in rule.get("versions", "") else None
+    upper = re.search(r"<(b\d+)", rule.get("versions", ""))
+    read = re.findall(r"b\d+", rule["verified"])
+    return (lower.group(1) if lower else None), (upper.group(1) if upper else None), read[0], read[-1]
+
+
+def _generated() -> dict[str, Generated]:
+    data = tomllib.loads(GENERATED_FILE.read_text(encoding="utf-8"))
+    listed = load_matrix().engines["llama.cpp"].versions
+    num = lambda b: int(b[1:])  # noqa: E731
+    out = {}
+    for table in ("rule", "kv_rule"):
+        for rule in data.get(table, []):
+            lower, upper, first, last = _bounds(rule)
+            inside = tuple(dict.fromkeys([first, *(b for b in listed if num(first) <= num(b) <= num(last)), last]))
+            outside = lower or upper
+            backend = rule["backend"] if isinstance(rule["backend"], str) else rule["backend"][0]
+            engine, gpu = BACKEND_GPU[backend]
+            if table == "kv_rule":
+                k, v = rule["pairs"][0].split("-")
+                knob = rule["knobs"]["flash_attn"]
+                flags = _kv(f"{k},{v}", None if knob == "null" else ("on" if knob else "off"))
+                out[rule["id"]] = Generated(table, "gguf", engine, gpu, inside, outside, flags)
+            else:
+                types = rule["match"].get("gguf_types_any_in") or ["unknown(77)"]
+                name = next(t for t in types if t in TYPE_IDS)
+                out[rule["id"]] = Generated(table, f"type:{name}", engine, gpu, inside, outside)
+    return out
+
+
+GENERATED = _generated()
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("boundaries")
@@ -180,6 +196,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     del weights_only.configs["config.json"]["quantization_config"]["kv_cache_scheme"]
     weights_only.tensors = {k: v for k, v in weights_only.tensors.items() if not k.endswith(("k_scale", "v_scale"))}
     out = {"gguf": str(gguf)}
+    for case in GENERATED.values():
+        if case.model.startswith("type:") and case.model not in out:
+            name = case.model[5:]
+            out[case.model] = str(_typed_gguf(root / f"t-{TYPE_IDS[name]}.gguf", TYPE_IDS[name]))
     for name, fx in (("mla", mla), ("sinks", sinks), ("plain", b.bf16_llama()), ("exl3", b.exl3_fixture()),
                      ("fp8-kv-scales", b.fp8_ct_static()), ("fp8-no-kv-scales", no_kv_scales),
                      ("fp8-weights", weights_only), ("gpt-oss", b.gpt_oss_fixture())):
@@ -201,6 +221,40 @@ def decided_by(verdict: dict[str, Any]) -> set[str]:
     """Every matrix entry the verdict names as deciding or warning: the weight rule, each dimension's rule, risks."""
     ids = {verdict["rule_id"]} | {d.get("rule_id") for d in verdict["dimensions"]}
     return {i for i in ids | {r["id"] for r in verdict["risks"]} if i}
+
+
+def _typed_gguf(path: Path, type_id: int) -> Path:
+    """A header-only-valid GGUF with one 256x4 weight of ggml type ``type_id`` (any id: the bytes are filler)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+    block, size = (64, 18) if type_id == 42 else GGML_QUANT_SIZES.get(GGMLQuantizationType(type_id), (1, 1)) \
+        if type_id in {int(q) for q in Q} else (1, 1)
+    weight = 4 * (256 // block) * size
+    raw = RawGGUF(kvs=[kv_scalar("general.architecture", GGUFValueType.STRING, "llama"),
+                       kv_scalar("llama.context_length", GGUFValueType.UINT32, 2048)])
+    raw.tensors = [tensor_info("output_norm.weight", [256], Q.F32, 0),
+                   tensor_info("blk.0.attn_q.weight", [256, 4], type_id, 1024)]
+    raw.data = struct.pack("<256f", *([1.0] * 256)) + b"\x01" * weight
+    path.write_bytes(raw.build())
+    return path
+
+
+@pytest.mark.parametrize("rule_id", list(GENERATED))
+def test_each_generated_llama_cpp_rule_decides_where_it_was_read(files: dict[str, str], rule_id: str) -> None:
+    """At every listed build the rule's verified range covers (and the builds read at its ends) the rule decides,
+    with its own status; at the build just outside its versions it does not."""
+    case = GENERATED[rule_id]
+    status = next(r.status for r in load_matrix().engines["llama.cpp"].rules if r.id == rule_id) \
+        if case.table == "rule" else _status_of(("llama.cpp", "kv_rule", rule_id))
+    for build in case.inside:
+        verdict = check_json(files[case.model], f"{case.engine}=={build}", case.gpu, case.flags)
+        assert rule_id in decided_by(verdict), (build, verdict["status"], decided_by(verdict))
+        judged = verdict if case.table == "rule" else next(d for d in verdict["dimensions"] if d.get("rule_id") ==
+                                                           rule_id)
+        assert judged["status"] == status or (case.table == "rule" and verdict["dimensions"][0]["status"] == status)
+    if case.outside is not None:
+        verdict = check_json(files[case.model], f"{case.engine}=={case.outside}", case.gpu, case.flags)
+        assert rule_id not in decided_by(verdict), (case.outside, decided_by(verdict))
 
 
 @pytest.mark.parametrize("key", list(CASES), ids=[":".join(k[::2]) for k in CASES])
@@ -251,7 +305,9 @@ def test_every_new_rule_has_a_case_and_every_case_a_rule() -> None:
     assert set(CASES) <= set(shipped), sorted(set(CASES) - set(shipped))
     must = {k for k in shipped if k[1] in ("attention_rule", "kv_scale_rule", "issue")
             or (k[0] == "llama.cpp" and k[1] == "kv_rule")}
-    assert must <= set(CASES), sorted(must - set(CASES))
+    covered = set(CASES) | {("llama.cpp", case.table, rule_id) for rule_id, case in GENERATED.items()}
+    assert must <= covered, sorted(must - covered)
+    assert {("llama.cpp", "rule", i) for i, c in GENERATED.items() if c.table == "rule"} <= set(shipped)
 
 
 #: a file and line (path.ext:N or :N-M) or a tracker/pull-request link

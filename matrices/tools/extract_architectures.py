@@ -65,6 +65,7 @@ from qcheck.matrix.arch_sources import (  # noqa: E402
     parse_sglang_entry,
     parse_transformers_config,
     parse_transformers_gguf,
+    parse_transformers_model_type_kinds,
     parse_transformers_modeling,
     parse_trtllm_model_map,
     parse_trtllm_models,
@@ -433,11 +434,15 @@ def extract_transformers(versions: Sequence[str]) -> tuple[list[NameList], dict[
     read = {}
     for v, path in _releases("transformers", versions, pip_wheel):
         arc = Archive(path)
-        classes.seen[v] = parse_transformers_modeling(arc.text(arc.find("transformers/models/auto/modeling_auto.py")[0]))
+        modeling = arc.text(arc.find("transformers/models/auto/modeling_auto.py")[0])
+        classes.seen[v] = parse_transformers_modeling(modeling)
         mappings = arc.find("transformers/models/auto/auto_mappings.py")  # >= 5.8: the generated mapping moved here
-        types.seen[v] = dict.fromkeys(parse_transformers_config(
+        # a model_type's kind is that of the model mappings naming it (a model_type only CONFIG_MAPPING knows, a
+        # vision tower or an audio encoder, has no language-model head: other)
+        kinds = parse_transformers_model_type_kinds(modeling)
+        types.seen[v] = {t: kinds.get(t, "other") for t in sorted(parse_transformers_config(
             arc.text(arc.find("transformers/models/auto/configuration_auto.py")[0]),
-            *(arc.text(m) for m in mappings[:1])), "text")
+            *(arc.text(m) for m in mappings[:1])))}
         ggml = arc.find("transformers/integrations/ggml.py")
         gguf.seen[v] = dict.fromkeys(parse_transformers_gguf(arc.text(ggml[0])) if ggml else set(), "text")
         read[v] = f"{path.name} (PyPI wheel, sha256 {sha256(path)}...)"

@@ -54,6 +54,7 @@ def command(target: str | None, methods: tuple[str, ...], engines: tuple[str, ..
 
         matrix.validate()  # every engine file (a check reads only the engines it judges)
         report = audit(matrix)
+        report.require_verified(matrix)
         click.echo(f"matrix data OK: {len(matrix.engines)} engines, "
                    f"{sum(len(e.rules) for e in matrix.engines.values())} rules, "
                    f"{len(matrix.gpus.archs)} architectures, {len(matrix.gpus.gpus)} GPUs; {report.summary()}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 
 def _const_str(node: ast.AST) -> str | None:
@@ -71,22 +71,40 @@ _TRANSFORMERS_KIND = (
 )
 
 
-def parse_transformers_modeling(text: str) -> dict[str, str]:
-    """{HF class: kind} from modeling_auto.py's ``MODEL_*_MAPPING_NAMES`` (values are class names or tuples)."""
-    out: dict[str, str] = {}
+def _kind_mappings(text: str) -> Iterator[tuple[int, str, ast.AST]]:
+    """(rank in ``_TRANSFORMERS_KIND``, kind, mapping value) of modeling_auto.py's ``MODEL_*_MAPPING_NAMES`` whose name
+    says a kind (heads such as token classification or QA say nothing about loading a language model)."""
     for node in ast.parse(text).body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
         name = node.targets[0].id
         if not re.fullmatch(r"MODEL_[A-Z0-9_]*MAPPING_NAMES", name):
             continue
-        kind = next((k for needle, k in _TRANSFORMERS_KIND if needle in name), None)
-        if kind is None:
-            continue  # heads such as token classification or QA say nothing about loading a language model
-        for _, cls in _pairs(node.value):
+        found = next(((i, k) for i, (needle, k) in enumerate(_TRANSFORMERS_KIND) if needle in name), None)
+        if found is not None:
+            yield found[0], found[1], node.value
+
+
+def parse_transformers_modeling(text: str) -> dict[str, str]:
+    """{HF class: kind} from modeling_auto.py's ``MODEL_*_MAPPING_NAMES`` (values are class names or tuples)."""
+    out: dict[str, str] = {}
+    for _, kind, value in _kind_mappings(text):
+        for _, cls in _pairs(value):
             for c in cls:
                 out.setdefault(c, kind)
     return out
+
+
+def parse_transformers_model_type_kinds(text: str) -> dict[str, str]:
+    """{model_type: kind} from modeling_auto.py's ``MODEL_*_MAPPING_NAMES`` keys: of the mappings naming a model_type,
+    the kind that comes first in ``_TRANSFORMERS_KIND`` (a model_type with a multimodal mapping is multimodal even if
+    a causal-LM mapping names it too: ``nemo_speechlm`` is a speech model)."""
+    best: dict[str, tuple[int, str]] = {}
+    for rank, kind, value in _kind_mappings(text):
+        for model_type, _ in _pairs(value):
+            if model_type not in best or rank < best[model_type][0]:
+                best[model_type] = (rank, kind)
+    return {t: k for t, (_, k) in best.items()}
 
 
 def parse_transformers_config(*texts: str) -> set[str]:

@@ -59,7 +59,7 @@ def attention_type(inspection: Inspection) -> AttentionType | None:
 def judge_attention(deployment: Deployment) -> Judgement | None:
     """The attention-backend judgement, or None when the engine has no data or the model no attention facts."""
     from qcheck.matrix.kvcache import UNQUANTISED, requested_kv
-    from qcheck.matrix.rules import decide, fill, matching_rules, pick_backend, placeholders
+    from qcheck.matrix.rules import decide_pool, fill, not_read_reason, placeholders
 
     engine = deployment.request.engine
     if engine.attention is None or not engine.attention_rules or deployment.inspection.adapter is not None:
@@ -72,9 +72,15 @@ def judge_attention(deployment: Deployment) -> Judgement | None:
     pool = [r.rule for r in engine.attention_rules if r.kind == kind.kind
             and (r.sinks is None or r.sinks == kind.sinks) and (r.sliding is None or r.sliding == kind.sliding)
             and (r.kv_dtypes is None or kv in r.kv_dtypes)]
-    backend, _ = pick_backend(engine, deployment.request.backend, deployment.target)
-    winners = decide(engine, matching_rules(engine, deployment.inspection, deployment.at, deployment.target,
-                                            backend, pool))
+    winners, unread, backend = decide_pool(engine, deployment.inspection, deployment.at, deployment.target,
+                                           deployment.request.backend, pool)
+    if unread:
+        shown: list[Source] = []
+        for spec in (s for r in unread for s in r.sources):
+            if (src := Source(ref=spec.ref, version=spec.version, note=spec.note)) not in shown:
+                shown.append(src)
+        return Judgement(DIMENSION, "unknown", [f"{kind.label}: {not_read_reason(engine, deployment.version, unread)}"],
+                         shown, rule_id="not-read")
     if not winners:
         return None
     rule = winners[0][0]

@@ -117,14 +117,16 @@ def _refused(engine: Engine, kv: KvCache, asked: AskedKv) -> Judgement | None:
 
 
 def _judge_pair(deployment: Deployment, engine: Engine, kv: KvCache, asked: AskedKv) -> Judgement | None:
-    from qcheck.matrix.rules import decide, fill, matching_rules, pick_backend, placeholders
+    from qcheck.matrix.rules import decide_pool, fill, not_read_reason, placeholders
 
     what = f"{kv.flag} {asked.label}" if asked.origin == "flag" else f"the checkpoint's {asked.k} KV cache"
     rules = [r.rule for r in engine.kv_rules if r.pair.holds(asked.k, asked.v)
              and _knobs_hold(r, deployment.deploy.knobs)]
-    backend, _ = pick_backend(engine, deployment.request.backend, deployment.target)
-    winners = decide(engine, matching_rules(engine, deployment.inspection, deployment.at, deployment.target,
-                                            backend, rules))
+    winners, unread, backend = decide_pool(engine, deployment.inspection, deployment.at, deployment.target,
+                                           deployment.request.backend, rules)
+    if unread:
+        return Judgement(DIMENSION, "unknown", [f"{what}: {not_read_reason(engine, deployment.version, unread)}"],
+                         _sources([s for r in unread for s in r.sources]), rule_id="not-read")
     if not winners:
         if asked.quantised:  # asked for, or declared by a checkpoint this engine reads it from
             where = deployment.target.arch.id if deployment.target else "the provider"
@@ -161,7 +163,7 @@ def _add_scale_risks(judgement: Judgement, deployment: Deployment, asked: AskedK
     pool = [r for r in engine.kv_scale_rules if asked.k in r.dtypes and lacking[r.missing]]
     backend, _ = pick_backend(engine, deployment.request.backend, deployment.target)
     held = {id(r) for r, _ in matching_rules(engine, deployment.inspection, deployment.at, deployment.target, backend,
-                                             [r.rule for r in pool])}
+                                             [r.rule for r in pool], read_only=True)}
     for scale_rule in (r for r in pool if id(r.rule) in held):
         kv_layers = min(scales.k_scales, scales.v_scales)
         qp_layers = min(scales.q_scales, scales.prob_scales)

@@ -9,7 +9,6 @@ reads them all.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Collection, ItemsView, Iterator, Mapping, ValuesView
@@ -72,12 +71,22 @@ from qcheck.matrix.schema import (
     require_str,
     type_name,
 )
-from qcheck.matrix.versions import SCHEMES, parse_specifier, parse_version
+from qcheck.matrix.versions import (
+    SCHEMES,
+    contains,
+    parse_ordered,
+    parse_specifier,
+    parse_verified,
+    parse_version,
+)
 
 _CC_VALUE = re.compile(r"^\d{1,2}\.\d$")
 
 if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
+
+    from qcheck.matrix.versions import Verified
 
 
 _RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -215,8 +224,14 @@ class Matrix:
         raise UsageError(f"unknown engine {name!r}{hint} (known: {', '.join(sorted(self.engines))})")
 
     def validate(self) -> None:
-        """Read and validate every engine file now (``qcheck matrix --validate``, the data tests)."""
+        """Read and validate every engine file now (``qcheck matrix --validate``, the data tests), with the facts
+        files of their generated rules."""
+        from qcheck.matrix.generated import validate_facts
+
         self.engines.load_all()
+        for engine in self.engines.values():
+            if engine.generated_facts is not None:
+                validate_facts(self.root, engine.generated_facts, engine.id, engine.scheme)
 
 
 _CACHE: dict[Path, Matrix] = {}
@@ -360,12 +375,19 @@ def _load_engine(root: Path, file: Path, gpus: GpuTable, raw: dict[str, Any]) ->
         ctx.fail("missing-key", "missing the [engine] table")
     engine = _engine_head(head, _load_sources(raw.get("sources", {}), display), display, file.stem)
     _load_rules(raw, engine, gpus)
+    generated = root / "generated" / f"{engine.id}.toml"
+    if generated.is_file():
+        _load_generated(root, generated, engine, gpus, raw)
     engine.suggestions = _load_suggestions(raw.get("suggestion", []), display, engine.id, engine.sources, gpus,
                                            engine)
     engine.builds = _load_builds(raw.get("build", []), engine)
     engine.kv_cache, engine.kv_rules = _load_kv(raw, engine, gpus)
     engine.kv_scale_rules = _load_kv_scale_rules(raw.get("kv_scale_rule", []), engine, gpus)
     engine.attention, engine.attention_rules = _load_attention(raw, engine, gpus)
+    if engine.generated_rules is not None:
+        engine.kv_rules += engine.generated_rules[0]
+        engine.attention_rules += engine.generated_rules[1]
+        engine.generated_rules = None
     engine.parallel = _load_parallel(raw.get("parallel"), engine)
     if "memory" in raw:
         from qcheck.matrix.memory_params import parse_memory
@@ -392,26 +414,25 @@ def _engine_head(head: dict[str, Any], sources: dict[str, SourceSpec], display: 
     versions = _str_list(head, "versions", ectx)
     parsed = _parse_versions(versions, scheme, ectx)
     hardware, hardware_sources = _engine_hardware(head, kind, sources, ectx)
+    rules_verified = head.get("rules_verified", False)
+    if not isinstance(rules_verified, bool):
+        ectx.fail("bad-type", "rules_verified must be true or false")
     return Engine(
         id=ident, name=require_str(head, "name", ectx), file=display,
         aliases=tuple(_str_list(head, "aliases", ectx, allow_empty=True) if "aliases" in head else ()),
         kind=kind, scheme=scheme, versions=tuple(versions), parsed_versions=tuple(parsed),
         hardware=tuple(hardware), hardware_sources=hardware_sources, backends=_load_backends(head, display),
         sources=sources, note=head.get("note"), floor=_data_floor(parsed, sources, scheme),
+        rules_verified=rules_verified,
     )
 
 
 def _parse_versions(versions: list[str], scheme: str, ctx: Where) -> list[Version]:
     """``versions``, parsed in the engine's scheme and strictly increasing."""
-    parsed = []
-    for v in versions:
-        try:
-            parsed.append(parse_version(v, scheme))
-        except ValueError as exc:
-            ctx.fail("bad-version", f"versions: {exc}")
-    if any(b <= a for a, b in itertools.pairwise(parsed)):
-        ctx.fail("versions-order", f"versions must be strictly increasing, oldest first: {versions}")
-    return parsed
+    try:
+        return parse_ordered(versions, scheme)
+    except ValueError as exc:
+        ctx.fail("versions-order" if "increasing" in str(exc) else "bad-version", f"versions: {exc}")
 
 
 def _engine_hardware(head: dict[str, Any], kind: str, sources: dict[str, SourceSpec], ctx: Where
@@ -482,6 +503,65 @@ def _load_rules(raw: dict[str, Any], engine: Engine, gpus: GpuTable) -> None:
                                                     f"id {rule.id!r} is also used by {seen[rule.id]}")
             seen[rule.id] = rule.label
             into.append(rule)
+
+
+GENERATED_KEYS = {"generated", "sources", "rule", "kv_rule", "attention_rule"}
+GENERATED_HEAD_KEYS = {"engine", "generated_by", "releases", "facts", "note"}
+
+
+def _load_generated(root: Path, file: Path, engine: Engine, gpus: GpuTable, raw: dict[str, Any]) -> None:
+    """``matrices/generated/<engine>.toml``: rules an extractor wrote from the released code (matrices/SCHEMA.md
+    §2.8), validated like the hand-written ones (every one with ``verified``) and appended to them, marked
+    ``generated``; their ``[sources]`` are the generated file's own. Ids are unique across both files."""
+    display = files.display(root, file)
+    data = files.read_toml(root, file)
+    ctx = Where(display)
+    for key in data:
+        if key not in GENERATED_KEYS:
+            ctx.fail("unknown-key", f"unknown top-level key {key!r} (allowed: [generated], [sources], [[rule]], "
+                                    "[[kv_rule]], [[attention_rule]])")
+    head = data.get("generated")
+    hctx = Where(display, "[generated]")
+    if not isinstance(head, dict):
+        ctx.fail("missing-key", "missing the [generated] table")
+    check_keys(head, GENERATED_HEAD_KEYS, {"engine", "generated_by", "releases"}, hctx)
+    if head["engine"] != engine.id:
+        hctx.fail("file-name-mismatch", f"engine {head['engine']!r} must be {engine.id!r} (the file name)")
+    releases = _str_list(head, "releases", hctx)
+    _parse_versions(releases, engine.scheme, hctx)
+    holder = Engine(id=engine.id, name=engine.name, file=display, aliases=(), kind=engine.kind, scheme=engine.scheme,
+                    versions=engine.versions, parsed_versions=engine.parsed_versions, hardware=engine.hardware,
+                    hardware_sources=(), backends=engine.backends,
+                    sources=_generated_sources(data, display, engine), rules_verified=True)
+    _load_rules({"rule": data.get("rule", [])}, holder, gpus)
+    extra: dict[str, Any] = {k: raw[k] for k in ("kv_cache", "attention") if k in raw}
+    _, holder.kv_rules = _load_kv({**extra, "kv_rule": data.get("kv_rule", [])}, holder, gpus)
+    _, holder.attention_rules = _load_attention({**extra, "attention_rule": data.get("attention_rule", [])}, holder,
+                                                gpus)
+    hand = {r.id for r in engine.rules} | {r.id for r in engine.modifiers} | {r.rule.id for r in engine.kv_rules}
+    for rule in [*holder.rules, *(r.rule for r in holder.kv_rules), *(r.rule for r in holder.attention_rules)]:
+        if rule.id in hand:
+            Where(display, rule.label).fail("duplicate-rule-id", f"id {rule.id!r} is also a rule of {engine.file}")
+        rule.generated = True
+    engine.rules.extend(holder.rules)
+    engine.generated_rules = (holder.kv_rules, holder.attention_rules)
+    engine.generated_releases = tuple(releases)
+    if "facts" in head:
+        facts = root / require_str(head, "facts", hctx)
+        if not facts.is_file() or root.resolve() not in facts.resolve().parents:
+            hctx.fail("missing-key", f"facts file {head['facts']!r} does not exist under {root.name}/")
+        engine.generated_facts = facts
+
+
+def _generated_sources(data: dict[str, Any], display: str, engine: Engine) -> dict[str, SourceSpec]:
+    """The generated file's ``[sources]`` beside the engine file's (which its ``[kv_cache]``/``[attention]`` name);
+    a name both define is an error."""
+    own = _load_sources(data.get("sources", {}), display)
+    for name in own:
+        if name in engine.sources:
+            Where(display, f"[sources] {name}").fail("duplicate-name", f"source {name!r} is also defined in "
+                                                                       f"{engine.file}")
+    return {**engine.sources, **own}
 
 
 def _load_parallel(table: Any, engine: Engine) -> ParallelSpec | None:
@@ -791,6 +871,10 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
             versions = parse_specifier(versions_text, engine.scheme)
         except ValueError as exc:
             ctx.fail("bad-version-spec", f"versions: {exc}")
+    verified = _verified(entry, engine, versions, versions_text, modifier, ctx)
+    gate = entry.get("gate", False)
+    if not isinstance(gate, bool) or (gate and status != "unsupported"):
+        ctx.fail("bad-type", "gate must be true or false, and only an 'unsupported' rule is a gate")
     methods = _methods(entry, ctx)
     match = compile_match(entry.get("match", {}), ctx.fail) if "match" in entry else ()
     if "hardware" in entry:
@@ -825,7 +909,31 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     return Rule(id=ident, file=engine.file, index=index, versions=versions, versions_text=versions_text,
                 methods=methods, match=match, hardware=hardware, backends=backends, status=status,
                 kernel=kernel, requires=requires, reasons=reasons, warnings=warnings, sources=sources,
-                priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as)
+                priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as,
+                verified=verified, gate=gate)
+
+
+def _verified(entry: dict[str, Any], engine: Engine, versions: SpecifierSet | None, versions_text: str | None,
+              modifier: bool, ctx: Where) -> Verified | None:
+    """A rule's ``verified``: the releases it was read at, within its ``versions``; required (except on modifiers)
+    in a file with ``[engine] rules_verified = true``."""
+    if "verified" not in entry:
+        if engine.rules_verified and not modifier:
+            ctx.fail("missing-verified", "every rule must state the releases it was read at: verified = [\"0.33.0\", "
+                                         "...] or a closed range such as \">=0.14.0,<=0.28.0\"")
+        return None
+    try:
+        verified = parse_verified(entry["verified"], engine.scheme)
+    except ValueError as exc:
+        ctx.fail("bad-verified", f"verified: {exc}")
+    if versions is not None:
+        ends = [*verified.exact, *(parse_version(s.version, engine.scheme) for spec in verified.ranges
+                                   for s in spec if s.operator in ("==", ">=", "<="))]
+        outside = sorted(str(v) for v in ends if not contains(versions, v))
+        if outside:
+            ctx.fail("bad-verified", f"verified names {', '.join(outside)}, outside the rule's versions "
+                                     f"{versions_text!r}: a rule says nothing about releases it does not cover")
+    return verified
 
 
 def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],

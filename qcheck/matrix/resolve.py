@@ -13,9 +13,11 @@ from qcheck.errors import UsageError
 from qcheck.matrix.deployment import EngineRequest
 from qcheck.matrix.rules import (
     decide,
+    decide_read,
     dedupe,
     fill,
     matching_rules,
+    not_read_reason,
     pick_backend,
     placeholders,
 )
@@ -197,8 +199,13 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
             verdict.sources = _sources(engine.hardware_sources or tuple(engine.sources.values())[:1])
             verdict.rule_id = "engine-version"
             return verdict, []
-    winners = decide(engine, candidates)
+    winners, unread = decide_read(engine, candidates, at)
     where = f"{target.arch.id}" if target else "the provider"
+    if unread:
+        verdict.reasons = [not_read_reason(engine, version, unread)]
+        verdict.sources = _sources([s for r in unread for s in r.sources])
+        verdict.rule_id = "not-read"
+        return verdict, []
     if not winners:
         if inspection.adapter is not None:
             kind = inspection.adapter.label
@@ -217,7 +224,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
         return verdict, []
     rule = winners[0][0]
     modifiers = [(m, t) for m, t in matching_rules(engine, inspection, at, target, backend,
-                                                   engine.rules_for(method, modifiers=True))
+                                                   engine.rules_for(method, modifiers=True), read_only=True)
                  if rule.status in m.when]
     winners = winners + modifiers
     types = dedupe([t for _, ts in winners for t in ts])

@@ -65,11 +65,13 @@ def pick_backend(engine: Engine, explicit: str | None, target: Target | None) ->
 
 
 def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: Target | None,
-                   backend: Backend | None, rules: Sequence[R] | None = None) -> list[tuple[R, list[str]]]:
+                   backend: Backend | None, rules: Sequence[R] | None = None, *,
+                   read_only: bool = False) -> list[tuple[R, list[str]]]:
     """Every rule whose versions, methods, match, hardware and backend conditions hold, with matched types.
 
     ``rules`` defaults to the engine's rules for the method; modifiers and ``[[suggestion]]`` entries
-    carry the same conditions and are matched by passing them instead.
+    carry the same conditions and are matched by passing them instead. ``read_only``: only rules read at ``at``
+    (for what adds to a decided verdict: modifiers, KV-scale rules); deciding rules go through ``decide_read``.
     """
     method = inspection.quantization.method
     adapter = inspection.adapter is not None
@@ -79,6 +81,8 @@ def matching_rules(engine: Engine, inspection: Inspection, at: Version, target: 
         if adapter and not any(c.key.startswith("adapter") for c in rule.match):
             continue  # an adapter is not a model: only rules written for adapters judge it
         if rule.versions is not None and not contains(rule.versions, at):
+            continue
+        if read_only and isinstance(rule, Rule) and not read_at(rule, at):
             continue
         if rule.methods is not None and method not in rule.methods:
             continue
@@ -121,3 +125,49 @@ def decide(engine: Engine, candidates: list[tuple[Rule, list[str]]]) -> list[tup
                 f"specificity {best[0]} and priority {best[1]}: narrow one of them or set 'priority'",
                 rule=f"rules '{first.id}' and '{rule.id}'")
     return winners
+
+
+def read_at(rule: Rule, at: Version) -> bool:
+    """Whether the rule was read at ``at`` (its ``verified`` covers it; a rule of a file not yet migrated to
+    ``rules_verified`` counts as read wherever its ``versions`` hold)."""
+    return rule.verified is None or rule.verified.covers(at)
+
+
+def decide_read(engine: Engine, candidates: list[tuple[Rule, list[str]]], at: Version
+                ) -> tuple[list[tuple[Rule, list[str]]], list[Rule]]:
+    """(winners, unread): the deciding rule(s) among those read at ``at``, or, when a rule that was not read there
+    is more specific than every rule that was (it would decide, but nobody has read this release for it), no
+    winner and those unread rules: the answer is then ``unknown``, naming where they were read. A gate read at
+    ``at`` (the engine refuses before anything more specific applies) decides over both, unless the rule read there
+    that decides refuses too and is at least as specific (its message is the better one)."""
+    read = [(r, t) for r, t in candidates if read_at(r, at)]
+    unread = [(r, t) for r, t in candidates if not read_at(r, at) and not r.gate]
+    winners = decide(engine, [(r, t) for r, t in read if not r.gate])
+    gates = [(r, t) for r, t in read if r.gate]
+    if gates:
+        gate = max((r.specificity, r.priority) for r, _ in gates)
+        first = winners[0][0] if winners else None
+        if first is None or first.status != "unsupported" or (first.specificity, first.priority) < gate:
+            return decide(engine, gates), []
+    if unread:
+        best = max((r.specificity, r.priority) for r, _ in unread)
+        if not winners or best > (winners[0][0].specificity, winners[0][0].priority):
+            return [], [r for r, _ in unread if (r.specificity, r.priority) == best]
+    return winners, []
+
+
+def decide_pool(engine: Engine, inspection: Inspection, at: Version, target: Target | None, explicit: str | None,
+                pool: Sequence[Rule]) -> tuple[list[tuple[Rule, list[str]]], list[Rule], Backend | None]:
+    """``decide_read`` over one pool of a dimension's rules (KV pairs, attention) on the backend the engine picks:
+    (winners, unread, backend)."""
+    backend, _ = pick_backend(engine, explicit, target)
+    winners, unread = decide_read(engine, matching_rules(engine, inspection, at, target, backend, pool), at)
+    return winners, unread, backend
+
+
+def not_read_reason(engine: Engine, version: str, unread: list[Rule]) -> str:
+    """"unknown: read at X-Y": why a combination some rule answers at other releases is unknown at this one."""
+    shown = "; ".join(f"'{r.id}' ({r.status}) was read at {r.verified.label if r.verified else '?'}"
+                      for r in unread)
+    return (f"{engine.name} {version} was not read for this: the rule that answers it at other releases ({shown}) "
+            "says nothing about this one")

@@ -53,12 +53,15 @@ from qcheck.matrix.vocab import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
     from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
+    from qcheck.matrix.versions import Verified
 
 __all__ = ["ARCH_KEYS", "ATTENTION_KEYS", "ATTENTION_KINDS", "ATTENTION_RULE_KEYS", "BACKEND_KEYS",
            "BUILD_KEYS", "ENGINE_FILE_KEYS", "ENGINE_KEYS", "FORMATS", "GPU_KEYS", "KINDS",
@@ -165,6 +168,14 @@ class Rule:
     extra_conditions: int = 0
     #: the dtype the engine holds the weights in after converting them at load (None: kept as stored)
     weights_loaded_as: str | None = None
+    #: the releases the rule was read at (``verified``): it answers only there (None: a file not yet migrated to
+    #: ``rules_verified``, whose rules answer wherever ``versions`` holds)
+    verified: Verified | None = None
+    #: the engine refuses here before any more specific rule could apply (a registry, platform or minimum
+    #: capability check): where it holds and was read, it decides over rules read or not (only ``unsupported``)
+    gate: bool = False
+    #: loaded from ``matrices/generated/<engine>.toml`` (extracted from the released code, never typed)
+    generated: bool = False
 
     @property
     def specificity(self) -> int:
@@ -376,6 +387,15 @@ class Engine:
     parallel: ParallelSpec | None = None
     #: the [memory] table, None when the data has none
     memory: EngineMemory | None = None
+    #: ``[engine] rules_verified = true``: every rule of the file states the releases it was read at (``verified``)
+    rules_verified: bool = False
+    #: ``matrices/generated/<engine>.toml`` was loaded: the releases its facts were extracted from
+    generated_releases: tuple[str, ...] = ()
+    #: the facts file the generated rules were derived from (``[generated] facts``), checked by ``--validate``
+    generated_facts: Path | None = None
+    #: the generated file's KV-pair and attention rules, while the engine file's own are being loaded (the loader
+    #: appends them after those; None afterwards)
+    generated_rules: tuple[list[KvRule], list[AttentionRule]] | None = field(default=None, repr=False, compare=False)
     _by_method: dict[tuple[str, bool], list[Rule]] = field(default_factory=dict, repr=False, compare=False)
 
     @property

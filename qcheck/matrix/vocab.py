@@ -36,26 +36,26 @@ KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "
 PARALLEL_KEYS = {"layouts", "checks", "flags", "sources", "note"}
 BUILD_KEYS = {"versions", "cuda_sass", "cuda_ptx", "reason", "sources", "note"}
 ENGINE_KEYS = {"id", "name", "aliases", "kind", "version_scheme", "versions", "hardware", "hardware_sources",
-               "backends", "note"}
+               "backends", "rules_verified", "note"}
 BACKEND_KEYS = {"vendors", "default", "note"}
 SOURCE_KEYS = {"ref", "version", "note"}
 RULE_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "status", "kernel", "requires",
-             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as"}
+             "reasons", "warnings", "sources", "priority", "note", "weights_loaded_as", "verified", "gate"}
 #: the dtypes a rule may say an engine holds weights in after converting them at load (``weights_loaded_as``)
 LOADED_DTYPES = ("bfloat16", "float16", "float32")
 MODIFIER_KEYS = {"id", "versions", "methods", "match", "hardware", "backend", "when", "requires", "reasons", "warnings",
-                 "sources", "note"}
+                 "sources", "note", "verified"}
 SUGGESTION_KEYS = {"id", "versions", "methods", "when", "hardware", "match", "backend", "text", "command", "sources", "note"}
 #: a [[kv_rule]] judges the (K, V) pair: ``dtypes`` (both in it), ``k_dtypes``/``v_dtypes``, ``pairs`` ("K-V"),
 #: ``mixed`` (K differs from V), plus ``knobs`` (engine settings of the request, qcheck.request.EngineKnobs)
 KV_PAIR_KEYS = ("dtypes", "k_dtypes", "v_dtypes", "pairs", "mixed")
-KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | set(KV_PAIR_KEYS) | {"knobs"}
+KV_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as", "gate"}) | set(KV_PAIR_KEYS) | {"knobs"}
 #: placeholders a [[kv_rule]] may use besides PLACEHOLDERS: the K and V cache types judged
 KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
 #: ``[attention]`` and ``[[attention_rule]]``: the attention backend an engine picks for the model's attention type
 ATTENTION_KEYS = {"flag", "sources", "note"}
 ATTENTION_KINDS = ("standard", "mla")
-ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"attention", "sinks", "sliding",
+ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as", "gate"}) | {"attention", "sinks", "sliding",
                                                                                   "kv_dtypes"}
 #: ``known_issues.toml`` ``[[issue]]``: a tracker report that changes what a user gets (qcheck.matrix.known_issues)
 KNOWN_ISSUE_KEYS = ({"id", "engine", "versions", "methods", "match", "hardware", "backend", "knobs", "effect", "title",
@@ -65,7 +65,8 @@ KNOWN_ISSUE_EFFECTS = ("warning", "fallback", "unsupported")
 KNOWN_ISSUE_VERIFIED = ("code", "maintainer")
 KNOWN_ISSUE_STATES = ("open", "closed", "fixed")
 #: a [[kv_scale_rule]]: what the engine does with a quantised cache whose scale tensors the checkpoint lacks
-KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backend", "message", "sources", "note"}
+KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backend", "message", "sources", "note",
+                      "verified"}
 #: which scales a [[kv_scale_rule]] is about: K/V (the cache) or Q/softmax-probability (FP8 attention)
 KV_SCALE_MISSING = ("kv", "qp")
 #: placeholders of a [[kv_scale_rule]] message: the KV placeholders, the layers covered and an example layer

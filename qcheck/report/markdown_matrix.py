@@ -134,4 +134,7 @@ def render(result: MatrixResult) -> str:
         for source in matrix.shared_sources.values():
             lines.append(f"- `{source.name}`: {_escape(source.ref)} @ {_escape(source.version)}")
         lines.append("")
+    audit = matrix.root / "AUDIT.md"  # the self-audit of the rules (issue #35), kept beside the data it audits
+    if audit.is_file():
+        lines += ["", audit.read_text(encoding="utf-8").strip(), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from qcheck.matrix.resolve import decide, matching_rules, pick_backend, select_version
+from qcheck.matrix.rules import decide_read
 from qcheck.matrix.schema import MatrixDataError, Target
 from qcheck.matrix.versions import contains
 from qcheck.model import Inspection
@@ -48,7 +49,7 @@ def rule_ties(matrix: Any, probes: Mapping[str, Sequence[Inspection]], targets: 
                             continue
                         for probe in inspections:
                             try:
-                                decide(engine, matching_rules(engine, probe, at, target, backend, rules))
+                                decide_read(engine, matching_rules(engine, probe, at, target, backend, rules), at)
                             except MatrixDataError as exc:
                                 errors.add(str(exc))
     return errors, decided
