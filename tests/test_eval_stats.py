@@ -69,3 +69,58 @@ def test_paired_bootstrap_ratio_brackets_recovery():
     iv = stats.paired_bootstrap_ratio(cand, ref, n_boot=1000, seed=1)
     assert iv.low < 0.9 < iv.high
     assert iv.high <= 1.0 + 1e-12
+
+
+def _replicates(values: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """The bootstrap replicates written out independently: draw k clusters with replacement, token-weighted mean."""
+    ids = sorted(set(clusters.tolist()))
+    sums = np.array([values[clusters == c].sum() for c in ids])
+    counts = np.array([(clusters == c).sum() for c in ids], dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(ids), size=(n_boot, len(ids)))
+    return sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+
+
+@pytest.mark.parametrize("level", [0.95, 0.9, 0.5])
+def test_cluster_bootstrap_interval_is_at_the_level_percentiles(level):
+    """A 95 % interval is the 2.5th and 97.5th percentile of the replicates, not the 5th and 95th: 2.5 % of the
+    replicates fall below it and 2.5 % above (a 90 % interval labelled 95 % is ~12 % narrower; the gate reads its
+    upper end)."""
+    rng = np.random.default_rng(3)
+    docs = np.repeat(np.arange(40), rng.integers(5, 60, 40))
+    values = rng.gamma(2.0, 0.01, docs.size) * rng.uniform(0.5, 2.0, 40)[docs]
+    iv = stats.cluster_bootstrap_mean(values, docs, n_boot=2000, seed=11, level=level)
+    est = _replicates(values, docs, 2000, 11)
+    tail = 100 * (1 - level) / 2
+    assert (iv.low, iv.high) == pytest.approx((np.percentile(est, tail), np.percentile(est, 100 - tail)), rel=1e-12)
+    assert np.mean(est < iv.low) == pytest.approx((1 - level) / 2, abs=1 / 2000)
+    assert np.mean(est > iv.high) == pytest.approx((1 - level) / 2, abs=1 / 2000)
+    assert (iv.method, iv.level, iv.to_json()["level"]) == ("cluster-bootstrap", level, level)
+
+
+def test_cluster_bootstrap_chunks_give_the_same_replicates_as_one_draw():
+    """Many clusters are drawn in chunks of at most 2,000,000 indices; the chunks continue one random stream."""
+    clusters = np.arange(5000)  # 2,000,000 // 5000 = 400 replicates a chunk: 1000 replicates in 3 chunks
+    values = np.random.default_rng(1).exponential(1.0, 5000)
+    iv = stats.cluster_bootstrap_mean(values, clusters, n_boot=1000, seed=4)
+    est = _replicates(values, clusters, 1000, 4)
+    assert (iv.low, iv.high) == pytest.approx((np.percentile(est, 2.5), np.percentile(est, 97.5)), rel=1e-12)
+
+
+def test_paired_bootstrap_ratio_interval_is_at_the_level_percentiles():
+    rng = np.random.default_rng(5)
+    den = (rng.random(300) < 0.7).astype(float)
+    num = den * (rng.random(300) < 0.9)
+    iv = stats.paired_bootstrap_ratio(num, den, n_boot=1500, seed=9, level=0.9)
+    draws = np.random.default_rng(9).integers(0, 300, size=(1500, 300))
+    est = num[draws].sum(axis=1) / den[draws].sum(axis=1)
+    assert (iv.low, iv.high) == pytest.approx((np.percentile(est, 5), np.percentile(est, 95)), rel=1e-12)
+    assert (iv.method, iv.level) == ("paired-bootstrap", 0.9)
+
+
+def test_percentile_interval_is_the_one_home_of_the_quantiles():
+    reps = np.arange(1, 101, dtype=float)  # 1..100: numpy's linear quantile at 2.5 % is 1 + 0.025 x 99
+    iv = stats.percentile_interval(reps, 0.95, "m")
+    assert (iv.low, iv.high, iv.method, iv.level) == (pytest.approx(3.475), pytest.approx(97.525), "m", 0.95)
+    empty = stats.percentile_interval(np.array([]), 0.95, "m")
+    assert math.isnan(empty.low) and math.isnan(empty.high)
+    assert empty.to_json() == {"low": None, "high": None, "method": "m", "level": 0.95}
