@@ -439,3 +439,12 @@ def test_bnb_quant_type_disagrees_with_quant_state() -> None:
     (finding,) = _mismatches(insp)
     assert finding.message == "bnb_4bit_quant_type fp4, but the tensors' quant_state is nf4"
     assert insp.quantization.weight_dtype == "nf4"
+
+
+def test_bits_per_weight_is_one_formula_for_every_container() -> None:
+    from qcheck.classify.base import bits_per_weight
+
+    assert bits_per_weight(18, 32) == 4.5  # a Q4_0 block
+    assert bits_per_weight(1, 3) == 2.6667  # four decimals
+    assert bits_per_weight(1, 10**6) == 8e-06  # not rounded to 0
+    assert bits_per_weight(0, 32) is None and bits_per_weight(18, 0) is None

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from qcheck.classify.adapter import apply_adapter, is_adapter
 from qcheck.classify.arch import fill_from_config, fill_from_tensors
-from qcheck.classify.base import Draft, Hints, QLinear
+from qcheck.classify.base import Draft, Hints, QLinear, bits_per_weight
 from qcheck.classify.configs import ConfigView, as_int, first, read_configs
 from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, tensor_nbytes
 from qcheck.classify.fingerprints import config_family, scan_all
@@ -426,7 +426,7 @@ def _quantization(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draft:
             continue
         nbytes += sum(s or 0 for s in sizes)
         elements += x.logical
-    q.bits_per_weight = (round(nbytes * 8 / elements, 4) or nbytes * 8 / elements) if elements and nbytes else None
+    q.bits_per_weight = bits_per_weight(nbytes, elements)
     return q
 
 
