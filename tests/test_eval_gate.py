@@ -203,6 +203,9 @@ def test_explicit_values_beat_the_tier_in_any_order_and_base_values_survive():
     # the tier replaces what the base had for its own keys (a policy's tier over the defaults)
     assert Thresholds.from_mapping({"tier": "good"}, base=base).max_kld == 0.03
     assert Thresholds.from_mapping({"use-intervals": False}, base=base).use_intervals is False
+    # keys after the tier are read too, in any order
+    after = Thresholds.from_mapping({"tier": "good", "max-kld": 0.02, "use_intervals": True, "max-flips": 0.05})
+    assert (after.max_kld, after.min_top1, after.use_intervals, after.max_flips) == (0.02, 0.92, True, 0.05)
 
 
 def test_merged_fills_only_unset_values_unless_told_to_override():
