@@ -69,9 +69,9 @@ def _classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]
     return insp, qlinears
 
 
-def type_stats(checkpoint: Checkpoint, table: TensorTable | None = None) -> list[dict[str, Any]]:
-    """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first."""
-    table = table if table is not None and table.tensors is checkpoint.tensors else TensorTable(checkpoint.tensors)
+def type_stats(checkpoint: Checkpoint, table: TensorTable) -> list[dict[str, Any]]:
+    """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first (``table``: the
+    checkpoint's tensors as columns)."""
     count = Counter(table.dtypes)
     nbytes = table.nbytes()
     if checkpoint.container == "safetensors" and None in nbytes:

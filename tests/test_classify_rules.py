@@ -1,0 +1,208 @@
+"""The classifier's rules at their edges, each through ``classify`` on a fixture built for it: config numbers at the
+limits of what a real config can say, the warnings that name a mixed or misdeclared checkpoint, the pickle message's
+cut-off, and what the tensors alone say when no config does."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from qcheck.classify import classify, unsafe_pickle_message
+from qcheck.model import Checkpoint, Inspection, SourceFile
+from support import builders as b
+
+
+def _mismatches(insp: Inspection) -> list[str]:
+    return [f.message.split(" (")[0] for f in insp.findings if f.kind == "config-mismatch"]
+
+
+def _gptq_with(**config: object) -> Inspection:
+    fx = b.gptq_fixture()
+    fx.configs["config.json"]["quantization_config"].update(config)
+    return classify(fx.checkpoint())
+
+
+@pytest.mark.parametrize("bits, kept", [(0, False), (1, True), (64, True), (65, False), (-4, False)])
+def test_config_bits_outside_1_to_64_are_dropped_not_reported(bits, kept):
+    """A config's bits in 1..64 are checked against the packed shapes (here 4-bit: a finding when they differ);
+    0, negative or over 64 is no number a real config has: dropped, no finding."""
+    insp = _gptq_with(bits=bits)
+    assert insp.quantization.weight_bits == 4
+    assert _mismatches(insp) == ([f"config says {bits}-bit weights, but packed tensor shapes give 4-bit"]
+                                 if kept else [])
+
+
+@pytest.mark.parametrize("group, kept", [(0, False), (1, True), (-1, True), (-2, False), (64, True)])
+def test_config_group_sizes_that_cannot_be_real_are_dropped(group, kept):
+    insp = _gptq_with(group_size=group)
+    assert insp.quantization.group_size == 128
+    assert _mismatches(insp) == ([f"config says group_size {group}, but tensor shapes give 128"] if kept else [])
+
+
+@pytest.mark.parametrize("block, kept", [([128, 128], False), ([64, 64], True), ([0, 128], False),
+                                         ([128, 0], False), ([128], False), ([128, 128, 128], False)])
+def test_config_block_sizes_other_than_two_positive_edges_are_dropped(block, kept):
+    fx = b.fp8_block_deepseek()
+    fx.configs["config.json"]["quantization_config"]["weight_block_size"] = block
+    insp = classify(fx.checkpoint())
+    assert insp.quantization.block_size == [128, 128]
+    assert _mismatches(insp) == (["config says block size [64, 64], but scale shapes give [128, 128]"] if kept else [])
+
+
+@pytest.mark.parametrize("count, tail", [(7, ""), (8, ""), (9, ", ... (1 more)"), (12, ", ... (4 more)")])
+def test_pickle_message_lists_eight_imports_then_counts_the_rest(count, tail):
+    names = [f"mod{i}.f" for i in range(count)]
+    shown = ", ".join(names[:8])
+    assert unsafe_pickle_message(names) == (
+        f"pickle checkpoint: not statically verifiable, never unpickled (imports: {shown}{tail}); "
+        "convert it to safetensors")
+    assert "imports: none found" in unsafe_pickle_message([])
+
+
+@pytest.mark.parametrize("size, reported", [(0, None), (4_920_000_000, 4_920_000_000)])
+def test_pickle_checkpoint_size(size, reported):
+    ck = Checkpoint(path="model.bin", container="pickle", files=[SourceFile("model.bin", size, "pickle")],
+                    pickle_globals=["collections.OrderedDict"])
+    assert classify(ck).size_bytes == reported
+
+
+def test_where_the_config_came_from_names_the_file():
+    """A config mismatch names the file it was read from: hf_quant_config.json for ModelOpt's own file."""
+    fx = b.nvfp4_modelopt_fixture()
+    fx.configs["hf_quant_config.json"]["quantization"]["quant_algo"] = "FP8"
+    del fx.configs["config.json"]["quantization_config"]
+    insp = classify(fx.checkpoint())
+    assert insp.quantization.method == "nvfp4"
+    assert [f.where for f in insp.findings if f.kind == "config-mismatch"] == ["hf_quant_config.json"]
+
+
+def test_an_unknown_quant_method_is_classified_from_its_tensors_and_says_so():
+    fx = b.fp8_ct_channel()
+    fx.configs["config.json"]["quantization_config"] = {"quant_method": "brand-new-fp8"}
+    insp = classify(fx.checkpoint())
+    assert insp.quantization.method == "fp8"
+    assert "quant_method 'brand-new-fp8' classified as fp8 from its tensors" in insp.warnings
+    assert "config.json quantization_config: unknown quant_method 'brand-new-fp8'; classified from the tensors" \
+        in insp.warnings
+
+
+def test_mixed_precision_warning_gives_each_methods_share():
+    """Half the layers FP8, half NVFP4 by elements (the same shapes): each share is printed."""
+    shape = b.Shape(layers=2)
+
+    def linear(p: str, o: int, i: int) -> b.Spec:
+        return b.fp8_channel(p, o, i) if p.startswith("model.layers.0.") else b.nvfp4_modelopt(p, o, i)
+
+    fx = b.Fixture(b.model_tensors(shape, linear), {"config.json": b.llama_config(shape)}, {"format": "pt"})
+    insp = classify(fx.checkpoint())
+    mixed = [w for w in insp.warnings if w.startswith("mixed precision")]
+    assert mixed == [f"mixed precision: {insp.quantization.method} holds 50.0% of quantised weights by elements; "
+                     f"also {'nvfp4' if insp.quantization.method == 'fp8' else 'fp8'} 50.0%"]
+    one = classify(b.fp8_ct_channel().checkpoint())
+    assert not any(w.startswith("mixed precision") for w in one.warnings)
+
+
+def test_a_config_declaring_schemes_no_tensor_uses_says_which():
+    fx = b.fp8_ct_channel()
+    groups = fx.configs["config.json"]["quantization_config"]["config_groups"]
+    groups["group_1"] = b.scheme(b.qargs(4, "float", "group", group_size=16), fmt="nvfp4-pack-quantized")
+    groups["group_1"]["targets"] = ["re:.*never_matches.*"]
+    insp = classify(fx.checkpoint())
+    assert insp.quantization.method == "fp8"
+    assert "config declares other schemes (nvfp4) that no tensor uses" in insp.warnings
+    plain = classify(b.fp8_ct_channel().checkpoint())
+    assert not any("config declares other schemes" in w for w in plain.warnings)
+
+
+def test_without_a_config_the_layout_names_the_producer():
+    """No config: the producer a layout proves (the majority method's layers only), MLX's safetensors metadata."""
+    fx = copy.deepcopy(b.nvfp4_modelopt_fixture())
+    fx.configs = {}
+    insp = classify(fx.checkpoint())
+    assert (insp.quantization.method, insp.quantization.producer) == ("nvfp4", "modelopt")
+    assert "no quantization config found; classified from tensor names, dtypes and shapes" in insp.warnings
+    mlx = copy.deepcopy(b.mlx_fixture())
+    mlx.configs = {}
+    q = classify(mlx.checkpoint()).quantization
+    assert (q.method, q.producer) == ("mlx", "mlx-lm")
+    # transformers' metal layout (qbiases) is its own producer, unless MLX's own metadata says mlx wrote the file
+    metal = copy.deepcopy(mlx)
+    metal.tensors = {n.replace(".biases", ".qbiases"): t for n, t in mlx.tensors.items()}
+    metal.metadata = {"format": "pt"}
+    assert classify(metal.checkpoint()).quantization.producer == "transformers (metal)"
+    metal.metadata = {"format": "mlx"}
+    assert classify(metal.checkpoint()).quantization.producer == "mlx-lm"
+
+
+def test_dtype_falls_back_to_the_config_when_no_weight_is_a_float():
+    fx = b.gptq_fixture()
+    fx.tensors = {n: t for n, t in fx.tensors.items() if t[0] != "BF16"}
+    fx.configs["config.json"]["torch_dtype"] = "float16"
+    assert classify(fx.checkpoint()).dtype == "float16"
+    assert classify(b.gptq_fixture().checkpoint()).dtype == "bfloat16"
+
+
+# ------------------------------------------------------------------------ what the layers' shapes give
+def _quantization_of(qlinears, method="gptq", **draft_fields):
+    """``classify``'s summary of scanned layers (``_quantization``), for layers a hostile or odd file produces."""
+    from qcheck.classify import _quantization
+    from qcheck.classify.base import Draft
+    from qcheck.classify.configs import read_configs
+    from qcheck.classify.table import TensorTable
+
+    ck = Checkpoint(path="x", container="safetensors")
+    draft = Draft(tensors=ck.tensors, metadata={}, qlinears=qlinears, **draft_fields)
+    return _quantization(ck, TensorTable(ck.tensors), read_configs(ck), draft, method), draft
+
+
+def _layer(**kw):
+    from qcheck.classify.base import QLinear
+
+    base = {"name": "m", "method": "gptq", "layout": "gptq", "tensors": [], "logical": None, "bits": 4,
+            "group_size": 128, "granularity": "group"}
+    base.update(kw)
+    return QLinear(**base)
+
+
+@pytest.mark.parametrize("bits, reported, counted", [(0, None, False), (0.5, None, True), (1, 1, True),
+                                                     (64, 64, True), (65, None, False), (None, None, False)])
+def test_layer_bits_outside_0_to_64_are_not_counted(bits, reported, counted):
+    """Shapes of a hostile file can give 0- or 65-bit weights: such layers do not vote (no finding against the
+    config either); over 0 up to 64 do (a fraction is no nominal bit count: reported as none)."""
+    q, draft = _quantization_of([_layer(bits=bits), _layer(bits=bits)], expected_bits=4)
+    assert q.weight_bits == reported
+    assert [f.message.split(" (")[0] for f in draft.findings] == (
+        [f"config says 4-bit weights, but packed tensor shapes give {bits}-bit"] if counted else [])
+
+
+@pytest.mark.parametrize("group, reported", [(0, None), (1, 1), (-1, -1), (-2, None), (128, 128)])
+def test_layer_groups_that_cannot_be_real_are_not_counted(group, reported):
+    q, _ = _quantization_of([_layer(group_size=group, granularity="group")])
+    assert q.group_size == reported
+
+
+def test_one_scale_row_is_per_channel_only_when_no_layer_gives_a_group():
+    one_row = _layer(group_size=None, whole_row=True)
+    q, _ = _quantization_of([one_row, _layer(group_size=None)])
+    assert (q.group_size, q.scale_granularity) == (-1, "per-channel")  # any one-row layer decides it
+    q, _ = _quantization_of([one_row, _layer(group_size=64)])
+    assert q.group_size == 64
+    q, _ = _quantization_of([_layer(group_size=None), _layer(group_size=None)])
+    assert q.group_size is None
+
+
+@pytest.mark.parametrize("block, reported", [([128, 128], [128, 128]), ([0, 128], None), ([128, 0], None),
+                                             ([1, 1], [1, 1]), ([128], None), ([128, 128, 128], None)])
+def test_layer_blocks_other_than_two_positive_edges_are_not_counted(block, reported):
+    q, _ = _quantization_of([_layer(method="fp8", layout="fp8-block", bits=8, group_size=None, block_size=block,
+                                    granularity="block")], method="fp8")
+    assert q.block_size == reported
+
+
+def test_config_mismatch_without_a_config_file_name_says_config():
+    _, draft = _quantization_of([_layer(bits=8)], expected_bits=4)
+    assert [(f.where, f.message.split(" (")[0]) for f in draft.findings] == [
+        ("config", "config says 4-bit weights, but packed tensor shapes give 8-bit")]
+    _, draft = _quantization_of([_layer(bits=8)], expected_bits=4, config_where="quantize_config.json")
+    assert draft.findings[0].where == "quantize_config.json"
