@@ -206,3 +206,62 @@ def test_config_mismatch_without_a_config_file_name_says_config():
         ("config", "config says 4-bit weights, but packed tensor shapes give 8-bit")]
     _, draft = _quantization_of([_layer(bits=8)], expected_bits=4, config_where="quantize_config.json")
     assert draft.findings[0].where == "quantize_config.json"
+
+
+def test_bits_of_formats_that_vary_per_layer_are_reported_only_when_every_layer_agrees():
+    mixed = [_layer(method="exl2", layout="exl2", bits=4, group_size=None),
+             _layer(method="exl2", layout="exl2", bits=4, group_size=None),
+             _layer(method="exl2", layout="exl2", bits=6, group_size=None)]
+    q, _ = _quantization_of(mixed, method="exl2")
+    assert q.weight_bits is None
+    same = [_layer(method="exl2", layout="exl2", bits=4, group_size=None) for _ in range(2)]
+    assert _quantization_of(same, method="exl2")[0].weight_bits == 4
+    gptq = [_layer(bits=4), _layer(bits=4), _layer(bits=8)]
+    assert _quantization_of(gptq, method="gptq")[0].weight_bits == 4  # a fixed-width format: the layers' mode
+
+
+def test_block_size_falls_back_to_the_config_only_for_block_scales():
+    blocky = _layer(method="fp8", layout="fp8-block", bits=8, group_size=None, block_size=None, granularity="block")
+    assert _quantization_of([blocky], method="fp8", expected_block=[128, 128])[0].block_size == [128, 128]
+    channel = _layer(method="fp8", layout="fp8", bits=8, group_size=-1, granularity="per-channel")
+    assert _quantization_of([channel], method="fp8", expected_block=[128, 128])[0].block_size is None
+
+
+@pytest.mark.parametrize("points, reported", [([True, False], True), ([False, False], False), ([None], None),
+                                              ([None, False], False)])
+def test_zero_point_from_the_layers_when_the_config_says_nothing(points, reported):
+    q, _ = _quantization_of([_layer(zero_point=z) for z in points])
+    assert q.zero_point is reported
+    assert _quantization_of([_layer(zero_point=True)], zero_point=False)[0].zero_point is False  # the config's
+
+
+def test_activation_from_the_tensors_only_without_a_config():
+    static = [_layer(method="fp8", layout="fp8", bits=8, group_size=-1, granularity="per-channel", input_scale=s)
+              for s in (False, True)]
+    q, _ = _quantization_of(static, method="fp8")
+    assert (q.activation_dtype, q.activation_scheme) == ("float8_e4m3", "static per-tensor")  # any stored scale
+    q, _ = _quantization_of(static, method="fp8", expected_method="fp8")
+    assert (q.activation_dtype, q.activation_scheme) == (None, None)  # the config's reader decides, not the tensors
+    q, _ = _quantization_of(static[:1], method="fp8")
+    assert q.activation_dtype is None
+
+
+def test_bits_per_weight_counts_every_tensor_of_every_sized_layer():
+    """Stored bytes x 8 / logical elements, over layers whose size is known: a layer without a logical size or with a
+    tensor of unknown size is left out, wherever it stands."""
+    from qcheck.classify import _quantization
+    from qcheck.classify.base import Draft
+    from qcheck.classify.configs import read_configs
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    tensors = {"a.q": TensorInfo("a.q", "I32", (16, 64), 4096), "a.s": TensorInfo("a.s", "F16", (1, 64), 128),
+               "a.z": TensorInfo("a.z", "I32", (0, 8), 0),
+               "b.q": TensorInfo("b.q", "I32", (16, 64), 4096), "b.s": TensorInfo("b.s", "X9", (1, 64), None),
+               "c.q": TensorInfo("c.q", "I32", (16, 64), 4096)}
+    layers = [_layer(name="c", tensors=["c.q"], logical=None), _layer(name="b", tensors=["b.q", "b.s"], logical=8192),
+              _layer(name="a", tensors=["a.q", "a.s", "a.z"], logical=8192)]
+    ck = Checkpoint(path="x", container="safetensors", tensors=tensors)
+    draft = Draft(tensors=tensors, metadata={}, qlinears=layers)
+    q = _quantization(ck, TensorTable(tensors), read_configs(ck), draft, "gptq")
+    assert q.bits_per_weight == (4096 + 128) * 8 / 8192  # only layer a: 4.125
