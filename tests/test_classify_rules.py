@@ -265,3 +265,81 @@ def test_bits_per_weight_counts_every_tensor_of_every_sized_layer():
     draft = Draft(tensors=tensors, metadata={}, qlinears=layers)
     q = _quantization(ck, TensorTable(tensors), read_configs(ck), draft, "gptq")
     assert q.bits_per_weight == (4096 + 128) * 8 / 8192  # only layer a: 4.125
+
+
+# ------------------------------------------------------------------------------- model numbers, hints
+def _from_config(**cfg: object) -> Inspection:
+    from qcheck.classify.arch import fill_from_config
+
+    insp = Inspection(path="x", container="safetensors")
+    fill_from_config(insp, dict(cfg))
+    return insp
+
+
+def test_head_dim_from_the_config_or_hidden_over_heads():
+    assert _from_config(hidden_size=2048, num_attention_heads=16, head_dim=256).head_dim == 256  # given: kept
+    derived = _from_config(hidden_size=4096, num_attention_heads=32).head_dim
+    assert derived == 128 and type(derived) is int
+    assert _from_config(hidden_size=100, num_attention_heads=3).head_dim == 33  # floor, as transformers does
+    assert _from_config(hidden_size=256, num_attention_heads=1).head_dim == 256
+    assert _from_config(hidden_size=256, num_attention_heads=-4).head_dim is None
+    assert _from_config(hidden_size=256, num_attention_heads=0).head_dim is None
+
+
+@pytest.mark.parametrize("experts, moe", [(None, False), (1, False), (2, True), (128, True)])
+def test_two_experts_make_a_mixture(experts, moe):
+    insp = _from_config(num_local_experts=experts, num_experts_per_tok=2)
+    assert (insp.moe, insp.num_experts, insp.num_experts_used) == (
+        (True, experts, 2) if moe else (False, None, None))
+
+
+def _experts_from(names: dict[str, tuple[int, ...]]) -> tuple[bool, int | None]:
+    from qcheck.classify.arch import fill_from_tensors
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    tensors = {n: TensorInfo(n, "BF16", s, 2) for n, s in names.items()}
+    out = []
+    for table in (None, TensorTable(tensors)):
+        insp = Inspection(path="x", container="safetensors")
+        fill_from_tensors(insp, tensors, table)
+        out.append((insp.moe, insp.num_experts))
+    assert out[0] == out[1]
+    return out[0]
+
+
+def test_experts_from_tensor_names_fused_stacks_and_hostile_newlines():
+    assert _experts_from({f"model.layers.0.mlp.experts.{i}.w1.weight": (4, 4) for i in range(3)}) == (True, 3)
+    assert _experts_from({"blk.0.ffn_up_exps.weight": (8, 16, 4), "blk.0.attn_q.weight": (4, 4)}) == (True, 8)
+    assert _experts_from({"model.layers.0.mlp.experts.gate_up_proj": (32, 8, 4)}) == (True, 32)
+    assert _experts_from({"model.layers.0.mlp.down_proj.weight": (4, 4)}) == (False, None)
+    # a name may hold newlines (safetensors keys are any JSON string): one name, one expert index, the first
+    one = {"a.experts.1.x\nb.experts.7.y": (4, 4), "a.experts.2.x": (4, 4)}
+    assert _experts_from(one) == (True, 2)
+    two = {"a.experts.1.x\nb.experts.7.y\nc.experts.9.z": (4, 4), "a.experts.2.x": (4, 4), "n": (4,)}
+    assert _experts_from(two) == (True, 2)
+
+
+def test_moe_from_the_config_is_not_recounted_from_the_tensors():
+    from qcheck.classify.arch import fill_from_tensors
+    from qcheck.model import TensorInfo
+
+    insp = _from_config(num_local_experts=8)
+    tensors = {f"m.experts.{i}.w": TensorInfo(f"m.experts.{i}.w", "BF16", (4, 4), 2) for i in range(3)}
+    fill_from_tensors(insp, tensors)
+    assert (insp.moe, insp.num_experts) == (True, 8)
+
+
+@pytest.mark.parametrize("bits, kept", [(0, None), (1, 1), (32, 32), (33, None), (-4, None)])
+@pytest.mark.parametrize("group, group_kept", [(0, None), (1, 1), (-1, -1), (-2, None), (128, 128)])
+def test_hints_keep_only_bits_and_groups_a_real_config_has(bits, kept, group, group_kept):
+    from qcheck.classify.base import Hints
+
+    assert Hints(bits=bits, group_size=group).for_module("m") == (kept, group_kept)
+
+
+def test_per_module_hints_override_only_what_they_give():
+    from qcheck.classify.base import Hints
+
+    hints = Hints(bits=4, group_size=128, overrides={"a": (8, None), "b": (None, 32), "c": (None, None)})
+    assert [hints.for_module(m) for m in ("a", "b", "c", "d")] == [(8, 128), (4, 32), (4, 128), (4, 128)]
