@@ -343,3 +343,82 @@ def test_per_module_hints_override_only_what_they_give():
 
     hints = Hints(bits=4, group_size=128, overrides={"a": (8, None), "b": (None, 32), "c": (None, None)})
     assert [hints.for_module(m) for m in ("a", "b", "c", "d")] == [(8, 128), (4, 32), (4, 128), (4, 128)]
+
+
+# ----------------------------------------------------------------------------- shape arithmetic (base.py)
+@pytest.mark.parametrize("in_dim, rows, hint, expected", [
+    (128, 1, 128, (128, False)), (128, 1, 256, (256, False)), (128, 1, 64, (None, True)), (128, 1, -1, (-1, False)),
+    (128, 1, -2, (None, True)), (128, 1, 0, (None, True)), (128, 1, None, (None, True)), (None, 1, 128, (None, True)),
+    (256, 2, 128, (128, False)), (256, 2, None, (128, False)), (250, 3, None, (None, False)),
+    (None, 2, 128, (None, False))])
+def test_row_group(in_dim, rows, hint, expected):
+    from qcheck.classify.base import row_group
+
+    assert row_group(in_dim, rows, hint) == expected
+
+
+@pytest.mark.parametrize("a, b, expected", [(8, 2, 4), (4, 1, 4), (0, 3, 0), (7, 2, None), (4, 0, None),
+                                            (4, -2, None), (-4, -2, None)])
+def test_exact_div(a, b, expected):
+    from qcheck.classify.base import exact_div
+
+    assert exact_div(a, b) == expected
+
+
+@pytest.mark.parametrize("dim, count, block", [
+    (256, 2, 128), (100, 1, 128), (256, 4, 64), (2048, 8, 256), (96, 3, 32), (48, 3, 16), (2048, 4, 512),
+    (4096, 4, 1024), (100, 7, 16), (100, 9, 12), (10, 4, 3), (10, 6, None), (7168, 56, 128), (0, 1, None), (4, 0, None),
+    (-4, 1, None), (4, -1, None)])
+def test_block_edge_from_a_dimension_and_a_block_count(dim, count, block):
+    """128 is preferred, then 64, 256, 32, 16, 512, 1024 (what producers use); else the ceil quotient if it fits."""
+    from qcheck.classify.base import block_from
+
+    assert block_from(dim, count) == block
+
+
+# ----------------------------------------------------------------------------------- bitsandbytes scans
+def _bnb_scan(spec: dict[str, tuple[str, tuple[int, ...]]], claimed: set[str] = frozenset(), nbytes=None):
+    from qcheck.classify import bnb
+    from qcheck.classify.base import Hints
+    from qcheck.model import TensorInfo
+
+    tensors = {n: TensorInfo(n, d, s, (nbytes or {}).get(n, b.nbytes(d, s) if d in b.BITS else None))
+               for n, (d, s) in spec.items()}
+    return {q.name: q for q in bnb.scan(tensors, set(claimed), Hints())}
+
+
+QS = ".weight.quant_state.bitsandbytes__"
+
+
+def test_bnb_4bit_layers_their_tensors_and_double_quantisation():
+    spec = {"a.weight": ("U8", (2048, 1)), f"a{QS}nf4": ("U8", (100,)), "a.weight.absmax": ("F32", (64,)),
+            "a.weight.quant_map": ("F32", (16,)),
+            "b.weight": ("U8", (2048, 1)), f"b{QS}fp4": ("U8", (100,)), "b.weight.absmax": ("U8", (64,)),
+            "b.weight.nested_absmax": ("F32", (1,)), "b.weight.nested_quant_map": ("F32", (256,)),
+            f"lost{QS}nf4": ("U8", (100,))}  # a quant_state without its weight: skipped, the scan goes on
+    out = _bnb_scan(dict(sorted(spec.items(), key=lambda kv: not kv[0].startswith("lost"))))
+    assert set(out) == {"a", "b"}
+    a, bq = out["a"], out["b"]
+    assert (a.logical, a.group_size, a.weight_dtype, a.scale_dtype, a.zero_point, a.bits) == (
+        4096, 64, "nf4", "float32", False, 4)
+    assert a.tensors == ["a.weight", f"a{QS}nf4", "a.weight.absmax", "a.weight.quant_map"]
+    assert (bq.weight_dtype, bq.scale_dtype) == ("fp4_e2m1", "uint8")  # absmax stored as 8-bit codes
+    assert bq.tensors[-2:] == ["b.weight.nested_absmax", "b.weight.nested_quant_map"]
+    # a marker twice in one (hostile) name: split once, never a crash
+    odd = _bnb_scan({"c.weight": ("U8", (8, 1)), f"c{QS}nf4{QS}nf4": ("U8", (4,))})
+    assert list(odd) == ["c"] and odd["c"].layout == f"bnb-nf4{QS}nf4"
+    # a weight of unknown size: no logical count from it
+    unknown = _bnb_scan({"d.weight": ("X4", (8, 1)), f"d{QS}nf4": ("U8", (4,))})
+    assert unknown["d"].logical == 0
+
+
+def test_bnb_int8_layers_need_their_row_scales():
+    spec = {"embed.weight": ("I8", (16, 8)), "a.weight": ("I8", (16, 8)), "a.SCB": ("F32", (16,)),
+            "a.weight_format": ("U8", ()), "f.weight": ("BF16", (16, 8)), "f.SCB": ("F32", (16,)),
+            "c.weight": ("I8", (16, 8)), "c.SCB": ("F32", (16,))}
+    out = _bnb_scan(spec, claimed={"c.weight"})
+    assert set(out) == {"a"}  # no SCB, not int8 or claimed: not an LLM.int8 layer
+    a = out["a"]
+    assert (a.logical, a.bits, a.group_size, a.granularity, a.weight_dtype, a.scale_dtype, a.zero_point) == (
+        128, 8, -1, "per-channel", "int8", "float32", False)
+    assert a.tensors == ["a.weight", "a.SCB", "a.weight_format"]

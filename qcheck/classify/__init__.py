@@ -328,7 +328,6 @@ def _resolve_method(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draf
 def _distrust(draft: Draft) -> None:
     """The config describes another method: keep only what is method-independent (excluded modules,
     KV cache, the raw method string) and let the tensors speak for the rest."""
-    draft.config_trusted = False
     draft.expected_bits = draft.expected_group = None
     draft.expected_block = None
     draft.producer = draft.activation_dtype = draft.format = draft.weight_dtype = draft.scale_granularity = None

@@ -157,8 +157,6 @@ class Draft:
     weight_dtype: str | None = None
     #: method names of other schemes the config itself declares (mixed precision)
     declared_methods: list[str] = field(default_factory=list)
-    #: False once the config's method was found to contradict the tensors: its details are then ignored
-    config_trusted: bool = True
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
