@@ -422,3 +422,54 @@ def test_bnb_int8_layers_need_their_row_scales():
     assert (a.logical, a.bits, a.group_size, a.granularity, a.weight_dtype, a.scale_dtype, a.zero_point) == (
         128, 8, -1, "per-channel", "int8", "float32", False)
     assert a.tensors == ["a.weight", "a.SCB", "a.weight_format"]
+
+
+# ----------------------------------------------------------------------------------------- config places
+def _view(**configs: object):
+    from qcheck.classify.configs import read_configs
+
+    return read_configs(Checkpoint(path="x", container="safetensors", configs=dict(configs)))
+
+
+def test_the_language_model_numbers_come_from_the_first_nested_config_that_has_them():
+    llm = {"hidden_size": 64, "num_hidden_layers": 2}
+    v = _view(**{"config.json": {"architectures": ["VLM"], "text_config": "junk", "llm_config": llm,
+                                 "language_config": {"hidden_size": 99}}})
+    assert v.model == {**llm, "architectures": ["VLM"]}
+    layers_only = {"num_hidden_layers": 3}
+    assert _view(**{"config.json": {"text_config": layers_only}}).model == {**layers_only, "architectures": None}
+    neither = {"vocab_size": 5}
+    assert _view(**{"config.json": {"text_config": neither}}).model == {"text_config": neither}
+    top = {"hidden_size": 32, "text_config": llm}
+    assert _view(**{"config.json": top}).model is not llm and _view(**{"config.json": top}).model["hidden_size"] == 32
+    own = _view(**{"config.json": {"text_config": {**llm, "architectures": ["Inner"]}}})
+    assert own.model["architectures"] == ["Inner"]
+
+
+def test_where_the_quantization_config_was_found():
+    q = {"quant_method": "fp8"}
+    assert _view(**{"config.json": {"quantization_config": q}}).quant_where == "config.json quantization_config"
+    nested = _view(**{"config.json": {"text_config": {"quantization_config": q}}})
+    assert (nested.quant_where, nested.quant_method) == ("config.json text_config: quantization_config", "fp8")
+    first = _view(**{"config.json": {"quantization_config": {"quant_method": "awq"},
+                                     "text_config": {"quantization_config": q}}})
+    assert first.quant_method == "awq"
+    cc = _view(**{"config.json": {"compression_config": {"config_groups": {}}}})
+    assert (cc.quant_where, cc.quant_method) == ("config.json compression_config", "compressed-tensors")
+    cc = _view(**{"config.json": {"compression_config": {"quant_method": "other", "config_groups": {}}}})
+    assert cc.quant_method == "other"
+    wrapped = _view(**{"config.json": {"quantization_config": {"quantization_config": {"config_groups": {"g": {}}},
+                                                               "sparsity_config": None}}})
+    assert (wrapped.quant_method, "config_groups" in wrapped.quant) == ("compressed-tensors", True)
+    assert _view(**{"config.json": {"quantization_config": {"quant_method": 5}}}).quant_method == ""
+
+
+@pytest.mark.parametrize("block, mlx", [({"bits": 4}, True), ({"group_size": 64}, True), ({"mode": "mxfp4"}, True),
+                                        ({"other": 1}, False), ("4bit", False)])
+def test_an_mlx_block_has_bits_a_group_or_a_mode(block, mlx):
+    v = _view(**{"config.json": {"quantization": block}})
+    assert (v.mlx is not None, v.mlx_where) == (mlx, "config.json quantization" if mlx else None)
+    inner = _view(**{"config.json": {"quantization": {"bits": 4}, "text_config": {"quantization": {"bits": 8}}}})
+    assert (inner.mlx, inner.mlx_where) == ({"bits": 4}, "config.json quantization")
+    nested = _view(**{"config.json": {"text_config": {"quantization": {"bits": 8}}}})
+    assert nested.mlx_where == "config.json: text_config quantization"
