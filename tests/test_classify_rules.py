@@ -473,3 +473,129 @@ def test_an_mlx_block_has_bits_a_group_or_a_mode(block, mlx):
     assert (inner.mlx, inner.mlx_where) == ({"bits": 4}, "config.json quantization")
     nested = _view(**{"config.json": {"text_config": {"quantization": {"bits": 8}}}})
     assert nested.mlx_where == "config.json: text_config quantization"
+
+
+def test_an_mlx_block_in_quantization_config_without_a_method():
+    """mlx-lm also writes its block to quantization_config: with bits and group_size and no quant_method (and not
+    compressed-tensors' config_groups) it is MLX's."""
+    block = {"bits": 4, "group_size": 64}
+    v = _view(**{"config.json": {"quantization_config": block}})
+    assert (v.mlx, v.mlx_where) == (block, "config.json quantization_config")
+    for other in ({"bits": 4}, {"group_size": 64}, {**block, "config_groups": {}}, {**block, "quant_method": "awq"}):
+        assert _view(**{"config.json": {"quantization_config": other}}).mlx is None, other
+    own = _view(**{"config.json": {"quantization": {"bits": 8, "group_size": 32}, "quantization_config": block}})
+    assert own.mlx == {"bits": 8, "group_size": 32}
+
+
+# --------------------------------------------------------------------------------------------- dtype words
+@pytest.mark.parametrize("value, word", [("torch.bfloat16", "bfloat16"), (" E4M3 ", "float8_e4m3"),
+                                         ("i16", "int16"), ("c64", "complex64"), ("F8_E5M2FNUZ", "float8_e5m2fnuz"),
+                                         ("  ", None), ("", None), (5, None), (None, None), ("float12", None)])
+def test_config_dtype_words(value, word):
+    from qcheck.classify.dtypes import config_word
+
+    assert config_word(value) == word
+
+
+@pytest.mark.parametrize("bits, signed, word", [(1, True, "int1"), (4, True, "int4"), (8, False, "uint8"),
+                                                (4.0, True, "int4"), (0, True, None), (9, True, None),
+                                                (4.5, True, None), (None, True, None), (-4, True, None)])
+def test_integer_weight_words(bits, signed, word):
+    from qcheck.classify.dtypes import int_word
+
+    assert int_word(bits, signed) == word
+
+
+def test_tensor_bytes_from_the_dtype_when_the_reader_gave_none():
+    from qcheck.classify.dtypes import tensor_nbytes
+    from qcheck.model import TensorInfo
+
+    assert tensor_nbytes(TensorInfo("x", "BF16", (4, 4))) == 32
+    assert tensor_nbytes(TensorInfo("x", "F4", (3, 3))) == 4  # 36 bits: 4 whole bytes (floor)
+    assert tensor_nbytes(TensorInfo("x", "f6_e2m3", (4,))) == 3
+    assert tensor_nbytes(TensorInfo("x", "X9", (4,))) is None
+    assert tensor_nbytes(TensorInfo("x", "BF16", (4, 4), nbytes=7)) == 7  # the reader's figure wins
+
+
+# ------------------------------------------------------------------------------------ scanner arbitration
+def test_a_tensor_belongs_to_one_quantised_weight_the_most_specific_scanner_wins():
+    """A bitsandbytes layer claims its U8 weight first; a later scanner's proposal that shares any tensor with it
+    (here ModelOpt NVFP4's U8 weight + FP8 scales) is dropped, and the layers after it are still scanned."""
+    from qcheck.classify.fingerprints import scan_all
+
+    qs = ".weight.quant_state.bitsandbytes__nf4"
+    spec = {"a.weight": ("U8", (64, 32)), f"a{qs}": ("U8", (100,)), "a.weight.absmax": ("F32", (32,)),
+            "a.weight_scale": ("F8_E4M3", (64, 4)), "a.weight_scale_2": ("F32", ()),
+            "b.weight": ("U8", (64, 32)), "b.weight_scale": ("F8_E4M3", (64, 4)), "b.weight_scale_2": ("F32", ())}
+    fx = b.Fixture(spec)
+    ck = fx.checkpoint()
+    for table in (None, "given"):
+        from qcheck.classify.base import Hints
+        from qcheck.classify.table import TensorTable
+
+        found = scan_all(ck.tensors, {}, Hints(), TensorTable(ck.tensors) if table else None)
+        assert [(q.name, q.method) for q in found] == [("a", "bitsandbytes"), ("b", "nvfp4")]
+
+
+@pytest.mark.parametrize("configs, family", [
+    ({"hf_quant_config.json": {"quantization": {}}, "config.json": {"quantization_config": {"quant_method": "awq"}}},
+     "modelopt"),
+    ({"config.json": {"quantization_config": {"quant_method": "GPTQ"}}}, "gptq"),
+    ({"config.json": {"quantization_config": {"quant_method": "made-up"}}}, "unknown-method"),
+    ({"config.json": {"quantization": {"bits": 4}}}, "mlx"),
+    ({"config.json": {"quantization_config": {"config_groups": {}}}}, "compressed-tensors"),
+    ({"config.json": {"quantization_config": {"bits": 4}}}, None),
+    ({"quantization_config.json": {"bits": 4.0}}, "exl3"),
+    ({"quantization_config.json": {"quant_method": "EXL3"}}, "exl3"),
+    ({"quantization_config.json": {"quant_method": "exl2"}}, None),
+    ({"quantize_config.json": {"w_bit": 4}}, "awq"),
+    ({"quantize_config.json": {"zero_point": True}}, "awq"),
+    ({"quantize_config.json": {"version": "GEMV"}}, "awq"),
+    ({"quantize_config.json": {"version": "gemm", "bits": 4}}, "awq"),
+    ({"quantize_config.json": {"bits": 4, "version": None}}, "gptq"),
+    ({"quantize_config.json": {"group_size": 128}}, None),
+    ({}, None),
+])
+def test_which_family_reads_the_config(configs, family):
+    from qcheck.classify.fingerprints import config_family
+
+    assert config_family(_view(**configs)) == family
+
+
+# -------------------------------------------------------------------------------------------------- exllama
+def test_exl2_and_exl3_layers_from_their_shapes():
+    from qcheck.classify import exllama
+    from qcheck.classify.base import Hints
+
+    spec = {"a.q_weight": ("I32", (40, 64)), "a.q_invperm": ("I16", (256,)), "a.q_scale": ("I32", (8, 8)),
+            "a.q_groups": ("I16", (4,)),
+            "n.q_weight": ("I32", (40, 64)), "n.q_invperm": ("I16", (0,)),  # no permutation length: skipped
+            "p.q_weight": ("I32", (40, 64)), "p.q_perm": ("I16", (160,)),
+            "v.q_weight": ("I32", (40,)), "v.q_invperm": ("I16", (256,)),  # not a matrix
+            "t.trellis": ("I16", (4, 8, 48)), "t.suh": ("F16", (64,)),
+            "u.trellis": ("I16", (4, 8, 40)), "w.trellis": ("I16", (4, 48))}  # not 16-aligned, not 3-D
+    ck = b.Fixture(spec).checkpoint()
+    out = {q.name: q for q in exllama.scan(ck.tensors, set(), Hints())}
+    assert set(out) == {"a", "p", "t"}
+    assert (out["a"].bits, out["a"].logical, out["a"].tensors) == (5.0, 256 * 64, ["a.q_weight", "a.q_invperm",
+                                                                                     "a.q_scale", "a.q_groups"])
+    assert out["p"].bits == 8.0
+    assert (out["t"].bits, out["t"].logical, out["t"].tensors) == (3, 4 * 8 * 256, ["t.trellis", "t.suh"])
+    odd = b.Fixture({"a.q_weight": ("I32", (41, 64)), "a.q_invperm": ("I16", (96,))}).checkpoint()
+    (q,) = exllama.scan(odd.tensors, set(), Hints())
+    assert q.bits == round(32 * 41 / 96, 4) == 13.6667
+
+
+def test_exllama_config_method_and_format():
+    from qcheck.classify import exllama
+    from qcheck.classify.base import Draft
+
+    draft = Draft(tensors={}, metadata={}, qlinears=[])
+    exllama.apply_config(_view(**{"quantization_config.json": {"bits": 4.0, "head_bits": 6, "version": "0.0.4"}}),
+                         draft, "exl3", "exl3")
+    assert (draft.config_method, draft.producer, draft.format) == (
+        "exl3", "exllamav3", "target 4.0 bpw, head 6 bits, version 0.0.4")
+    draft = Draft(tensors={}, metadata={}, qlinears=[])
+    exllama.apply_config(_view(**{"config.json": {"quantization_config": {"quant_method": "exl2"}}}), draft, "exl2",
+                         "exl2")
+    assert (draft.config_method, draft.producer, draft.format) == ("exl2", "exllamav2", "exl2")
