@@ -599,3 +599,84 @@ def test_exllama_config_method_and_format():
     exllama.apply_config(_view(**{"config.json": {"quantization_config": {"quant_method": "exl2"}}}), draft, "exl2",
                          "exl2")
     assert (draft.config_method, draft.producer, draft.format) == ("exl2", "exllamav2", "exl2")
+
+
+# --------------------------------------------------------------------------------------------------- FP8
+def _fp8(weight: tuple[int, ...], scale: tuple[int, ...] | None, *, scale_dtype: str = "F32",
+         scale_name: str = "weight_scale", extra: dict | None = None):
+    from qcheck.classify import fp8
+    from qcheck.classify.base import Hints
+
+    spec = {"skip.weight": ("F8_E4M3", (16,)), "m.weight": ("F8_E4M3", weight), **(extra or {})}
+    if scale is not None:
+        spec[f"m.{scale_name}"] = (scale_dtype, scale)
+    ck = b.Fixture(spec).checkpoint()
+    out = {q.name: q for q in fp8.scan(ck.tensors, set(), Hints())}
+    assert "skip" not in out  # a 1-D FP8 tensor is no weight
+    return out["m"]
+
+
+@pytest.mark.parametrize("weight, scale, kw, expected", [
+    ((256, 512), (), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 512), (1,), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((128, 128), (1, 1), {"scale_name": "weight_scale_inv"}, ("fp8", "block", None, [128, 128], "fp8-block")),
+    ((8, 256, 512), (8,), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((8, 256, 512), (8, 1, 1), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 512), (256,), {}, ("fp8", "per-channel", -1, None, "fp8")),
+    ((256, 512), (256, 1), {}, ("fp8", "per-channel", -1, None, "fp8")),
+    ((256, 512), (2, 1, 4, 1), {}, ("fp8", "block", None, [128, 128], "fp8-block-modelopt")),
+    ((256, 512), (2, 2, 4, 1), {}, ("fp8", "block", None, [64, 512], "fp8-block")),
+    ((256, 512), (256, 4), {}, ("fp8", "group", 128, None, "fp8")),
+    ((256, 512), (256, 16), {"scale_dtype": "U8"}, ("mxfp8", "group", 32, None, "mxfp8")),
+    ((256, 512), (256, 16), {"scale_dtype": "F8_E8M0"}, ("mxfp8", "group", 32, None, "mxfp8")),
+    ((256, 512), (256, 1), {"scale_dtype": "U8"}, ("fp8", "per-channel", -1, None, "fp8")),
+    ((256, 512), (2, 4), {"scale_name": "weight_scale_inv"}, ("fp8", "block", None, [128, 128], "fp8-block")),
+    ((200, 300), (2, 3), {"scale_name": "weight_scale_inv"}, ("fp8", "block", None, [128, 128], "fp8-block")),
+    ((256, 512), (3, 7), {}, ("fp8", "block", None, [86, 74], "fp8-block")),
+    ((256, 512), (300, 600), {}, ("fp8", "block", None, [0, 0], "fp8-block")),
+    ((256, 512), None, {}, ("fp8", None, None, None, "fp8")),
+])
+def test_fp8_scale_layouts(weight, scale, kw, expected):
+    q = _fp8(weight, scale, **kw)
+    assert (q.method, q.granularity, q.group_size, q.block_size, q.layout) == expected
+    assert q.producer == ("deepseek" if kw.get("scale_name") == "weight_scale_inv" else None)
+    assert q.logical == b.nbytes("F8_E4M3", weight) and q.bits == 8
+
+
+def test_fp8_input_scale_and_scale_dtype():
+    q = _fp8((256, 512), (), extra={"m.input_scale": ("F32", ())})
+    assert (q.input_scale, q.tensors, q.scale_dtype, q.weight_dtype) == (
+        True, ["m.weight", "m.input_scale", "m.weight_scale"], "float32", "float8_e4m3")
+    assert _fp8((256, 512), ()).input_scale is False
+    assert _fp8((256, 512), (256, 16), scale_dtype="U8").scale_dtype == "e8m0"
+
+
+def _fp8_config(quant: dict, tensors: tuple[str, ...] = ()):
+    from qcheck.classify import fp8
+    from qcheck.classify.base import Draft
+
+    draft = Draft(tensors=dict.fromkeys(tensors), metadata={}, qlinears=[])
+    view = _view(**{"config.json": {"quantization_config": quant}})
+    fp8.apply_config(view, draft, "fp8", "fp8")
+    return draft
+
+
+def test_fp8_configs():
+    fb = _fp8_config({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})
+    assert (fb.producer, fb.activation_dtype, fb.activation_scheme, fb.scale_granularity, fb.expected_group) == (
+        "fbgemm", "float8_e4m3", "dynamic per-token", "per-channel", -1)
+    ds = _fp8_config({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                      "weight_block_size": [128, 64]}, tensors=("m.weight", "m.weight_scale_inv"))
+    assert (ds.weight_dtype, ds.expected_block, ds.activation_scheme, ds.producer) == (
+        "float8_e4m3", [128, 64], "dynamic per-token-group 64", "deepseek")
+    assert _fp8_config({"quant_method": "fp8", "fmt": "E5M2"}).weight_dtype == "float8_e5m2"
+    assert _fp8_config({"quant_method": "fp8", "fmt": "e3m4"}).weight_dtype is None
+    for block in ([128, 0], [128], [128, "x"], "128"):
+        assert _fp8_config({"quant_method": "fp8", "weight_block_size": block}).expected_block is None, block
+    static = _fp8_config({"quant_method": "fp8", "activation_scheme": "STATIC"})
+    assert (static.activation_dtype, static.activation_scheme, static.producer) == (
+        "float8_e4m3", "static per-tensor", None)
+    dynamic = _fp8_config({"quant_method": "fp8", "activation_scheme": "dynamic"})
+    assert dynamic.activation_scheme == "dynamic per-token"
+    none = _fp8_config({"quant_method": "fp8", "activation_scheme": "weight-only"})
+    assert (none.activation_dtype, none.activation_scheme) == (None, None)
