@@ -680,3 +680,58 @@ def test_fp8_configs():
     assert dynamic.activation_scheme == "dynamic per-token"
     none = _fp8_config({"quant_method": "fp8", "activation_scheme": "weight-only"})
     assert (none.activation_dtype, none.activation_scheme) == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------------- GGUF
+def _gguf(md: dict, tensors: dict[str, tuple[str, tuple[int, ...], int | None]] | None = None) -> Inspection:
+    from qcheck.model import TensorInfo
+
+    infos = {n: TensorInfo(n, d, s, nb) for n, (d, s, nb) in (tensors or {}).items()}
+    return classify(Checkpoint(path="m.gguf", container="gguf", metadata={"general.architecture": "llama", **md},
+                               tensors=infos))
+
+
+@pytest.mark.parametrize("count, moe", [(None, False), (1, False), (2, True), (64, True)])
+def test_gguf_two_experts_make_a_mixture(count, moe):
+    md = {"llama.expert_count": count, "llama.expert_used_count": 2} if count is not None else {}
+    insp = _gguf(md)
+    assert (insp.moe, insp.num_experts) == ((True, count) if moe else (False, None))
+
+
+@pytest.mark.parametrize("hidden, heads, head_dim", [(4096, 32, 128), (100, 3, 33), (256, 1, 256), (0, 4, None),
+                                                     (256, 0, None), (None, 4, None), (256, None, None)])
+def test_gguf_head_dim_from_width_over_heads(hidden, heads, head_dim):
+    md = {k: v for k, v in (("llama.embedding_length", hidden), ("llama.attention.head_count", heads)) if v is not None}
+    got = _gguf(md).head_dim
+    assert got == head_dim and (got is None or type(got) is int)
+    assert _gguf({**md, "llama.attention.key_length": 96}).head_dim == 96
+
+
+@pytest.mark.parametrize("count, shown", [(None, 1), (0, 1), (1, 1), (3, 3)])
+def test_gguf_split_count(count, shown):
+    assert _gguf({} if count is None else {"split.count": count}).gguf_split_count == shown
+
+
+def test_gguf_weights_dtype_warnings_and_bits_per_weight():
+    tensors = {"blk.0.attn_q.weight": ("Q4_0", (64, 64), 64 * 64 // 32 * 18),
+               "blk.0.attn_norm.weight": ("F32", (64,), 256), "token_embd.weight": ("F16", (100, 64), 12800),
+               "blk.0.empty.weight": ("Q4_0", (0, 64), 0), "blk.0.old.weight": ("Q4_0_4_4", (64, 64), None)}
+    insp = _gguf({"general.file_type": 2}, tensors)
+    q = insp.quantization
+    assert (q.gguf_file_type, q.weight_bits, q.group_size, q.scale_dtype, q.weight_dtype) == (
+        "Q4_0", 4, 32, "float16", "int4")
+    assert q.bits_per_weight == round((2304 + 256 + 12800) * 8 / (4096 + 64 + 6400), 4)
+    assert insp.dtype == "float16"  # the float type holding the most elements, not the first or the F32 norms
+    assert "tensor types removed from ggml: Q4_0_4_4; requantise the model" in insp.warnings
+    assert "tensor types unknown to qcheck's gguf tables: Q4_0_4_4 (bits/weight counts only known types)" \
+        in insp.warnings
+    assert not any("is not a llama.cpp file type" in w for w in insp.warnings)
+    plain = _gguf({"general.file_type": 0}, {"a.weight": ("F32", (4, 4), 64)})
+    assert (plain.quantization.gguf_file_type, plain.quantization.weight_dtype) == ("F32", "float32")
+    assert _gguf({"general.file_type": 1}, {"a.weight": ("F16", (4, 4), 32)}).quantization.weight_dtype == "float16"
+    mixed = _gguf({"general.file_type": 15}, {"a.weight": ("Q4_K", (256, 256), 36864)})
+    assert (mixed.quantization.gguf_file_type, mixed.quantization.weight_dtype) == ("Q4_K_M", None)
+    odd = _gguf({"general.file_type": 900}, {"a.weight": ("Q4_K", (256, 256), 36864)})
+    assert odd.quantization.gguf_file_type == "unknown(900)"
+    assert "general.file_type 900 is not a llama.cpp file type qcheck knows" in odd.warnings
+    assert not any("removed from ggml" in w for w in odd.warnings)
