@@ -735,3 +735,224 @@ def test_gguf_weights_dtype_warnings_and_bits_per_weight():
     assert odd.quantization.gguf_file_type == "unknown(900)"
     assert "general.file_type 900 is not a llama.cpp file type qcheck knows" in odd.warnings
     assert not any("removed from ggml" in w for w in odd.warnings)
+
+
+# ----------------------------------------------------------------------------------------------- GPTQ/AWQ
+def _gptq_scan(spec: dict, hints=None) -> dict:
+    from qcheck.classify import gptq_awq
+    from qcheck.classify.base import Hints
+
+    ck = b.Fixture(spec).checkpoint()
+    return {q.name: q for q in gptq_awq.scan(ck.tensors, set(), hints or Hints())}
+
+
+def test_gptq_and_awq_packs_and_what_is_skipped():
+    spec = {"x.qweight": ("I32", (16,)),  # 1-D: skipped, the scan goes on
+            "y.qweight": ("I32", (16, 64)),  # no scales: skipped
+            "z.qweight": ("I32", (16, 64)), "z.scales": ("F16", (64,)),  # 1-D scales: skipped
+            **b.gptq("g", 64, 128), **b.awq_gemm("a", 64, 256),
+            "w.qweight": ("I32", (16, 64)), "w.scales": ("F16", (1, 64)), "w.g_idx": ("I32", (0,))}
+    from qcheck.classify.base import Hints
+
+    out = _gptq_scan(spec, Hints(bits=4, group_size=128))
+    assert set(out) == {"g", "a", "w"}
+    g, a = out["g"], out["a"]
+    assert (g.method, g.layout, g.bits, g.group_size, g.logical, g.granularity) == ("gptq", "gptq", 4, 128,
+                                                                                     64 * 128, "group")
+    assert (a.method, a.layout, a.bits, a.group_size, a.logical) == ("awq", "awq-gemm", 4, 128, 64 * 256)
+    w = out["w"]  # an empty g_idx is no g_idx: GPTQ input rows from the bits (16 x 32 / 4)
+    assert (w.method, w.layout, w.logical, w.tensors) == ("gptq", "gptq", 128 * 64, ["w.qweight", "w.scales"])
+
+
+def test_gptq_packs_in_other_word_sizes_and_fused_experts():
+    spec = {"e.qweight": ("I32", (4, 16, 64)), "e.scales": ("F16", (4, 1, 64)), "e.g_idx": ("I32", (128,)),
+            "b.qweight": ("U8", (64, 64)), "b.scales": ("F16", (1, 64)), "b.g_idx": ("I32", (128,)),
+            "s.qweight": ("I16", (32, 64)), "s.scales": ("F16", (1, 64)), "s.g_idx": ("I32", (128,)),
+            "l.qweight": ("I64", (8, 64)), "l.scales": ("F16", (1, 64)), "l.g_idx": ("I32", (128,)),
+            "i.qweight": ("I8", (64, 64)), "i.scales": ("F16", (1, 64)), "i.g_idx": ("I32", (128,)),
+            "u.qweight": ("U32", (16, 64)), "u.scales": ("F16", (1, 64)), "u.g_idx": ("I32", (128,))}
+    out = _gptq_scan(spec)
+    assert (out["e"].logical, out["e"].bits) == (4 * 128 * 64, 4)  # the leading expert dimension counts
+    assert [out[k].bits for k in ("b", "s", "l", "i", "u")] == [4, 4, 4, 4, 4]  # 8-, 16-, 64-, 8-, 32-bit words
+    odd = _gptq_scan({"q.qweight": ("I32", (24, 64)), "q.scales": ("F16", (1, 64)), "q.g_idx": ("I32", (128,))})
+    assert (odd["q"].bits, odd["q"].weight_dtype) == (6, "int6")
+    frac = _gptq_scan({"q.qweight": ("I32", (10, 64)), "q.scales": ("F16", (1, 64)), "q.g_idx": ("I32", (96,))})
+    assert frac["q"].bits == 32 * 10 / 96 and frac["q"].weight_dtype is None
+
+
+def test_awq_gemv_group_from_the_config_when_the_padding_hides_it():
+    from qcheck.classify.base import Hints
+
+    spec = b.awq_gemv("v", 64, 256, group=32)  # scales [64, 8]: 256 / 32 = 8 groups, already a multiple of 8
+    (q,) = _gptq_scan(spec, Hints(bits=4, group_size=32)).values()
+    assert (q.layout, q.bits, q.group_size, q.logical) == ("awq-gemv", 4, 32, 64 * 256)
+    padded = b.awq_gemv("v", 64, 256, group=128)  # 2 groups padded to 8 columns
+    (q,) = _gptq_scan(padded, Hints(bits=4, group_size=128)).values()
+    assert q.group_size == 128
+    (q,) = _gptq_scan(padded, Hints(bits=4)).values()  # no config group: the padded columns give 32
+    assert q.group_size == 32
+    (q,) = _gptq_scan(padded, Hints(bits=4, group_size=64)).values()  # 4 groups also pad to 8 columns: taken
+    assert q.group_size == 64
+    (q,) = _gptq_scan(padded, Hints(bits=4, group_size=16)).values()  # 16 groups would be 16 columns: not this
+    assert q.group_size == 32
+    (q,) = _gptq_scan(padded, Hints(group_size=128)).values()  # no bits: 4
+    assert (q.bits, q.logical) == (4, 64 * 256)
+    (q,) = _gptq_scan(b.awq_gemv("v", 64, 256, group=128, ), Hints(bits=8, group_size=128)).values()
+    assert (q.bits, q.logical) == (8, 64 * 128)
+    single = {"v.qweight": ("I32", (1, 8)), "v.scales": ("F16", (1, 64))}  # one row, one scale row: GEMM
+    (q,) = _gptq_scan(single, Hints(bits=4)).values()
+    assert q.layout == "awq-gemm"
+
+
+def _gptq_config(quant: dict | None, side: dict | None = None, side_name: str = "quantize_config.json",
+                 qlinears=()):
+    from qcheck.classify import gptq_awq
+    from qcheck.classify.base import Draft
+
+    configs = {"config.json": {"quantization_config": quant} if quant is not None else {}}
+    if side is not None:
+        configs[side_name] = side
+    view = _view(**configs)
+    draft = Draft(tensors={}, metadata={}, qlinears=list(qlinears))
+    family = "awq" if (view.quant_method == "awq" or (side or {}).get("w_bit")) else (view.quant_method or "gptq")
+    gptq_awq.apply_config(view, draft, family, None)
+    return draft
+
+
+def test_gptq_side_config_disagreement_and_where():
+    d = _gptq_config({"quant_method": "gptq", "bits": 4, "group_size": 128}, {"bits": 8, "group_size": 128})
+    assert [(f.where, f.message) for f in d.findings] == [
+        ("quantize_config.json", "bits 8 disagrees with config.json quantization_config bits 4")]
+    assert (d.expected_bits, d.expected_group, d.config_method) == (4, 128, "gptq")
+    alone = _gptq_config(None, {"bits": 8, "group_size": 64, "desc_act": True, "sym": False})
+    assert (alone.expected_bits, alone.expected_group, alone.config_method, alone.findings) == (
+        8, 64, "(quantize_config.json)", [])
+    assert (alone.act_order, alone.zero_point, alone.producer) == (True, True, "auto-gptq")
+    other = _gptq_config(None, {"bits": 4}, side_name="quant_config.json")
+    assert other.config_method == "(quant_config.json)"
+    same = _gptq_config({"quant_method": "gptq", "bits": 4}, {"bits": 4, "group_size": 32})
+    assert same.findings == [] and same.expected_group == 32
+
+
+@pytest.mark.parametrize("packing, family, fmt", [("auto_round:auto_awq", "awq", "auto_round:auto_awq"),
+                                                  ("auto_round:auto_gptq", "gptq", "auto_round:auto_gptq"),
+                                                  (None, "gptq", None)])
+def test_auto_round_packing_decides_gptq_or_awq(packing, family, fmt):
+    from qcheck.classify import gptq_awq
+    from qcheck.classify.base import Draft
+
+    quant = {"quant_method": "auto-round", "bits": 4, "group_size": 128}
+    if packing:
+        quant["packing_format"] = packing
+    draft = Draft(tensors={}, metadata={}, qlinears=[])
+    gptq_awq.apply_config(_view(**{"config.json": {"quantization_config": quant}}), draft, "auto-round", None)
+    assert (draft.expected_method, draft.producer, draft.format) == (family, "auto-round", fmt)
+
+
+def test_awq_version_against_the_layout_names_the_config():
+    gemm = [_layer(method="awq", layout="awq-gemm")]
+    gemv = [_layer(method="awq", layout="awq-gemv")]
+    d = _gptq_config({"quant_method": "awq", "bits": 4, "version": "GEMV"}, qlinears=gemm)
+    assert [(f.where, f.message) for f in d.findings] == [
+        ("config.json quantization_config", "AWQ version 'gemv', but the qweight/scales shapes are the GEMM layout")]
+    d = _gptq_config({"quant_method": "awq", "bits": 4, "version": "gemm"}, qlinears=gemv)
+    assert [(f.where, f.message) for f in d.findings] == [
+        ("config.json quantization_config", "AWQ version 'gemm', but the qweight/scales shapes are the GEMV layout")]
+    assert _gptq_config({"quant_method": "awq", "version": "gemm"}, qlinears=gemm).findings == []
+    assert _gptq_config({"quant_method": "awq", "backend": "LLM-AWQ"}).producer == "llm-awq"
+    assert _gptq_config({"quant_method": "awq"}).producer == "autoawq"
+
+
+# ------------------------------------------------------------------------------------------------------ MLX
+@pytest.mark.parametrize("block, hints", [
+    ({"bits": 4, "group_size": 64}, (4, 64)), ({"mode": "mxfp4"}, (4, 32)), ({"mode": "NVFP4"}, (4, 16)),
+    ({"mode": "mxfp8"}, (8, 32)), ({}, (None, None)), ({"mode": None, "bits": 3}, (3, 64)),
+    ({"mode": "unheard-of"}, (4, 64)), ({"group_size": 32}, (4, 32))])
+def test_mlx_hints_per_mode(block, hints):
+    from qcheck.classify.mlx import hints_from
+
+    assert hints_from(block).for_module("x") == hints
+
+
+def test_mlx_overrides_and_mixed_bits():
+    from qcheck.classify.mlx import hints_from
+
+    h = hints_from({"bits": 4, "group_size": 64, "a": {"bits": 8}, "b": {"group_size": 32}, "c": {"x": 1}, "d": False})
+    assert h.overrides == {"a": (8, None), "b": (None, 32)}
+    assert [h.for_module(m) for m in "abcd"] == [(8, 64), (4, 32), (4, 64), (4, 64)]
+
+
+def _mlx_scan(spec: dict, hints=None) -> dict:
+    from qcheck.classify import mlx
+    from qcheck.classify.base import Hints
+
+    ck = b.Fixture(spec).checkpoint()
+    return {q.name: q for q in mlx.scan(ck.tensors, set(), hints or Hints())}
+
+
+def test_mlx_scans_from_the_shapes_and_the_hints():
+    from qcheck.classify.base import Hints
+
+    spec = {"s.weight": ("U32", (8,)), "n.weight": ("U32", (64, 16)),  # 1-D; no scales: skipped, scan goes on
+            "e.weight": ("U32", (64, 16)), "e.scales": ("BF16", (64, 0)),  # no scale columns: skipped
+            **b.mlx_affine("a", 64, 128, bits=4, group=64), **b.mlx_mx("m", 64, 128, bits=4, group=32)}
+    out = _mlx_scan(spec)
+    assert set(out) == {"a", "m"}
+    a = out["a"]
+    assert (a.bits, a.group_size, a.logical, a.zero_point, a.weight_dtype, a.layout) == (
+        4, 64, 64 * 128, True, "int4", "mlx")
+    m = out["m"]  # no hint: group 64 is assumed, bits from it: 32 x 16 / (4 x 64) = 2 -> then the group is 32
+    assert (m.bits, m.group_size, m.zero_point, m.weight_dtype) == (2, 64, False, None)
+    assert _mlx_scan(b.mlx_mx("m", 64, 128, bits=4, group=32), Hints(bits=4, group_size=32))["m"].group_size == 32
+    (q,) = _mlx_scan(b.mlx_affine("a", 64, 128, bits=3, group=64), Hints(group_size=64)).values()
+    assert q.bits is None or q.bits == 3
+    (q,) = _mlx_scan(b.mlx_affine("a", 64, 128, bits=8, group=32), Hints(bits=8)).values()
+    assert (q.bits, q.group_size) == (8, 32)  # the group from the shapes, not the hint's default
+    (q,) = _mlx_scan(b.mlx_affine("a", 64, 96, bits=4, group=32), Hints(bits=4, group_size=64)).values()
+    assert q.group_size == 32
+    metal = {n.replace(".biases", ".qbiases"): t for n, t in b.mlx_affine("t", 64, 128).items()}
+    (q,) = _mlx_scan(metal).values()
+    assert (q.layout, q.producer, q.zero_point) == ("mlx-metal", "transformers (metal)", True)
+    (q,) = _mlx_scan({"o.weight": ("U32", (64, 16)), "o.scales": ("BF16", (64, 3))}).values()
+    assert (q.bits, q.logical) == (None, None)  # 32 x 16 / (3 x 64) is no whole number of bits
+
+
+# ------------------------------------------------------------------------------------------------ KV scales
+def _kv(names: list[str], declared: str | None = None, static: bool | None = None):
+    from qcheck.classify.base import Draft
+    from qcheck.classify.kv_scales import kv_scales
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    tensors = {n: TensorInfo(n, "F32", (), 4) for n in names}
+    draft = Draft(tensors=tensors, metadata={}, qlinears=[], kv_cache_declared=declared, kv_cache_static=static)
+    return kv_scales(TensorTable(tensors), draft), draft
+
+
+def test_kv_scales_per_attention_layer_and_the_missing_ones():
+    names = [f"model.layers.{i}.self_attn.k_proj.weight" for i in range(12)]
+    names += [f"model.layers.{i}.self_attn.{kv}_scale" for i in range(2) for kv in ("k", "v")]
+    names += ["vision_tower.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.q_scale"]
+    scales, _ = _kv(names)
+    assert (scales.attention_layers, scales.k_scales, scales.v_scales, scales.q_scales) == (12, 2, 2, 1)
+    assert scales.missing == [f"model.layers.{i}" for i in range(2, 10)]  # the first 8, in natural order
+    plain, _ = _kv(names[:12])
+    assert plain.missing == []  # no scale at all and nothing declared: nothing to point at
+    loose, _ = _kv(["model.layers.0.attn.k_scale", "model.layers.1.attn.k_scale", "model.layers.1.attn.v_scale",
+                    "unlayered.k_scale"])
+    assert (loose.attention_layers, loose.k_scales, loose.v_scales) == (0, 2, 1)  # no K projection known: counted
+
+
+def test_a_declared_static_kv_cache_without_every_scale_is_a_mismatch():
+    from qcheck.classify.kv_scales import check_declared
+
+    names = [f"model.layers.{i}.self_attn.k_proj.weight" for i in range(3)]
+    names += ["model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale"]
+    scales, draft = _kv(names, declared="kv_cache_scheme", static=True)
+    check_declared(scales, "float8_e4m3", draft)
+    assert [(f.where, f.message) for f in draft.findings] == [(
+        "kv_cache_scheme", "declares a static float8_e4m3 KV cache, but k_scale/v_scale tensors cover 1 of 3 "
+        "attention layers (e.g. model.layers.1): engines that read the declaration use a scale of 1.0 there")]
+    scales, draft = _kv(names, declared="kv_cache_scheme", static=False)
+    check_declared(scales, "float8_e4m3", draft)
+    assert draft.findings == []
