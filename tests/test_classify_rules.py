@@ -956,3 +956,152 @@ def test_a_declared_static_kv_cache_without_every_scale_is_a_mismatch():
     scales, draft = _kv(names, declared="kv_cache_scheme", static=False)
     check_declared(scales, "float8_e4m3", draft)
     assert draft.findings == []
+
+
+# -------------------------------------------------------------------------------------------------- ModelOpt
+def _from_algo_name(algo: str) -> tuple[str, int, str | None, str | None, int | None]:
+    """What ModelOpt's quant_algo names say (W<bits>A<bits>, _WO weight-only, _PC per-channel, _PB per-block, NVFP4
+    groups of 16, MX groups of 32, SQ SmoothQuant INT8): the rule each row of ALGOS follows."""
+    if "NVFP4" in algo:
+        method, group, gran = "nvfp4", 16, "group"
+    elif "MXFP4" in algo:
+        method, group, gran = "mxfp4", 32, "group"
+    elif algo == "MXFP8":
+        method, group, gran = "mxfp8", 32, "group"
+    elif "AWQ" in algo:
+        method, group, gran = "awq", None, "group"
+    elif "INT8" in algo or algo.startswith("W8A"):
+        method, group, gran = "int8", -1, "per-channel"
+    elif "_PB_" in algo:
+        method, group, gran = "fp8", None, "block"
+    elif "_PC_" in algo or "PER_CHANNEL" in algo:
+        method, group, gran = "fp8", -1, "per-channel"
+    else:
+        method, group, gran = "fp8", None, "per-tensor"
+    bits = 4 if method in ("nvfp4", "mxfp4", "awq") else 8
+    if algo.endswith(("_WO", "A16")) or "A16_" in algo or algo in ("MXFP4", "W4A16_AWQ", "INT4_AWQ"):
+        act = None
+    elif "A8" in algo and bits == 4:
+        act = "float8_e4m3"
+    elif method == "int8":
+        act = "int8"
+    elif method == "nvfp4":
+        act = "fp4_e2m1"
+    else:
+        act = "float8_e4m3"
+    return method, bits, act, gran, group
+
+
+def test_every_modelopt_algorithm_row_follows_its_name():
+    from qcheck.classify.modelopt import ACT_SCHEMES, ALGOS
+
+    assert {algo: _from_algo_name(algo) for algo in ALGOS} == ALGOS
+    assert set(ACT_SCHEMES) <= set(ALGOS)
+    for algo, (_, _, act, _, _) in ALGOS.items():
+        if algo not in ACT_SCHEMES:
+            continue
+        assert act is not None and ACT_SCHEMES[algo].startswith("dynamic per-"), algo
+
+
+def _modelopt(hf: dict | None, quant: dict | None = None, tensor_method: str | None = None):
+    from qcheck.classify import modelopt
+    from qcheck.classify.base import Draft
+
+    configs = {}
+    if hf is not None:
+        configs["hf_quant_config.json"] = {"producer": {"name": "modelopt"}, "quantization": hf}
+    if quant is not None:
+        configs["config.json"] = {"quantization_config": {"quant_method": "modelopt", **quant}}
+    draft = Draft(tensors={}, metadata={}, qlinears=[])
+    modelopt.apply_config(_view(**configs), draft, "modelopt", tensor_method)
+    return draft
+
+
+def test_modelopt_configs_at_their_edges():
+    d = _modelopt({"quant_algo": "fp8_pb_real", "kv_cache_quant_algo": "fp8"})
+    assert (d.expected_method, d.expected_bits, d.scale_granularity, d.expected_block, d.activation_scheme) == (
+        "fp8", 8, "block", [128, 128], "dynamic per-token-group 128")
+    assert (d.kv_cache_dtype, d.kv_cache_declared, d.kv_cache_static, d.config_method) == (
+        "float8_e4m3", "kv_cache_quant_algo", True, "FP8_PB_REAL")
+    d = _modelopt({"quant_algo": "FP8"}, {"quant_algo": "NVFP4"})
+    assert [(f.where, f.message) for f in d.findings] == [
+        ("hf_quant_config.json", "quant_algo FP8 disagrees with config.json quantization_config quant_algo NVFP4")]
+    d = _modelopt(None, {"quant_algo": "NVFP4", "kv_cache_scheme": "custom"})
+    assert (d.expected_method, d.kv_cache_dtype, d.kv_cache_declared) == ("nvfp4", "custom", None)
+    d = _modelopt({"quant_algo": "W4A16_AWQ", "group_size": 64, "has_zero_point": True})
+    assert (d.expected_group, d.zero_point, d.activation_scheme) == (64, True, None)
+    d = _modelopt({"quant_algo": "W4A16_AWQ", "has_zero_point": "yes"})
+    assert (d.expected_group, d.zero_point) == (None, None)
+    d = _modelopt({"quant_algo": "INT8_SQ"}, {"group_size": 128})
+    assert (d.expected_group, d.activation_scheme, d.zero_point) == (128, "dynamic per-token", None)
+    assert _modelopt({"quant_algo": "FP8"}).activation_scheme == "static per-tensor"
+    assert "ModelOpt config has no quant_algo" in _modelopt({}).warnings
+    unknown = _modelopt({"quant_algo": "FP3"})
+    assert "unknown ModelOpt quant_algo 'FP3'; classified from tensors" in unknown.warnings
+    assert unknown.expected_method is None
+
+
+def test_modelopt_mixed_precision_picks_the_layers_of_the_tensors_method():
+    layers = {"a": {"quant_algo": "NVFP4"}, "b": {"quant_algo": "fp8"}, "c": {"quant_algo": "NVFP4"}, "d": "junk",
+              "e": {"quant_algo": None}, "f": {"quant_algo": "FP3"}}
+    d = _modelopt({"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}, tensor_method="fp8")
+    assert (d.expected_method, d.format, d.declared_methods) == ("fp8", "MIXED_PRECISION", ["fp8", "nvfp4"])
+    assert "ModelOpt MIXED_PRECISION checkpoint: layers use FP3, FP8, NVFP4" in d.warnings
+    first = _modelopt({"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}, tensor_method="awq")
+    assert first.expected_method is None  # no layer of the tensors' method: the first algo (FP3) is unknown
+    one = _modelopt({"quant_algo": "MIXED_PRECISION", "quantized_layers": {"a": {"quant_algo": "NVFP4"}}})
+    assert one.expected_method == "nvfp4" and not any("layers use" in w for w in one.warnings)
+    none = _modelopt({"quant_algo": "MIXED_PRECISION", "quantized_layers": {}})
+    assert "ModelOpt config has no quant_algo" in none.warnings
+
+
+def test_modelopt_int4_awq_scan():
+    from qcheck.classify import modelopt
+    from qcheck.classify.base import Hints
+
+    spec = {"x.weight": ("U8", (64,)), "y.weight": ("U8", (32, 128)),  # 1-D; no scale: skipped
+            "z.weight": ("U8", (32, 128)), "z.weight_scale": ("U8", (64, 1)),  # a U8 scale is another format's
+            "w.weight": ("U8", (32, 128)), "w.weight_scale": ("F16", (64,)),  # 1-D scale: skipped
+            "v.weight": ("U8", (32, 128)), "v.weight_scale": ("F16", (32, 1)),  # rows not 2 x packed rows
+            "a.weight": ("U8", (32, 128)), "a.weight_scale": ("BF16", (64, 1)),
+            "a.pre_quant_scale": ("BF16", (128,)), "a.input_scale": ("F32", ()),
+            "b.weight": ("U8", (32, 128)), "b.weight_scale": ("F32", (64, 2)), "b.weight_scale_2": ("F32", ())}
+    ck = b.Fixture(spec).checkpoint()
+    out = {q.name: q for q in modelopt.scan(ck.tensors, {"c.weight"}, Hints())}
+    assert set(out) == {"a", "b"}
+    a, bq = out["a"], out["b"]
+    assert (a.logical, a.bits, a.group_size, a.weight_dtype, a.scale_dtype, a.zero_point, a.input_scale) == (
+        64 * 128, 4, 128, "int4", "bfloat16", False, True)
+    assert a.tensors == ["a.weight", "a.weight_scale", "a.pre_quant_scale", "a.input_scale"]
+    assert (bq.group_size, bq.input_scale, bq.tensors[-1]) == (64, False, "b.weight_scale_2")
+
+
+def _mlx_config(configs: dict, qlinears=()):
+    from qcheck.classify import mlx
+    from qcheck.classify.base import Draft
+
+    draft = Draft(tensors={}, metadata={}, qlinears=list(qlinears))
+    mlx.apply_config(_view(**configs), draft, "mlx", "mlx")
+    return draft
+
+
+def test_mlx_configs_modes_overrides_and_exclusions():
+    layer = _layer(method="mlx", layout="mlx", bits=4, group_size=32, zero_point=True)
+    d = _mlx_config({"config.json": {"quantization": {"mode": "mxfp4", "bits": 4, "group_size": 32}}}, [layer])
+    assert (d.producer, d.config_method, d.expected_bits, d.expected_group, d.format, d.zero_point) == (
+        "mlx-lm", "mlx", 4, 32, "mxfp4", False)
+    assert (d.weight_dtype, layer.weight_dtype, layer.scale_dtype, layer.zero_point) == (
+        "fp4_e2m1", "fp4_e2m1", "e8m0", False)
+    affine = _mlx_config({"config.json": {"quantization": {"bits": 3}}})
+    assert (affine.expected_bits, affine.expected_group, affine.zero_point, affine.weight_dtype) == (3, 64, True, None)
+    assert _mlx_config({"config.json": {"quantization": {"mode": "nvfp4"}}}).expected_group == 16
+    metal = _mlx_config({"config.json": {"quantization_config": {"quant_method": "metal", "bits": 8}}})
+    assert (metal.producer, metal.config_method, metal.expected_bits) == ("transformers (metal)", "metal", 8)
+    mixed = _mlx_config({"config.json": {
+        "quantization": {"bits": 4, "group_size": 64, "lm_head": False, "model.layers.0.mlp": {"bits": 8},
+                         "model.layers.1.mlp": {"group_size": 32}},
+        "quantization_config": {"bits": 4, "group_size": 64, "modules_to_not_convert": ["lm_head", "vision"]}}})
+    assert mixed.excluded == ["lm_head", "vision"]
+    assert "MLX mixed quantisation: per-module overrides use 4/8 bits" in mixed.warnings
+    same = _mlx_config({"config.json": {"quantization": {"bits": 4, "group_size": 64, "m": {"group_size": 32}}}})
+    assert not any("mixed quantisation" in w for w in same.warnings)
