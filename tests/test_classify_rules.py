@@ -1105,3 +1105,77 @@ def test_mlx_configs_modes_overrides_and_exclusions():
     assert "MLX mixed quantisation: per-module overrides use 4/8 bits" in mixed.warnings
     same = _mlx_config({"config.json": {"quantization": {"bits": 4, "group_size": 64, "m": {"group_size": 32}}}})
     assert not any("mixed quantisation" in w for w in same.warnings)
+
+
+# ---------------------------------------------------------------------------------------- FP4/FP6 (mx.py)
+def _mx_scan(spec: dict) -> dict:
+    from qcheck.classify import mx
+    from qcheck.classify.base import Hints
+
+    ck = b.Fixture(spec).checkpoint()
+    return {q.name: q for q in mx.scan(ck.tensors, {"c.weight"}, Hints())}
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 8)), "m.weight_scale_2": ("F32", ()),
+      "m.input_scale": ("F32", ())},
+     ("nvfp4", "nvfp4-modelopt", "modelopt", 16, 64 * 128, 4, True, ["m.weight", "m.weight_scale",
+                                                                     "m.weight_scale_2", "m.input_scale"])),
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 8))},
+     ("nvfp4", "nvfp4-modelopt", None, 16, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight_packed": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 8)),
+      "m.weight_global_scale": ("F32", (1,)), "m.input_global_scale": ("F32", (1,))},
+     ("nvfp4", "nvfp4-compressed-tensors", "compressed-tensors", 16, 64 * 128, 4, True,
+      ["m.weight_packed", "m.weight_scale", "m.weight_global_scale", "m.input_global_scale"])),
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 8)), "m.weight_global_scale": ("F32", (1,))},
+     ("nvfp4", "nvfp4-compressed-tensors", "compressed-tensors", 16, 64 * 128, 4, False,
+      ["m.weight", "m.weight_scale", "m.weight_global_scale"])),
+    ({"m.weight": ("F4", (64, 128)), "m.weight_scale": ("F8_E4M3", (64, 8))},
+     ("nvfp4", "nvfp4-modelopt", None, 16, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight_packed": ("U8", (64, 64)), "m.weight_scale": ("U8", (64, 4))},
+     ("mxfp4", "mxfp4-compressed-tensors", "compressed-tensors", 32, 64 * 128, 4, False,
+      ["m.weight_packed", "m.weight_scale"])),
+    ({"m.weight": ("F4", (64, 128)), "m.weight_scale": ("F8_E8M0", (64, 4)), "m.input_scale": ("F32", ())},
+     ("mxfp4", "mxfp4-packed", None, 32, 64 * 128, 4, True, ["m.weight", "m.weight_scale", "m.input_scale"])),
+    ({"m.weight": ("F6_E2M3", (64, 128)), "m.weight_scale": ("U8", (64, 4))},
+     ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight": ("F6_E3M2", (64, 128)), "m.weight_scale": ("U8", (64, 4))},
+     ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64,))},  # a 1-D scale: its length is the groups
+     ("nvfp4", "nvfp4-modelopt", None, 2, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
+])
+def test_fp4_fp6_group_layouts(spec, expected):
+    out = _mx_scan({"c.weight": ("U8", (64, 64)), "c.weight_scale": ("F8_E4M3", (64, 8)), **spec})
+    assert set(out) == {"m"}
+    q = out["m"]
+    got = (q.method, q.layout, q.producer, q.group_size, q.logical, q.bits, q.input_scale, q.tensors)
+    assert got == expected
+    assert q.scale_dtype == ("float8_e4m3" if q.method == "nvfp4" else "e8m0")
+
+
+@pytest.mark.parametrize("spec", [
+    {"m.weight": ("U8", (64,)), "m.weight_scale": ("F8_E4M3", (8,))},  # 1-D weight
+    {"m.weight": ("U8", (64, 64))},  # no scale
+    {"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", ())},  # a scalar scale
+    {"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 0))},  # no scale columns
+    {"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (32, 8))},  # not one scale row per output row
+    {"m.weight": ("F6_E2M3", (64, 128)), "m.weight_scale": ("F8_E4M3", (64, 8))},  # FP6 with FP8 scales
+    {"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F16", (64, 8))},  # 16-bit scales: another format's
+    {"m.bias": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64, 8))},  # not a weight
+])
+def test_fp4_fp6_layouts_that_are_not(spec):
+    assert _mx_scan(spec) == {}
+
+
+def test_gpt_oss_expert_blocks():
+    spec = {"e.gate_up_proj_blocks": ("U8", (4, 256, 4, 16)), "e.gate_up_proj_scales": ("U8", (4, 256, 4)),
+            "f.down.blocks": ("U8", (4, 128, 8, 16)), "f.down.scales": ("U8", (4, 128, 8)),
+            "g.x_blocks": ("U8", (4, 256, 4, 16)), "g.x_scales": ("U8", (4, 256, 5)),  # scales do not match
+            "h.x_blocks": ("U8", (4, 256, 4, 8)), "h.x_scales": ("U8", (4, 256, 4)),  # 8 bytes: not 32 values
+            "i.x_blocks": ("U8", (16,)), "i.x_scales": ("U8", ())}
+    out = _mx_scan(spec)
+    assert set(out) == {"e.gate_up_proj", "f.down"}
+    e = out["e.gate_up_proj"]
+    assert (e.method, e.layout, e.logical, e.group_size, e.producer) == ("mxfp4", "mxfp4-gpt-oss", 4 * 256 * 4 * 32,
+                                                                          32, "gpt-oss")
+    assert out["f.down"].tensors == ["f.down.blocks", "f.down.scales"]
