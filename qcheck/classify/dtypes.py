@@ -25,7 +25,8 @@ _WORDS: dict[str, str] = {
     "fp16": "float16", "f16": "float16", "float16": "float16", "half": "float16",
     "fp32": "float32", "f32": "float32", "float32": "float32", "float": "float32",
     "fp64": "float64", "float64": "float64", "double": "float64",
-    "fp8": "float8_e4m3", "e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3",
+    # quanto's "float8" is its qfloat8, float8_e4m3fn
+    "fp8": "float8_e4m3", "float8": "float8_e4m3", "e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3",
     "float8_e4m3": "float8_e4m3", "f8_e4m3": "float8_e4m3", "e4m3fn": "float8_e4m3",
     "e5m2": "float8_e5m2", "fp8_e5m2": "float8_e5m2", "float8_e5m2": "float8_e5m2", "f8_e5m2": "float8_e5m2",
     "float8_e4m3fnuz": "float8_e4m3fnuz", "fp8_e4m3fnuz": "float8_e4m3fnuz",
