@@ -1179,3 +1179,32 @@ def test_gpt_oss_expert_blocks():
     assert (e.method, e.layout, e.logical, e.group_size, e.producer) == ("mxfp4", "mxfp4-gpt-oss", 4 * 256 * 4 * 32,
                                                                           32, "gpt-oss")
     assert out["f.down"].tensors == ["f.down.blocks", "f.down.scales"]
+
+
+# ------------------------------------------------------------------------------------------ parameter count
+@pytest.mark.parametrize("name, side", [("m.weight_scale", True), ("m._weight_scale", True), ("m._weight_zero_point",
+                                        True), ("m.attn_scale", False), ("m._bias", False), ("m.weight", False),
+                                        ("m.weight.quant_state.bitsandbytes__nf4", True), ("m.weight:scale", True),
+                                        ("m.weight:zero_point", True), ("m.weight:qdata", False), ("g_idx", True)])
+def test_side_tensors(name, side):
+    from qcheck.classify.params import is_side_tensor
+
+    assert is_side_tensor(name) is side
+    assert is_side_tensor(name) is side  # the memo gives the same answer
+
+
+def test_logical_parameters_count_unknown_layers_as_stored_and_name_them():
+    from qcheck.classify.params import logical_parameters
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    tensors = {n: TensorInfo(n, d, s, 1) for n, d, s in (
+        ("a.qweight", "I32", (16, 64)), ("a.scales", "F16", (1, 64)), ("b.weight", "U8", (32, 32)),
+        ("b.weight_scale", "F8_E4M3", (32, 2)), ("norm.weight", "BF16", (64,)), ("c.k_scale", "F32", ()))}
+    layers = [_layer(name="a", tensors=["a.qweight", "a.scales"], logical=8192),
+              _layer(name="b", tensors=["b.weight", "b.weight_scale"], logical=None),
+              _layer(name="gone", tensors=["gone.weight"], logical=None)]
+    for table in (None, TensorTable(tensors)):
+        total, unknown = logical_parameters(tensors, layers, table)
+        assert (total, unknown) == (8192 + 32 * 32 + 64, ["b", "gone"])
+    assert logical_parameters(tensors, [], TensorTable(tensors)) == (16 * 64 + 64 + 32 * 32 + 64, [])
