@@ -2,7 +2,7 @@
 
     python bench/mutate.py run eval/stats eval/gate      # mutate, run the covering tests, summarise
     python bench/mutate.py list readers                  # the mutants, without running them
-    python bench/mutate.py plant bench/mutation_planted.toml   # hand-made mutants (file, old text, new text)
+    python bench/mutate.py plant bench/mutants_fresh.toml      # hand-made mutants (file, old text, new text)
 
 How it works (small, and built for two shared cores):
 - **Mutants** come from the AST of one module: a comparison at its boundary or negated (``<`` <-> ``<=``,
