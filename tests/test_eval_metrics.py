@@ -531,6 +531,9 @@ def test_candidate_top_k_ids_must_lie_in_the_reference_vocabulary():
         if ok:
             rows = compare_rows(rows_from(ref, y), scores, y, "t")
             assert not rows.exact and rows.rest_mass is not None
+            # row 2 holds token 0: S = {0, 1}, the target 1 already in it
+            q = math.exp(-1.4)
+            assert rows.kld[1] == pytest.approx(_bucketed_by_hand({0: 0.25, 1: 0.25}, {0: q, 1: q}), rel=1e-5)
         else:
             with pytest.raises(InputError, match="token id outside the reference vocabulary"):
                 compare_rows(rows_from(ref, y), scores, y, "t")
@@ -558,13 +561,21 @@ def test_reference_top_k_with_padding_and_both_top_k_match_the_buckets_by_hand()
     expected = sum(p[i] * math.log(p[i] / q[i]) for i in p) + p_t * math.log(p_t / q_t)
     expected += p_rest * math.log(p_rest / max(1 - 0.4 - 0.3 - 0.2, 1e-10)) if p_rest > 0 else 0
     assert rows.kld[0] == pytest.approx(expected, rel=1e-5)
-    # both top-k: S = the ids both return (1 and 3 here; 0 only on the reference side) + the target
-    cand = TokenScores(np.array([math.log(0.1)], dtype=np.float32), topk_ids=np.array([[1, 3, 3]]),
-                       topk_logprobs=np.log(np.array([[0.3, 0.2, 0.2]], dtype=np.float32)))
-    ref2 = RefRows(np.array([math.log(0.05)], dtype=np.float32), np.array([0]), topk_ids=np.array([[0, 1, 3, 1]]),
-                   topk_logprobs=np.log(np.array([[0.5, 0.3, 0.1, 0.3]], dtype=np.float32)))
+    # both top-k: S = the ids both return (0, 1 and 3 here; 4 only on the reference side, 1 twice) + the target
+    cand = TokenScores(np.array([math.log(0.1)], dtype=np.float32), topk_ids=np.array([[1, 0, 3, 3]]),
+                       topk_logprobs=np.log(np.array([[0.3, 0.2, 0.1, 0.1]], dtype=np.float32)))
+    ref2 = RefRows(np.array([math.log(0.05)], dtype=np.float32), np.array([0]),
+                   topk_ids=np.array([[0, 4, 1, 3, 1]]),
+                   topk_logprobs=np.log(np.array([[0.4, 0.2, 0.2, 0.1, 0.2]], dtype=np.float32)))
     both = compare_rows(ref2, cand, np.array([2]), "t")
     assert not both.exact
-    by_hand = _bucketed_by_hand({1: 0.3, 3: 0.1, 2: 0.05}, {1: 0.3, 3: 0.2, 2: 0.1})
+    by_hand = _bucketed_by_hand({0: 0.4, 1: 0.2, 3: 0.1, 2: 0.05}, {0: 0.2, 1: 0.3, 3: 0.1, 2: 0.1})
     assert both.kld[0] == pytest.approx(by_hand, rel=1e-5)
-    assert both.rest_mass[0] == pytest.approx(1 - 0.3 - 0.1 - 0.05)
+    assert both.rest_mass[0] == pytest.approx(1 - 0.4 - 0.2 - 0.1 - 0.05)
+    # the target among the shared ids is counted once, with the reference's own top-k value
+    ref3 = RefRows(np.array([math.log(0.2)], dtype=np.float32), np.array([0]), topk_ids=np.array([[0, 1]]),
+                   topk_logprobs=np.log(np.array([[0.4, 0.2]], dtype=np.float32)))
+    cand3 = TokenScores(np.array([math.log(0.3)], dtype=np.float32), topk_ids=np.array([[1, 0]]),
+                        topk_logprobs=np.log(np.array([[0.3, 0.2]], dtype=np.float32)))
+    once = compare_rows(ref3, cand3, np.array([1]), "t")
+    assert once.kld[0] == pytest.approx(_bucketed_by_hand({0: 0.4, 1: 0.2}, {0: 0.2, 1: 0.3}), rel=1e-5)
