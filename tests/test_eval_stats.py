@@ -162,6 +162,10 @@ def test_wilson_at_its_edges():
     # the centre plus the half-width rounds just past 1 (and below 0) for some n: the interval is clamped to [0, 1]
     assert stats.wilson(9, 9).high == 1.0 and stats.wilson(26, 26).high == 1.0
     assert stats.wilson(0, 2).low == 0.0 and stats.wilson(0, 6).low == 0.0
+    # one item is a sample (n = 1 is the first n with an interval narrower than [0, 1])
+    one_right, one_wrong = stats.wilson(1, 1), stats.wilson(0, 1)
+    assert (one_right.low, one_right.high) == (pytest.approx(1 / (1 + z2), rel=1e-12), 1.0)
+    assert (one_wrong.low, one_wrong.high) == (0.0, pytest.approx(z2 / (1 + z2), rel=1e-12))
     for bad in ((11, 10), (-1, 10)):
         with pytest.raises(ValueError, match=r"successes -?\d+ not in \[0, 10\]"):
             stats.wilson(*bad)
@@ -194,6 +198,8 @@ def test_paired_delta_and_mde_edges():
     assert (delta, iv.low, iv.high) == (0.0, 0.0, 0.0)
     delta, iv = stats.paired_accuracy_delta(0, 10, 10)  # every item flipped the same way: variance 10 - 100/10 = 0
     assert (delta, iv.low, iv.high) == (1.0, 1.0, 1.0)
+    delta, iv = stats.paired_accuracy_delta(1, 0, 1)  # one item, flipped right to wrong: a delta, not "no data"
+    assert (delta, iv.low, iv.high, iv.method) == (-1.0, -1.0, -1.0, "paired-normal")
     assert stats.paired_mde(0.1, 0) == math.inf and stats.paired_mde(0.1, -5) == math.inf
     assert stats.paired_mde(-0.1, 100) == 0.0
 
