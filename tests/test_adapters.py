@@ -429,3 +429,125 @@ def test_full_model_with_an_adapter_beside_it_stays_a_model(tmp_path: Path, matr
     assert any("adapter_model.safetensors (a PEFT adapter) beside the model was not read" in w
                for w in insp.warnings)
     assert provider(matrix, "fireworks", insp).rule_id == "hf-checkpoint"
+
+
+# ------------------------------------------------------------------------------------ edges, in process
+def _adapter_ckpt(cfg: Any, ranks: dict[str, tuple[int, int]] | None = None, *, container: str = "safetensors",
+                  files: tuple[str, ...] = ("adapter_model.safetensors",), extra: dict[str, Any] | None = None):
+    """A Checkpoint as the reader gives it for an adapter directory: module -> (lora_A rank, lora_B rank)."""
+    from qcheck.model import Checkpoint, SourceFile, TensorInfo
+
+    tensors = {}
+    for module, (ra, rb) in (ranks or {}).items():
+        prefix = f"base_model.model.model.layers.0.{module}"
+        tensors[f"{prefix}.lora_A.weight"] = TensorInfo(f"{prefix}.lora_A.weight", "BF16", (ra, 64), ra * 128)
+        tensors[f"{prefix}.lora_B.weight"] = TensorInfo(f"{prefix}.lora_B.weight", "BF16", (64, rb), rb * 128)
+    for name, shape in (extra or {}).items():
+        tensors[name] = TensorInfo(name, "BF16", shape, 2)
+    kind = "pickle" if container == "pickle" else "safetensors"
+    return Checkpoint(path="a", container=container, tensors=tensors, configs={"adapter_config.json": cfg},
+                      files=[SourceFile(f, 10, kind) for f in files])
+
+
+def _adapter(cfg: Any, ranks: dict[str, tuple[int, int]] | None = None, **kw: Any):
+    from qcheck.classify.adapter import apply_adapter
+    from qcheck.model import Inspection
+
+    insp = Inspection(path="a", container=kw.get("container", "safetensors"))
+    apply_adapter(_adapter_ckpt(cfg, ranks, **kw), insp)
+    return insp.adapter, insp.warnings
+
+
+def test_is_an_adapter_only_with_its_config_and_only_adapter_weights():
+    from qcheck.classify.adapter import is_adapter
+
+    assert is_adapter(_adapter_ckpt(peft_config(8)))
+    assert is_adapter(_adapter_ckpt(peft_config(8), files=("sub/dir/adapter_model.bin",), container="pickle"))
+    no_config = _adapter_ckpt(peft_config(8))
+    no_config.configs = {}
+    assert not is_adapter(no_config)
+    assert not is_adapter(_adapter_ckpt(peft_config(8), files=("adapter_model.safetensors", "model.safetensors")))
+    assert not is_adapter(_adapter_ckpt(peft_config(8), files=()))
+
+
+@pytest.mark.parametrize("r, kept", [(1, True), (65536, True), (65537, False), (0, False), (True, False),
+                                     ("8", False)])
+def test_config_rank_between_1_and_65536(r, kept):
+    adapter, warnings = _adapter(peft_config(r), {"self_attn.q_proj": (8, 8)})
+    assert adapter.rank == (r if kept else 8)  # an ignored r falls back to the tensors' rank
+    assert any(f"r = {r!r} is not a rank (an integer 1..65536); ignored" in w for w in warnings) is (not kept)
+
+
+def test_largest_rank_from_config_and_rank_pattern_when_the_tensors_cannot_say():
+    """A pickle adapter's ranks are the config's: r and every valid rank_pattern value (1..65536, no booleans)."""
+    pattern = {"q_proj": 32, "k_proj": 65536, "v_proj": 65537, "o_proj": True, "up_proj": 0}
+    adapter, _ = _adapter(peft_config(8, rank_pattern=pattern), container="pickle", files=("adapter_model.bin",))
+    assert (adapter.rank, adapter.max_rank, adapter.rank_pattern) == (8, 65536, True)
+    adapter, _ = _adapter(peft_config(8, rank_pattern={"q_proj": 4}), container="pickle",
+                          files=("adapter_model.bin",))
+    assert adapter.max_rank == 8
+    adapter, _ = _adapter(peft_config(8), container="pickle", files=("adapter_model.bin",))
+    assert (adapter.rank, adapter.max_rank, adapter.rank_pattern) == (8, 8, False)
+    adapter, _ = _adapter(peft_config(8, rank_pattern={"q_proj": 16}), {"self_attn.q_proj": (16, 16)})
+    assert (adapter.rank, adapter.max_rank) == (8, 16)
+
+
+def test_peft_type_missing_or_not_a_string():
+    for value in (None, 5, "  "):
+        cfg = peft_config(8, peft_type=value)
+        adapter, warnings = _adapter(cfg, {"self_attn.q_proj": (8, 8)})
+        assert adapter.type == "lora"
+        assert "adapter_config.json has no peft_type; LoRA tensors found, reported as lora" in warnings
+        adapter, warnings = _adapter(cfg)
+        assert adapter.type == "unknown" and "adapter_config.json has no peft_type; reported as unknown" in warnings
+    adapter, _ = _adapter(peft_config(8, peft_type=" LoHa "))
+    assert adapter.type == "loha"
+
+
+def test_alpha_base_model_and_dora_fields():
+    for alpha, kept in ((16, 16), (0.5, 0.5), (True, None), ("16", None)):
+        adapter, _ = _adapter(peft_config(8, lora_alpha=alpha), {"self_attn.q_proj": (8, 8)})
+        assert adapter.alpha == kept
+    adapter, _ = _adapter(peft_config(8, base_model_name_or_path=""), {"self_attn.q_proj": (8, 8)})
+    assert adapter.base_model is None
+    adapter, warnings = _adapter(peft_config(8, use_dora=True), {"self_attn.q_proj": (8, 8)})
+    assert adapter.use_dora is True  # claimed, even without the magnitude tensors (and that is a warning)
+    assert any("says use_dora=true, but the tensors have no lora_magnitude_vector" in w for w in warnings)
+    adapter, _ = _adapter(peft_config(8), {"self_attn.q_proj": (8, 8)},
+                          extra={"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector": (64,)})
+    assert adapter.use_dora is True
+
+
+def test_target_modules_from_the_tensors_when_the_config_gives_no_list():
+    ranks = {"self_attn.q_proj": (8, 8), "mlp.down_proj": (8, 8)}
+    adapter, _ = _adapter(peft_config(8, targets=["q_proj", 5]), ranks)
+    assert adapter.target_modules == ["down_proj", "q_proj"]
+    adapter, warnings = _adapter(peft_config(8, targets=".*proj"), ranks)
+    assert adapter.target_modules == ["down_proj", "q_proj"]
+    assert "adapter_config.json target_modules is the pattern '.*proj'; target modules from the tensors" in warnings
+    _, warnings = _adapter(peft_config(8, targets=".*proj"))
+    assert "adapter_config.json target_modules is the pattern '.*proj'; target modules unknown: no LoRA tensors" \
+        in warnings
+    _, warnings = _adapter(peft_config(8, targets=""), ranks)
+    assert not any("is the pattern" in w for w in warnings)
+
+
+@pytest.mark.parametrize("bad, more", [(6, ""), (7, " (+1 more)")])
+def test_malformed_pairs_are_listed_up_to_six(bad, more):
+    ranks = {f"m{i}.q_proj": (8, 4) for i in range(bad)}
+    _, warnings = _adapter(peft_config(8), ranks)
+    (line,) = [w for w in warnings if w.startswith("malformed LoRA pairs: ")]
+    assert line.count("lora_A gives rank 8") == 6 and line.endswith("([64, 4])" + more)
+
+
+def test_rank_mismatch_names_the_rank_pattern_when_there_is_one():
+    ranks = {"self_attn.q_proj": (16, 16), "self_attn.v_proj": (4, 4)}
+    _, warnings = _adapter(peft_config(8, rank_pattern={"q_proj": 16}), ranks)
+    assert ("rank mismatch: adapter_config.json says r=8 (and its rank_pattern), but the tensors have rank 4 "
+            "(1 of 2 modules, e.g. base_model.model.model.layers.0.self_attn.v_proj)") in warnings
+    _, warnings = _adapter(peft_config(8), ranks)
+    assert ("rank mismatch: adapter_config.json says r=8, but the tensors have rank 4, 16 (2 of 2 modules, e.g. "
+            "base_model.model.model.layers.0.self_attn.q_proj)") in warnings
+    # a pattern string for target_modules is not a list of names: no per-name comparison with the tensors
+    _, warnings = _adapter(peft_config(8, targets="q_proj"), {"self_attn.q_proj": (8, 8)})
+    assert not any("target_modules names" in w or "does not list" in w for w in warnings)

@@ -312,6 +312,37 @@ def test_one_scale_row_is_per_channel_only_when_every_layer_says_so() -> None:
     assert classify(fx_cfg.checkpoint()).findings == []
 
 
+#: every Linear takes 128 inputs: with a group size of 128 each layer is exactly one group wide (one scale row)
+ONE_GROUP = b.Shape(hidden=128, intermediate=128, layers=1, heads=2, kv_heads=1)
+
+
+def test_layers_one_group_wide_take_the_group_from_the_config_gptq_and_awq() -> None:
+    """No layer is wider than a group, so shapes cannot tell a group of 128 from per-channel: the config's
+    group_size (not its bits, not another hint) decides, and the config is not reported as wrong."""
+    gptq = b.gptq_fixture(shape=ONE_GROUP)
+    awq = b._q(ONE_GROUP, b.awq_gemm, {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+                                        "version": "gemm"})
+    for fx, method in ((gptq, "gptq"), (awq, "awq")):
+        assert all(i == 128 for _, _, i in ONE_GROUP.linears())
+        insp = classify(fx.checkpoint())
+        q = insp.quantization
+        assert (q.method, q.weight_bits, q.group_size, q.scale_granularity) == (method, 4, 128, "group"), method
+        assert insp.findings == [], method
+    # the config says per-channel: the same one-row scales are per-channel, again without a finding
+    per_channel = b._q(ONE_GROUP, lambda p, o, i: b.gptq(p, o, i, group=-1),
+                       {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": False, "sym": True})
+    insp = classify(per_channel.checkpoint())
+    assert (insp.quantization.group_size, insp.quantization.scale_granularity) == (-1, "per-channel")
+    assert insp.findings == []
+    # a config group narrower than the layer cannot be one scale row: the shapes win and the config is reported
+    wrong = b._q(ONE_GROUP, b.gptq, {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False,
+                                      "sym": True})
+    insp = classify(wrong.checkpoint())
+    assert insp.quantization.group_size == -1
+    assert [f.message.split(" (")[0] for f in _mismatches(insp)] == [
+        "config says group_size 64, but tensor shapes give -1"]
+
+
 def test_gptq_without_g_idx_uses_config_bits() -> None:
     """GPTQ packs along the input: without g_idx the input size comes from the configured bits."""
     def no_gidx(p, o, i):
@@ -408,3 +439,12 @@ def test_bnb_quant_type_disagrees_with_quant_state() -> None:
     (finding,) = _mismatches(insp)
     assert finding.message == "bnb_4bit_quant_type fp4, but the tensors' quant_state is nf4"
     assert insp.quantization.weight_dtype == "nf4"
+
+
+def test_bits_per_weight_is_one_formula_for_every_container() -> None:
+    from qcheck.classify.base import bits_per_weight
+
+    assert bits_per_weight(18, 32) == 4.5  # a Q4_0 block
+    assert bits_per_weight(1, 3) == 2.6667  # four decimals
+    assert bits_per_weight(1, 10**6) == 8e-06  # not rounded to 0
+    assert bits_per_weight(0, 32) is None and bits_per_weight(18, 0) is None

@@ -113,5 +113,29 @@ def test_index_naming_a_pickle_shard_is_refused(tmp_path: Path) -> None:
         check_reference(str(model))
 
 
-def test_a_plain_safetensors_reference_passes() -> None:
-    check_reference(str(tiny_reference()))
+def test_a_plain_safetensors_reference_passes(tmp_path: Path) -> None:
+    """A plain safetensors reference passes the check, and what qcheck then loads is exactly model.safetensors:
+    every parameter equal to its tensor in the file, even with a booby-trapped pytorch_model.bin beside it (a
+    pickle that writes a marker file if anything unpickles it)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from qcheck.eval.runners.reference import load_reference
+    from support.pickles import builtin_exec
+
+    model_dir = _copy_reference(tmp_path, "plain")
+    marker = tmp_path / "UNPICKLED"
+    (model_dir / "pytorch_model.bin").write_bytes(builtin_exec(f"open({str(marker)!r}, 'w').write('ran')"))
+    check_reference(str(model_dir))
+    model, tokenizer, device = load_reference(str(model_dir), dtype="float32")
+    assert not marker.exists()
+    stored = load_file(str(model_dir / "model.safetensors"))
+    loaded = model.state_dict()
+    assert set(stored) <= set(loaded) and len(stored) > 0
+    for name, tensor in stored.items():
+        assert torch.equal(loaded[name], tensor.to(torch.float32)), name
+    # tied weights the file does not store are the ones transformers ties (the same storage, not other numbers)
+    assert all(torch.equal(loaded[n], loaded["model.embed_tokens.weight"]) for n in set(loaded) - set(stored))
+    assert (type(model).__name__, device, next(model.parameters()).dtype) == ("LlamaForCausalLM", "cpu",
+                                                                            torch.float32)
+    assert tokenizer.vocab_size == model.config.vocab_size

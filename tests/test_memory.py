@@ -116,6 +116,30 @@ def test_sliding_window_layers_cache_only_the_window():
     assert (gemma2.full_layers, gemma2.window_layers) == (21, 21)
 
 
+@pytest.mark.parametrize("engine", [None, "vllm", "sglang", "tensorrt-llm", "transformers"])
+def test_sliding_window_min_for_every_server_family_at_and_around_the_window(engine):
+    """Gemma-3-27B (10 full + 52 sliding-window layers of 1024): at 512 tokens every layer caches 512 tokens
+    (62 x 512 x 8 KiB = 260 MB, not the 478 MB of a window layer always holding its window); at the window every
+    layer holds 1024; one token past it, the window layers stop growing."""
+    per_layer = 16 * 2 * 128 * 2
+    kv = {ctx: estimate(_ins(GEMMA3_27B, size=54_000_000_000), context=ctx, config=GEMMA3_27B, engine=engine,
+                        kv_cache_dtype="bf16").kv_cache_bytes for ctx in (512, 1024, 1025)}
+    assert kv[512] == per_layer * 62 * 512 == 260_046_848
+    assert kv[1024] == per_layer * 62 * 1024
+    assert kv[1025] == per_layer * (10 * 1025 + 52 * 1024)
+
+
+def test_window_cells_at_the_window_edge():
+    from qcheck.memory.base import Cells
+
+    gemma = layout_from_config(GEMMA3_27B)
+    assert Cells.of(gemma, 1023, 2) == Cells(2046, 2046)
+    assert Cells.of(gemma, 1024, 2) == Cells(2048, 2048)
+    assert Cells.of(gemma, 1025, 2) == Cells(2050, 2048)
+    plain = layout_from_config(LLAMA_8B)  # no window layers: none of their cells
+    assert (plain.window_layers, Cells.of(plain, 4096, 3)) == (0, Cells(12288, 0))
+
+
 def test_linear_attention_layers_add_no_kv_cache():
     lay = layout_from_config(QWEN3_NEXT)
     assert (lay.full_layers, lay.window_layers) == (12, 0)

@@ -56,8 +56,15 @@ def test_vllm_0_34_answers_as_0_33_where_the_code_did_not_change(files: dict[str
 
 
 def test_vllm_gpt_oss_on_sm120_stays_marlin_at_0_34(files: dict[str, str]) -> None:
+    """On an RTX 5090 (sm120) vLLM 0.34 still runs GPT-OSS's MXFP4 MoE through Marlin's weight-only kernel: a
+    fallback that names that kernel and why, whatever the rule is called."""
     v = verdict(files["gpt-oss"], "vllm==0.34.0", "rtx-5090")
-    assert v.status == "fallback" and v.rule_id.startswith("mxfp4-sm120")
+    assert (v.status, v.compute_capability, v.engine_version) == ("fallback", "12.0", "0.34.0")
+    assert v.kernel is not None and v.kernel.startswith("Marlin MXFP4 W4A16"), v.kernel
+    assert any("Marlin" in r and "sm120" in r for r in v.reasons), v.reasons
+    # the datacentre Blackwell (sm100) at the same release is not on that path
+    b200 = verdict(files["gpt-oss"], "vllm==0.34.0", "b200")
+    assert b200.compute_capability == "10.0" and not (b200.kernel or "").startswith("Marlin")
 
 
 def _load_verify_claims() -> ModuleType:

@@ -26,17 +26,37 @@ def test_fp8_decode_table_matches_torch_for_all_256_codes():
     assert P.fp8_e4m3_decode(np.array([0x7E, 0x01, 0xFE], dtype=np.uint8)).tolist() == [448.0, 2.0**-9, -448.0]
 
 
-def test_fp8_encode_matches_torch_rounding_including_ties_and_subnormals():
+def _fp8_rounding_inputs() -> np.ndarray:
     rng = np.random.default_rng(1)
     exact = P.FP8_E4M3_VALUES[~np.isnan(P.FP8_E4M3_VALUES)]
     mids = (exact[:-1] + exact[1:]) / 2  # ties between neighbours (sorted within each sign half)
-    x = np.concatenate([
+    return np.concatenate([
         rng.standard_normal(50_000) * 50, rng.standard_normal(5_000) * 1e-3, exact, mids,
-        np.linspace(-448, 448, 10_001), [0.0, -0.0, 2.0**-10, 2.0**-9 * 1.5],
+        np.linspace(-448, 448, 10_001), [0.0, -0.0, 2.0**-10, 2.0**-9 * 1.5, 464.0, 500.0, -1e4],
     ]).astype(np.float32)
-    ours = P.fp8_e4m3_encode(x)
-    theirs = torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-    assert np.array_equal(ours, theirs)
+
+
+def test_fp8_encode_matches_torch_rounding_including_ties_and_subnormals():
+    """qcheck's own FP8 code, checked against a table-driven round-to-nearest-even that shares nothing with it (and
+    the table against torch): the E4M3 rounding of the activation/KV emulation (``emulation.blocks.fp8``), ties
+    to even, subnormals, both signs and the saturation at 448, with a unit and a power-of-two scale; and the FP8
+    weight decoding (``dequant.fp8.fp8_to_float``) of the bytes a producer writes."""
+    from qcheck.eval.dequant.fp8 import dequant_fp8, fp8_to_float
+    from qcheck.eval.emulation.blocks import fp8
+
+    x = _fp8_rounding_inputs()
+    codes = P.fp8_e4m3_encode(x)
+    assert np.array_equal(codes, torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy())
+    rounded = torch.from_numpy(P.fp8_e4m3_decode(codes))
+    assert torch.equal(fp8(torch.from_numpy(x), "e4m3"), rounded)
+    assert torch.equal(fp8(torch.from_numpy(x) / 8, "e4m3", scale=0.125), rounded / 8)
+    ties = torch.tensor([1.0625, 1.1875, -1.0625, 2.0**-9 * 1.5, 2.0**-9 * 2.5])  # halfway cases: to the even code
+    assert fp8(ties, "e4m3").tolist() == [1.0, 1.25, -1.0, 2.0**-8, 2.0**-8]
+    decoded = fp8_to_float(torch.from_numpy(codes), "w")
+    assert torch.equal(decoded, rounded)
+    # a per-tensor scale multiplies the decoded values (the weight path of a compressed-tensors FP8 checkpoint)
+    weight = torch.from_numpy(codes[:4096].copy()).reshape(64, 64)
+    assert torch.equal(dequant_fp8(weight, torch.tensor([0.5]), "w"), rounded[:4096].reshape(64, 64) * 0.5)
 
 
 def test_fp8_encode_saturates_and_maps_nan():

@@ -112,6 +112,27 @@ def test_table_answers_equal_the_per_tensor_loops(seed, one_dtype):
     assert table.joined() == "\n".join(tensors) and table.joined() is table.joined()
 
 
+@pytest.mark.parametrize("types", [1, 2, 16, 17, 40])
+@pytest.mark.parametrize("container", ["safetensors", "gguf"])
+def test_type_stats_with_one_a_few_and_many_types(types, container):
+    """One type, up to 16 (a pass per type) and more (one pass over the tensors): the same per-type sums, with
+    an unknown size making that type's bytes unknown."""
+    rng = random.Random(types)
+    tensors = {}
+    for i in range(3 * types + 5):
+        dtype = "F16" if types == 1 else f"T{i % types}"
+        shape = (rng.randint(1, 9), rng.randint(1, 9))
+        nbytes = None if (types > 2 and i % types == 1 and i >= types) else math.prod(shape) * (1 + i % 3)
+        tensors[f"t{i}"] = TensorInfo(f"t{i}", dtype, shape, nbytes)
+    ck = Checkpoint(path="x", container=container, tensors=tensors)  # type: ignore[arg-type]
+    stats = type_stats(ck, TensorTable(tensors))
+    assert stats == _ref_type_stats(ck)
+    assert len(stats) == types and sum(r["tensors"] for r in stats) == len(tensors)
+    assert sum(r["elements"] for r in stats) == sum(t.numel for t in tensors.values())
+    if types > 2:
+        assert [r["bytes"] for r in stats if r["type"] == "T1"] == [None]
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_selections_keep_order_and_cover_every_match(seed):
     rng = random.Random(seed)

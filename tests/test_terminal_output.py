@@ -165,13 +165,34 @@ def test_colour_on_a_tty_only():
     assert "\x1b[" not in piped.stdout and native in piped.stdout
 
 
+@pytest.mark.slow
 def test_eval_text_shows_a_short_cache_key(monkeypatch, tmp_path):
-    from qcheck.report.text_eval import short_cache_path
+    """A real ``qcheck eval`` with its reference cache under the home directory: the text report names the cache
+    entry as ``~/...`` with the key's first 12 hex digits; the JSON keeps the whole path."""
+    from support.eval_helpers import task_file, tiny_reference
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    key = "ref-" + "ab12" * 16
-    assert short_cache_path(str(tmp_path / ".cache" / "qcheck" / "eval" / key)) == "~/.cache/qcheck/eval/ref-ab12ab12ab12…"
-    assert short_cache_path("/srv/cache/eval/" + key) == "/srv/cache/eval/ref-ab12ab12ab12…"
+    monkeypatch.setenv("COLUMNS", "200")
+    cache = tmp_path / ".cache" / "qcheck"
+    args = ["eval", "-r", str(tiny_reference()), "-t", str(task_file()), "-c", f"same={tiny_reference()}",
+            "--cache-dir", str(cache), "--bootstrap", "100"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False, prog_name="qcheck", standalone_mode=False)
+    (entry,) = [p for p in (cache / "eval").iterdir() if p.name.startswith("ref-")]
+    key = entry.name
+    assert re.fullmatch(r"ref-[0-9a-f]{32,}", key)
+    (line,) = [x for x in result.output.splitlines() if x.startswith("reference log-probs:")]
+    assert line == f"reference log-probs: computed and cached [full-u16] ~/.cache/qcheck/eval/{key[:16]}…"
+    assert len(key) > 16 + 20
+    assert str(tmp_path) not in result.output
+    as_json = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False, prog_name="qcheck",
+                                 standalone_mode=False)
+    data = json.loads(as_json.output)
+    assert data["cache"]["path"] == str(entry) and data["cache"]["hit"] is True
+    # outside the home directory the path stays as it is, with the key cut the same way
+    from qcheck.report.text_eval import short_cache_path
+
+    assert short_cache_path("/srv/cache/eval/" + key) == f"/srv/cache/eval/{key[:16]}…"
+    assert short_cache_path("/srv/cache/eval/ref-abc") == "/srv/cache/eval/ref-abc"
 
 
 def test_matrix_words_are_coloured_in_both_layouts():

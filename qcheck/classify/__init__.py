@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from qcheck.classify.adapter import apply_adapter, is_adapter
 from qcheck.classify.arch import fill_from_config, fill_from_tensors
-from qcheck.classify.base import Draft, Hints, QLinear
+from qcheck.classify.base import Draft, Hints, QLinear, bits_per_weight
 from qcheck.classify.configs import ConfigView, as_int, first, read_configs
 from qcheck.classify.dtypes import FLOAT_DTYPES, config_word, container_word, tensor_nbytes
 from qcheck.classify.fingerprints import config_family, scan_all
@@ -69,9 +69,9 @@ def _classify_weights(checkpoint: Checkpoint) -> tuple[Inspection, list[QLinear]
     return insp, qlinears
 
 
-def type_stats(checkpoint: Checkpoint, table: TensorTable | None = None) -> list[dict[str, Any]]:
-    """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first."""
-    table = table if table is not None and table.tensors is checkpoint.tensors else TensorTable(checkpoint.tensors)
+def type_stats(checkpoint: Checkpoint, table: TensorTable) -> list[dict[str, Any]]:
+    """Per tensor type: tensor count, stored elements and bytes (None if unknown), largest first (``table``: the
+    checkpoint's tensors as columns)."""
     count = Counter(table.dtypes)
     nbytes = table.nbytes()
     if checkpoint.container == "safetensors" and None in nbytes:
@@ -328,7 +328,6 @@ def _resolve_method(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draf
 def _distrust(draft: Draft) -> None:
     """The config describes another method: keep only what is method-independent (excluded modules,
     KV cache, the raw method string) and let the tensors speak for the rest."""
-    draft.config_trusted = False
     draft.expected_bits = draft.expected_group = None
     draft.expected_block = None
     draft.producer = draft.activation_dtype = draft.format = draft.weight_dtype = draft.scale_granularity = None
@@ -426,7 +425,7 @@ def _quantization(ckpt: Checkpoint, table: TensorTable, view: ConfigView, draft:
             continue
         nbytes += sum(s or 0 for s in sizes)
         elements += x.logical
-    q.bits_per_weight = (round(nbytes * 8 / elements, 4) or nbytes * 8 / elements) if elements and nbytes else None
+    q.bits_per_weight = bits_per_weight(nbytes, elements)
     return q
 
 

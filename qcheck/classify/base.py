@@ -88,6 +88,15 @@ def prod(values: tuple[int, ...] | list[int]) -> int:
     return n
 
 
+def bits_per_weight(nbytes: int, elements: int) -> float | None:
+    """Stored bits per logical weight element (scales and zero points included), to 4 decimals (unrounded where that
+    would give 0); None without bytes or elements. The one formula for every container (GGUF and safetensors)."""
+    if not elements or not nbytes:
+        return None
+    bpw = nbytes * 8 / elements
+    return round(bpw, 4) or bpw
+
+
 def exact_div(a: int, b: int) -> int | None:
     """a / b when it divides exactly and b > 0, else None (shapes that do not fit a layout)."""
     if b <= 0 or a % b:
@@ -148,8 +157,6 @@ class Draft:
     weight_dtype: str | None = None
     #: method names of other schemes the config itself declares (mixed precision)
     declared_methods: list[str] = field(default_factory=list)
-    #: False once the config's method was found to contradict the tensors: its details are then ignored
-    config_trusted: bool = True
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:

@@ -7,13 +7,7 @@ safetensors writes ``F8_E4M3``, torch writes ``float8_e4m3fn``, configs write ``
 from __future__ import annotations
 
 from qcheck.model import TensorInfo
-
-#: bits per element of every safetensors dtype (safetensors/src/tensor.rs ``Dtype::bitsize``)
-SAFETENSORS_BITS: dict[str, int] = {
-    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
-    "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
-}
+from qcheck.readers.dtype_bits import SAFETENSORS_BITS
 
 #: container dtype (safetensors string or GGUF float type) -> canonical word
 _CONTAINER: dict[str, str] = {
@@ -31,7 +25,8 @@ _WORDS: dict[str, str] = {
     "fp16": "float16", "f16": "float16", "float16": "float16", "half": "float16",
     "fp32": "float32", "f32": "float32", "float32": "float32", "float": "float32",
     "fp64": "float64", "float64": "float64", "double": "float64",
-    "fp8": "float8_e4m3", "e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3",
+    # quanto's "float8" is its qfloat8, float8_e4m3fn
+    "fp8": "float8_e4m3", "float8": "float8_e4m3", "e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3",
     "float8_e4m3": "float8_e4m3", "f8_e4m3": "float8_e4m3", "e4m3fn": "float8_e4m3",
     "e5m2": "float8_e5m2", "fp8_e5m2": "float8_e5m2", "float8_e5m2": "float8_e5m2", "f8_e5m2": "float8_e5m2",
     "float8_e4m3fnuz": "float8_e4m3fnuz", "fp8_e4m3fnuz": "float8_e4m3fnuz",

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from qcheck.classify.arch import fill_from_tensors
+from qcheck.classify.base import bits_per_weight
 from qcheck.classify.configs import as_int
 from qcheck.classify.dtypes import GGUF_FLOAT_TYPES, container_word
 from qcheck.model import Checkpoint, Inspection, Quantization
@@ -76,10 +77,7 @@ def classify_gguf(ckpt: Checkpoint) -> Inspection:
     q.tensor_types = dict(Counter(t.dtype for t in tensors.values()).most_common())
     q.config_method = f"general.file_type={ft_id}" if ft_id is not None else None
     known = [t for t in tensors.values() if t.nbytes is not None]
-    elements = sum(t.numel for t in known)
-    if elements and any(t.nbytes for t in known):
-        bpw = sum(t.nbytes or 0 for t in known) * 8 / elements
-        q.bits_per_weight = round(bpw, 4) or bpw
+    q.bits_per_weight = bits_per_weight(sum(t.nbytes or 0 for t in known), sum(t.numel for t in known))
     unknown_types = sorted({t.dtype for t in tensors.values() if t.nbytes is None})
     if unknown_types:
         insp.warnings.append("tensor types unknown to qcheck's gguf tables: " + ", ".join(unknown_types)

@@ -125,8 +125,7 @@ def cluster_bootstrap_mean(values: np.ndarray, clusters: np.ndarray, *, n_boot: 
         stop = min(n_boot, start + chunk)
         draws = rng.integers(0, k, size=(stop - start, k))
         est[start:stop] = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    lo, hi = np.quantile(est, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return Interval(float(lo), float(hi), "cluster-bootstrap", level)
+    return percentile_interval(est, level, "cluster-bootstrap")
 
 
 def paired_bootstrap_ratio(num: np.ndarray, den: np.ndarray, *, n_boot: int = DEFAULT_BOOTSTRAP,
@@ -144,7 +143,14 @@ def paired_bootstrap_ratio(num: np.ndarray, den: np.ndarray, *, n_boot: int = DE
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
     est = est[np.isfinite(est)]
-    if est.size == 0:
-        return Interval(math.nan, math.nan, "paired-bootstrap", level)
-    lo, hi = np.quantile(est, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return Interval(float(lo), float(hi), "paired-bootstrap", level)
+    return percentile_interval(est, level, "paired-bootstrap")
+
+
+def percentile_interval(replicates: np.ndarray, level: float, method: str) -> Interval:
+    """The two-sided percentile interval of bootstrap replicates: their (1 - level)/2 and (1 + level)/2
+    quantiles (2.5 % and 97.5 % for 95 %), numpy's default linear interpolation; NaN bounds with no replicate."""
+    if replicates.size == 0:
+        return Interval(math.nan, math.nan, method, level)
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(replicates, [tail, 1 - tail])
+    return Interval(float(lo), float(hi), method, level)

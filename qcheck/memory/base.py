@@ -53,6 +53,12 @@ class Cells:
     full: int
     window: int
 
+    @classmethod
+    def of(cls, lay: AttentionLayout, ctx: int, batch: int) -> Cells:
+        """Every token in a full-attention layer, at most the window in a sliding-window layer (per sequence): the
+        one home of that count (engine families with their own pools, llama.cpp's, override ``cells``)."""
+        return cls(ctx * batch, min(ctx, lay.window or ctx) * batch if lay.window_layers else 0)
+
 
 @dataclass
 class EngineFamily:
@@ -96,8 +102,7 @@ class EngineFamily:
     # -- KV cache
     def cells(self, ctx: int, batch: int) -> Cells:
         """KV cells at a context and batch: a full layer caches every token, a window layer at most its window."""
-        lay = self.layout
-        return Cells(ctx * batch, min(ctx, lay.window or ctx) * batch if lay.window_layers else 0)
+        return Cells.of(self.layout, ctx, batch)
 
     def kv_notes(self, ctx: int) -> list[str]:
         return []

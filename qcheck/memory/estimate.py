@@ -30,7 +30,7 @@ from qcheck.errors import UsageError
 from qcheck.kvtypes import KV_DTYPE_BYTES
 from qcheck.matrix.memory_params import EngineMemory
 from qcheck.matrix.schema import Engine, ParallelSpec
-from qcheck.memory.base import search_max
+from qcheck.memory.base import Cells, search_max
 from qcheck.memory.device import DeviceMemory, plain_device
 from qcheck.memory.families import EngineFamily, family_for
 from qcheck.memory.records import GIB, MemoryEstimate, OffloadPlan, Part, Reserve
@@ -223,13 +223,9 @@ class _Estimator:
     def kv_at(self, ctx: int, batch: int) -> int:
         if self.kv.per_layer is None:
             return 0
-        if self.family is not None:
-            cells = self.family.cells(ctx, batch)
-            full, window = cells.full, cells.window
-        else:
-            full = ctx * batch
-            window = min(ctx, self.lay.window or ctx) * batch if self.lay.window_layers else 0
-        return math.ceil((self.lay.full_layers * full + self.lay.window_layers * window) * self.kv.per_layer)
+        cells = self.family.cells(ctx, batch) if self.family is not None else Cells.of(self.lay, ctx, batch)
+        return math.ceil((self.lay.full_layers * cells.full + self.lay.window_layers * cells.window)
+                         * self.kv.per_layer)
 
     def overhead(self, ctx: int, batch: int, n: int = 1) -> list[Part]:
         return self.family.overhead(ctx, batch, n) if self.family is not None else []

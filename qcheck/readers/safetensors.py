@@ -26,35 +26,10 @@ from typing import Any
 from qcheck.errors import InputError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import TensorColumns, TensorInfo, TensorMap
+from qcheck.readers.dtype_bits import SAFETENSORS_BITS as DTYPE_BITS
 from qcheck.readers.jsonfile import parse_json, paused_gc, quoted
 from qcheck.readers.lfs import is_lfs_pointer, raise_for_pointer
 from qcheck.source import ByteSource
-
-#: bits per element of every dtype safetensors 0.8 knows (``Dtype::bitsize`` in tensor.rs)
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8,
-    "F4": 4,
-    "F6_E2M3": 6,
-    "F6_E3M2": 6,
-    "U8": 8,
-    "I8": 8,
-    "F8_E5M2": 8,
-    "F8_E4M3": 8,
-    "F8_E8M0": 8,
-    "F8_E4M3FNUZ": 8,
-    "F8_E5M2FNUZ": 8,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "C64": 64,
-    "F64": 64,
-    "I64": 64,
-    "U64": 64,
-}
 
 N_LEN = 8
 #: bytes read at once from the start of a file: most headers fit, so a remote source needs one request
