@@ -179,8 +179,8 @@ def test_versions_newer_than_the_data_keep_the_newest_rules(files) -> None:
 @pytest.mark.parametrize(("name", "gpu", "arch", "cc"), [
     ("NVIDIA H100 80GB HBM3", "h100", "hopper", "9.0"), ("NVIDIA GeForce RTX 4090", "rtx-4090", "ada", "8.9"),
     ("4090", "rtx-4090", "ada", "8.9"), ("5090", "rtx-5090", "blackwell-consumer", "12.0"),
-    ("Tesla V100-SXM2-32GB", "v100", "volta", "7.0"), ("NVIDIA A100-SXM4-40GB", "a100-40gb", "ampere", "8.0"),
-    ("NVIDIA A100 80GB PCIe", "a100", "ampere", "8.0"), ("Tesla P40", "p40", "pascal", "6.1"),
+    ("Tesla V100-SXM2-32GB", "v100-32gb", "volta", "7.0"), ("NVIDIA A100-SXM4-40GB", "a100", "ampere", "8.0"),
+    ("NVIDIA A100 80GB PCIe", "a100-80gb", "ampere", "8.0"), ("Tesla P40", "p40", "pascal", "6.1"),
     ("Tesla P100-PCIE-16GB", "p100", "pascal", "6.0"), ("NVIDIA GeForce GTX 1080 Ti", "gtx-1080-ti", "pascal", "6.1"),
     ("GeForce GTX 1660 SUPER", "gtx-1660", "turing", "7.5"), ("AMD Instinct MI300X", "mi300x", "cdna3", None),
     ("AMD Instinct MI100", "mi100", "cdna1", None), ("Radeon RX 6800 XT", "rx-6900-xt", "rdna2", None),

@@ -188,6 +188,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
         engine=engine.id, engine_version=version,
         gpu=target.gpu if target else None, arch=target.arch.id if target else None,
         compute_capability=target.cc if target else None, status="unknown", warnings=list(warnings),
+        gpu_note=target.note if target else None,
     )
     too_old = outside_data(engine, at)
     if target is not None and target.vendor not in engine.hardware:

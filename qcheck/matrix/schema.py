@@ -104,6 +104,10 @@ class Gpu:
     source: str
     #: what the driver reports, None when no figure was found (qcheck.matrix.gpu_capacity)
     capacity: GpuCapacity | None = None
+    #: another configuration (memory size, form factor) of this product: the id of the product's default entry
+    variant_of: str | None = None
+    #: on a product sold in several configurations, why this one is judged when the name does not say which
+    default_because: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ class Target:
     arch: Arch
     cc: str | None
     gpu: str | None = None
+    #: the name left the configuration open (a product sold in several memory sizes): which one is judged and why
+    note: str | None = None
 
     @property
     def vendor(self) -> str:

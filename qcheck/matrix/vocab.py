@@ -27,7 +27,8 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
              "note"}
-GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note"}
+GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note", "variant_of",
+            "default_because"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory", "kv_scale_rule", "attention", "attention_rule"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "quantised_v_requires",

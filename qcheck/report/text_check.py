@@ -56,7 +56,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     field("why", v.reasons)
     field("warning", v.warnings)
     field("try", v.suggestions)
-    if v.memory is not None:
+    if v.memory is not None:  # the configuration judged matters to memory and speed only (one architecture)
+        field("gpu", [v.gpu_note] if v.gpu_note else [])
         field("memory", [v.memory.summary()])
         if v.memory.speed is not None and v.memory.speed.summary:
             field("speed", [v.memory.speed.summary])

@@ -38,6 +38,8 @@ def render(result: Any) -> str:
                 lines.append(f"               requires: {req}")
             memory = v.get("memory") or {}
             if memory.get("summary"):
+                if v.get("gpu_note"):
+                    lines.append(f"               gpu: {v['gpu_note']}")
                 lines.append(f"               memory: {memory['summary']}")
             deployment = v.get("deployment") or {}
             if deployment:

@@ -1,0 +1,138 @@
+"""Issue 33, "What a platform engineer ran into": each item as the user met it, through the real CLI.
+
+The checkpoints are real headers: an 8B Llama Q4_K_M GGUF (gguf-py's writer, tensor data left sparse) and tiny
+safetensors checkpoints from tests/support/builders.py; the matrix is the shipped one (``matrix=False``), since
+the items are about what users are told.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from support import model_headers
+from support.gate_helpers import qcheck
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def llama8b(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("gguf") / "llama8b-Q4_K_M.gguf"
+    model_headers.write_header(path, model_headers.llama31_8b_q4_k_m())
+    return str(path)
+
+
+def check_json(*args: str, **env: str) -> tuple[int, dict, str]:
+    proc = qcheck("check", *args, "--json", matrix=False, **env)
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout else {}), proc.stderr
+
+
+# ------------------------------------------------------------------------------ 1. GPU variants
+
+def test_rtx_4060_is_the_8_gb_card_and_says_nothing_about_variants(llama8b) -> None:
+    """The RTX 4060 is sold with 8 GB only: judged at 8 GB (it was the 16 GB 4060 Ti before), no default to state."""
+    _, data, _ = check_json(llama8b, "--engine", "llama.cpp", "--gpu", "rtx-4060", "--context", "32768")
+    (v,) = data["verdicts"]
+    assert v["gpu"] == "rtx-4060" and v["gpu_note"] is None
+    assert v["memory"]["gpu_memory_gib"] == 7.84 and "its 8 GB datasheet size" in v["memory"]["capacity"]
+    assert v["memory"]["fits"] is False
+
+
+def test_a_product_sold_in_two_sizes_is_judged_at_its_default_and_says_so(llama8b) -> None:
+    proc = qcheck("check", llama8b, "--engine", "llama.cpp", "--gpu", "rtx-4060-ti", "--context", "32768",
+                  matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    gpu_line = next(line for line in proc.stdout.splitlines() if line.startswith("  gpu:"))
+    assert "rtx-4060-ti judged as the 8 GB configuration, its default" in gpu_line
+    assert "also sold as rtx-4060-ti-16gb (16 GB)" in gpu_line and "--gpu rtx-4060-ti:16gb" in gpu_line
+    _, data, _ = check_json(llama8b, "--engine", "llama.cpp", "--gpu", "rtx-4060-ti", "--context", "32768")
+    assert data["verdicts"][0]["memory"]["gpu_memory_gib"] == 7.84
+    assert "the 8 GB card went on sale first" in data["verdicts"][0]["gpu_note"]
+
+
+@pytest.mark.parametrize("name", ["rtx-4060-ti:16gb", "rtx-4060-ti-16gb", "RTX 4060 Ti 16GB", "rtx-4060-ti:16",
+                                  "NVIDIA GeForce RTX 4060 Ti 16GB", "rtx_4060_ti 16 GB"])
+def test_a_size_picks_the_configuration_however_it_is_written(llama8b, name: str) -> None:
+    code, data, err = check_json(llama8b, "--engine", "llama.cpp", "--gpu", name, "--context", "32768")
+    assert code == 0, err
+    (v,) = data["verdicts"]
+    assert (v["gpu"], v["gpu_note"], v["memory"]["gpu_memory_gib"]) == ("rtx-4060-ti-16gb", None, 15.68)
+    assert v["memory"]["fits"] is True
+
+
+@pytest.mark.parametrize(("name", "gpu", "gib"), [  # gib: the runtime total (a driver figure, else 0.98 x datasheet)
+    ("NVIDIA GeForce RTX 4060 8GB", "rtx-4060", 7.84), ("rtx-4060:8gb", "rtx-4060", 7.84),
+    ("rtx-4060-8gb", "rtx-4060", 7.84), ("NVIDIA H100 80GB HBM3", "h100", 79.19), ("NVIDIA H100 NVL", "h100-nvl", 92.12),
+    ("h100:94gb", "h100-nvl", 92.12), ("NVIDIA A100-SXM4-80GB", "a100-80gb", 79.25), ("a100-40gb", "a100", 39.5),
+    ("Tesla V100-SXM2-32GB", "v100-32gb", 31.73), ("NVIDIA GH200 480GB", "gh200", 94.08),
+    ("GeForce RTX 3060 8GB", "rtx-3060-8gb", 7.84), ("rtx-5060-ti:16gb", "rtx-5060-ti-16gb", 15.68),
+])
+def test_device_tool_names_and_sizes_name_the_configuration(llama8b, name: str, gpu: str, gib: float) -> None:
+    code, data, err = check_json(llama8b, "--engine", "llama.cpp", "--gpu", name, "--batch", "1")
+    assert code == 0, err
+    (v,) = data["verdicts"]
+    assert (v["gpu"], v["gpu_note"], v["memory"]["gpu_memory_gib"]) == (gpu, None, gib)
+
+
+def test_every_default_of_a_product_sold_in_several_sizes_is_stated(llama8b) -> None:
+    """a100 is the 40 GB part (the one AWS p4d, GCP A2 and Azure ND A100 v4 rent); h100 the SXM5 part."""
+    _, data, _ = check_json(llama8b, "--engine", "llama.cpp", "--gpu", "a100", "--gpu", "h100", "--gpu",
+                               "v100", "--gpu", "rtx-3060", "--context", "8192")
+    notes = {v["gpu"]: v["gpu_note"] for v in data["verdicts"]}
+    assert set(notes) == {"a100", "h100", "v100", "rtx-3060"}
+    assert "40 GB configuration" in notes["a100"] and "a100-80gb (80 GB)" in notes["a100"]
+    assert "h100-pcie (80 GB), h100-nvl (94 GB)" in notes["h100"] and "--gpu h100-pcie" in notes["h100"]
+    assert "16 GB configuration" in notes["v100"] and "12 GB configuration" in notes["rtx-3060"]
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("rtx-4090:48gb", "knows rtx-4090 with 24 GB, not 48 GB"),
+    ("rtx-4090-48gb", "knows rtx-4090 with 24 GB, not 48 GB"),
+    ("rtx-4060-ti:12gb", "with 8 GB and 16 GB, not 12 GB"),
+    ("hopper:80gb", "'hopper' is an architecture"),
+    ("h100:lots", "after ':' give a memory size"),
+    ("rtx-4061", "did you mean: rtx-4060"),
+])
+def test_a_size_the_product_is_not_sold_in_is_one_line_exit_2(llama8b, name: str, fragment: str) -> None:
+    proc = qcheck("check", llama8b, "--engine", "llama.cpp", "--gpu", name, matrix=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
+
+
+def _fake_nvidia_smi(bindir: Path, line: str) -> str:
+    bindir.mkdir(parents=True, exist_ok=True)
+    tool = bindir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\necho '{line}'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return str(bindir)
+
+
+@pytest.mark.parametrize(("total_mib", "gpu"), [(16380, "rtx-4060-ti-16gb"), (8188, "rtx-4060-ti")])
+def test_gpu_auto_picks_the_configuration_by_the_memory_the_card_reports(llama8b, tmp_path, total_mib: int,
+                                                                         gpu: str) -> None:
+    path = _fake_nvidia_smi(tmp_path / "bin", f"NVIDIA GeForce RTX 4060 Ti, {total_mib}, {total_mib - 400}")
+    code, data, err = check_json(llama8b, "--engine", "llama.cpp", "--gpu", "auto", PATH=path,
+                                 QCHECK_NO_GPU_DETECT="")
+    assert code in (0, 1), err
+    (v,) = data["verdicts"]
+    assert (v["gpu"], v["gpu_note"]) == (gpu, None)  # the device said which: no default to state
+    assert v["memory"]["gpu_memory_bytes"] == int(round((total_mib - 400) / 1024, 2) * GIB)
+
+
+def test_docs_state_every_default_and_its_reason() -> None:
+    """docs/gpus.md's table of defaults is the data's (matrices/gpus.toml default_because), row for row."""
+    from qcheck.matrix import load_matrix
+
+    gpus = load_matrix().gpus
+    rows = []
+    for default, members in gpus.families.items():
+        g = gpus.gpus[default]
+        others = ", ".join(f"`{m}` ({gpus.gpus[m].memory_gib:g} GB)" for m in members[1:])
+        rows.append(f"| `{default}` | {g.memory_gib:g} GB | {others} | {g.default_because} |")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "gpus.md").read_text(encoding="utf-8")
+    assert "\n".join(rows) in doc
+    assert len(rows) >= 15 and {"a100", "h100", "rtx-4060-ti", "rtx-3060", "rtx-5060-ti"} <= set(gpus.families)
