@@ -136,3 +136,62 @@ def test_docs_state_every_default_and_its_reason() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "gpus.md").read_text(encoding="utf-8")
     assert "\n".join(rows) in doc
     assert len(rows) >= 15 and {"a100", "h100", "rtx-4060-ti", "rtx-3060", "rtx-5060-ti"} <= set(gpus.families)
+
+
+# ------------------------------------------------------------------------------ 6. warnings that do not apply
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Real safetensors headers: AWQ with head size 128, BF16 with head sizes 512 and 320, sliding-window, MLA."""
+    from support import builders as b
+
+    root = tmp_path_factory.mktemp("shapes")
+    out = {"awq128": str(b.awq_fixture(b.Shape(hidden=512, intermediate=1024, heads=4, kv_heads=2)).write(
+        root / "awq128"))}
+    for name, extra in (("head512", {"head_dim": 512}), ("head320", {"head_dim": 320}),
+                        ("swa", {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]}),
+                        ("mla", {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "q_lora_rank": None})):
+        fx = b.bf16_llama()
+        fx.configs["config.json"].update(extra)
+        out[name] = str(fx.write(root / name))
+    return out
+
+
+@pytest.mark.parametrize("gpu", ["l40s", "rtx-4090", "a100"])
+def test_a_head_size_128_model_gets_no_warning_about_head_sizes_above_256(shapes, gpu: str) -> None:
+    proc = qcheck("check", shapes["awq128"], "--engine", "vllm", "--gpu", gpu, matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "vLLM picks FLASH_ATTN (FlashAttention 2)" in proc.stdout
+    assert "head sizes above" not in proc.stdout and "warning:" not in proc.stdout
+
+
+@pytest.mark.parametrize(("model", "backend"), [("head512", "vLLM picks FLASHINFER"),
+                                                ("head320", "vLLM picks TRITON_ATTN")])
+def test_a_wide_head_model_is_told_the_backend_it_gets(shapes, model: str, backend: str) -> None:
+    proc = qcheck("check", shapes[model], "--engine", "vllm", "--gpu", "a100", matrix=False)
+    attention = next(line for line in proc.stdout.splitlines() if line.startswith("  attention:"))
+    assert backend in attention and "FlashAttention 2 takes" in attention and "FLASH_ATTN" not in attention
+
+
+def test_sliding_window_and_mla_warnings_reach_only_those_models(shapes) -> None:
+    swa = qcheck("check", shapes["swa"], "--engine", "transformers", "--gpu", "a100", "--kv-cache-dtype", "q4",
+                 matrix=False).stdout
+    plain = qcheck("check", shapes["head512"], "--engine", "transformers", "--gpu", "a100", "--kv-cache-dtype", "q4",
+                   matrix=False).stdout
+    assert "this model has sliding-window layers, which QuantizedCache refuses" in swa
+    assert "sliding-window" not in plain and "warning:" not in plain
+    mla = qcheck("check", shapes["mla"], "--engine", "vllm", "--gpu", "cpu", "--kv-cache-dtype", "fp8",
+                 matrix=False).stdout
+    dense = qcheck("check", shapes["swa"], "--engine", "vllm", "--gpu", "cpu", "--kv-cache-dtype", "fp8",
+                   matrix=False).stdout
+    assert "MLA models (DeepSeek-style) take only" in mla and "MLA models" not in dense
+
+
+def test_tensor_parallelism_that_divides_is_a_flag_to_pass_not_a_warning(shapes) -> None:
+    proc = qcheck("check", shapes["awq128"], "--engine", "vllm", "--gpu", "h100", "--tp", "2", matrix=False)
+    assert proc.returncode == 0 and "warning:" not in proc.stdout
+    assert "  requires:  --tensor-parallel-size 2" in proc.stdout
+    data = json.loads(qcheck("check", shapes["awq128"], "--engine", "vllm", "--gpu", "h100", "--tp", "2", "--json",
+                             matrix=False).stdout)
+    (v,) = data["verdicts"]
+    assert v["warnings"] == [] and "--tensor-parallel-size 2" in v["requires"]

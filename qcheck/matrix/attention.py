@@ -89,5 +89,6 @@ def judge_attention(deployment: Deployment) -> Judgement | None:
         if src not in sources:
             sources.append(src)
     return Judgement(DIMENSION, rule.status, reasons, sources, [],  # type: ignore[arg-type]
-                     [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings],
+                     [fill(r, values) for r in rule.requires],
+                     [fill(w, values) for w in rule.warnings_for(deployment.inspection)],
                      rule_id=rule.id)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from qcheck.errors import UsageError
 from qcheck.formats import REGISTRY
 from qcheck.matrix import files
-from qcheck.matrix.conditions import compile_hardware, compile_match
+from qcheck.matrix.conditions import MatchCondition, compile_hardware, compile_match
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
     ATTENTION_KEYS,
@@ -805,12 +805,12 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
         ctx.fail("bad-type", "kernel must be a non-empty string")
     requires = tuple(_str_list(entry, "requires", ctx, allow_empty=True)) if "requires" in entry else ()
     reasons = tuple(_str_list(entry, "reasons", ctx, allow_empty=True)) if "reasons" in entry else ()
-    warnings = tuple(_str_list(entry, "warnings", ctx, allow_empty=True)) if "warnings" in entry else ()
+    warnings, warnings_if = _warnings(entry.get("warnings", []), ctx)
     if status in ("unknown", "unsupported", "fallback") and not reasons:
         ctx.fail("missing-reason", f"a '{status}' rule must say why in 'reasons'")
     if status == "fallback" and not kernel:
         ctx.fail("missing-kernel", "a 'fallback' rule must name the substitute path in 'kernel'")
-    for text in (kernel or "", *requires, *reasons, *warnings):
+    for text in (kernel or "", *requires, *reasons, *warnings, *(t for t, _ in warnings_if)):
         _check_placeholders(text, placeholders, ctx)
     if "sources" not in entry or not entry["sources"]:
         ctx.fail("missing-source", f"every {kind} must name at least one source from [sources]")
@@ -825,7 +825,28 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
     return Rule(id=ident, file=engine.file, index=index, versions=versions, versions_text=versions_text,
                 methods=methods, match=match, hardware=hardware, backends=backends, status=status,
                 kernel=kernel, requires=requires, reasons=reasons, warnings=warnings, sources=sources,
-                priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as)
+                priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as,
+                warnings_if=warnings_if)
+
+
+def _warnings(raw: Any, ctx: Where) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[MatchCondition, ...]], ...]]:
+    """A rule's ``warnings``: strings said whenever the rule decides, and ``{ text, match }`` tables said only to
+    checkpoints the ``match`` holds for (a warning about some models must not reach the others)."""
+    items = raw if isinstance(raw, list) else [raw]
+    plain: list[str] = []
+    conditional: list[tuple[str, tuple[MatchCondition, ...]]] = []
+    for item in items:
+        if isinstance(item, dict):
+            check_keys(item, {"text", "match"}, {"text", "match"}, ctx)
+            text = item["text"]
+            if not isinstance(text, str) or not text.strip():
+                ctx.fail("bad-type", "a warning's 'text' must be a non-empty string")
+            conditional.append((text, compile_match(item["match"], ctx.fail)))
+        elif isinstance(item, str) and item.strip():
+            plain.append(item)
+        else:
+            ctx.fail("bad-type", f"'warnings' items must be strings or {{ text, match }} tables, not {item!r}")
+    return tuple(plain), tuple(conditional)
 
 
 def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],

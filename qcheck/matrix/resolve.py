@@ -247,7 +247,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
     verdict.weights_loaded_as = rule.weights_loaded_as
     verdict.requires = dedupe([fill(x, values) for r, _ in winners for x in r.requires])
     verdict.reasons = dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
-    verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings])
+    verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings_for(inspection)])
     verdict.sources = _sources([s for r, _ in winners for s in r.sources])
     verdict.rule_id = "+".join(dict.fromkeys(r.id for r, _ in winners))
     return verdict, types

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from qcheck.matrix.conditions import HardwareCondition, MatchCondition
     from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
+    from qcheck.model import Inspection
 
 __all__ = ["ARCH_KEYS", "ATTENTION_KEYS", "ATTENTION_KINDS", "ATTENTION_RULE_KEYS", "BACKEND_KEYS",
            "BUILD_KEYS", "ENGINE_FILE_KEYS", "ENGINE_KEYS", "FORMATS", "GPU_KEYS", "KINDS",
@@ -179,6 +180,14 @@ class Rule:
     extra_conditions: int = 0
     #: the dtype the engine holds the weights in after converting them at load (None: kept as stored)
     weights_loaded_as: str | None = None
+    #: warnings that apply only to some models (``warnings = [{ text, match }]``): said when every condition holds
+    warnings_if: tuple[tuple[str, tuple[MatchCondition, ...]], ...] = ()
+
+    def warnings_for(self, inspection: Inspection) -> list[str]:
+        """The rule's warnings that apply to this checkpoint: the unconditional ones, then those whose ``match``
+        holds (a warning about head sizes above 256 is not said to a model with head size 128)."""
+        return [*self.warnings, *(text for text, conditions in self.warnings_if
+                                  if all(c.test(inspection)[0] for c in conditions))]
 
     @property
     def specificity(self) -> int:

@@ -55,7 +55,7 @@ KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
 #: ``[attention]`` and ``[[attention_rule]]``: the attention backend an engine picks for the model's attention type
 ATTENTION_KEYS = {"flag", "sources", "note"}
 ATTENTION_KINDS = ("standard", "mla")
-ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as"}) | {"attention", "sinks", "sliding",
+ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "weights_loaded_as"}) | {"attention", "sinks", "sliding",
                                                                                   "kv_dtypes"}
 #: ``known_issues.toml`` ``[[issue]]``: a tracker report that changes what a user gets (qcheck.matrix.known_issues)
 KNOWN_ISSUE_KEYS = ({"id", "engine", "versions", "methods", "match", "hardware", "backend", "knobs", "effect", "title",
