@@ -195,3 +195,57 @@ def test_tensor_parallelism_that_divides_is_a_flag_to_pass_not_a_warning(shapes)
                              matrix=False).stdout)
     (v,) = data["verdicts"]
     assert v["warnings"] == [] and "--tensor-parallel-size 2" in v["requires"]
+
+
+# ------------------------------------------------------------------------------ 7. the versions teams run
+
+def test_a_pasted_command_says_which_release_it_is_judged_as_and_why(shapes) -> None:
+    proc = qcheck("check", "--gpu", "l40s", "--", "vllm", "serve", shapes["awq128"], "--max-model-len", "4096",
+                  matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    release = next(line for line in proc.stdout.splitlines() if line.startswith("  release:"))
+    assert "vllm 0.34.0, the newest vLLM release qcheck has data for" in release
+    assert "a command line does not say which release runs it" in release and "--engine vllm==VERSION" in release
+    data = json.loads(qcheck("check", "--gpu", "l40s", "--json", "--", "vllm", "serve", shapes["awq128"],
+                             matrix=False).stdout)
+    assert data["deployment"]["release"].startswith("vllm 0.34.0, the newest")
+    pinned = qcheck("check", "--gpu", "l40s", "--engine", "vllm==0.11.0", "--", "vllm", "serve", shapes["awq128"],
+                    matrix=False)
+    assert "release:" not in pinned.stdout and "vllm 0.11.0 x l40s" in pinned.stdout  # the user said which
+
+
+def test_a_release_older_than_all_the_data_is_one_plain_line(shapes) -> None:
+    proc = qcheck("check", shapes["awq128"], "--engine", "vllm==0.1.0", "--gpu", "l40s", matrix=False)
+    assert proc.returncode == 1
+    why = [line for line in proc.stdout.splitlines() if line.startswith("  why:")]
+    assert proc.stdout.count("predates") == 1 and why == ["  why:       vLLM 0.1.0 predates all the data: qcheck's vLLM facts were read at 0.7.2 and later "
+                   "(the newest: 0.34.0), so nothing says what 0.1.0 runs"]
+    assert "architecture:" not in proc.stdout and "warning:" not in proc.stdout
+    assert "try:       vLLM 0.34.0 runs it natively" in proc.stdout  # the fix on their engine first
+
+
+def test_the_attention_line_says_why_it_is_not_judged_at_an_older_release(shapes) -> None:
+    proc = qcheck("check", shapes["awq128"], "--engine", "vllm==0.11.0", "--gpu", "l40s", matrix=False)
+    assert proc.returncode == 0
+    assert ("warning:   attention: not judged at vLLM 0.11.0: which attention backend it picks for MHA/GQA models "
+            "was read for vLLM >=0.33.0 only") in proc.stdout
+    assert ("read at:   the weight-format rule was read at vllm 0.33.0, 0.34.0, not at 0.11.0: it covers 0.11.0 by "
+            "its version range") in proc.stdout
+    sources = proc.stdout.split("sources:")[1].splitlines()
+    assert sources[0].endswith("@ 0.11.0")  # the source read at the release asked is cited first
+
+
+# ------------------------------------------------------------------------------ 10. the smaller things
+
+def test_a_typo_in_an_engine_flag_gets_did_you_mean_on_that_engine_first(shapes) -> None:
+    proc = qcheck("check", "--gpu", "l40s", "--", "vllm", "serve", shapes["awq128"], "--max-model-lenn", "4096",
+                  matrix=False)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    tries = [line for line in lines if line.startswith("  try:")]
+    assert tries == ["  try:       vLLM has no --max-model-lenn: did you mean --max-model-len or --max-log-len? Fix "
+                     "the command and judge it again"]
+    assert "  refused:    --max-model-lenn; 4096 (the verdict says why)" in lines
+    assert not any(line.startswith("  not judged: none") for line in lines)  # not beside a refused flag
+    judged = next(line for line in lines if line.startswith("  judged:"))
+    assert judged == f"  judged:     {shapes['awq128']} -> model" and "<model_tag>" not in proc.stdout

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.request import CheckRequest, Deploy
+from qcheck.request import CheckRequest, Deploy, Origin
 
 __all__ = ["QcheckFlags", "request_from_command"]
 
@@ -63,7 +63,21 @@ def request_from_command(words: Sequence[str], flags: QcheckFlags) -> CheckReque
                     parallel=cmd.deploy.parallel, knobs=cmd.deploy.knobs, findings=cmd.deploy.findings)
     memory = (deploy.context is not None or deploy.kv_cache.given or deploy.batch > 1 or bool(deploy.knobs.given())
               or bool(flags.gpu_memory_gib))
+    origin = cmd.origin if flags.engines else _newest_release(cmd.origin)
     return CheckRequest(model, _engine_spec(cmd.engine, flags.engines), flags.gpus, deploy,
                         require_native=flags.require_native, allow_unknown=flags.allow_unknown,
                         require_kv_scales=flags.require_kv_scales, memory=memory, gpu_memory_gib=flags.gpu_memory_gib,
-                        notes=(*flags.notes, *cmd.notes), limits=flags.limits, origin=cmd.origin)
+                        notes=(*flags.notes, *cmd.notes), limits=flags.limits, origin=origin)
+
+
+def _newest_release(origin: Origin) -> Origin:
+    """A command names no release: it is judged as the newest the data knows, and the answer says so."""
+    from dataclasses import replace
+
+    from qcheck.matrix import load_matrix
+
+    engine = load_matrix().engine(origin.engine)
+    return replace(origin, release=(
+        f"{engine.id} {engine.newest}, the newest {engine.name} release qcheck has data for: a command line does not "
+        f"say which release runs it; add --engine {engine.id}==VERSION to judge the one you run (the data has "
+        f"{engine.id} {engine.oldest} to {engine.newest})"))
