@@ -87,10 +87,11 @@ def report_meta() -> dict[str, Any]:
 
 
 @click.command("eval")
-@click.option("--reference", "-r", required=True, metavar="DIR|URL",
-              help="The unquantised transformers model directory (config.json, safetensors, tokenizer), or an "
-                   "OpenAI-compatible endpoint serving it: URL[#model=M&top_k=K|full&api_key_env=VAR] with "
-                   "--reference-files.")
+@click.option("--reference", "-r", required=True, metavar="DIR|FILE.gguf|URL",
+              help="The unquantised model: a transformers directory (config.json, safetensors, tokenizer), an "
+                   "F32/F16/BF16 GGUF (converted once by transformers' GGUF conversion and cached; a quantised "
+                   "GGUF is refused: it is what gets measured), or an OpenAI-compatible endpoint serving it: "
+                   "URL[#model=M&top_k=K|full&api_key_env=VAR] with --reference-files.")
 @click.option("--reference-files", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="With an endpoint --reference: a local folder with its tokenizer and config.json (no weights).")
 @click.option("--candidate", "-c", "candidates", multiple=True, metavar="[NAME=]PATH",
@@ -172,6 +173,13 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
 
     Both sides score the same token ids (the reference's tokenizer). The reference's log-probs are
     cached on disk, so further candidates and later runs only pay for the candidate.
+
+    \b
+    The reference must be unquantised, one of:
+      DIR          the model's original release: config.json, safetensors, tokenizer
+      FILE.gguf    an F32, F16 or BF16 GGUF (e.g. convert_hf_to_gguf.py --outtype f16)
+      URL          a server running it, with --reference-files DIR (tokenizer, config.json)
+    Only a quantised GGUF at hand? It cannot be the reference: it is the candidate.
 
     Reported: mean/median/p99/max KL divergence, top-1 agreement, Δp, PPL ratio, NLL correlation,
     accuracy (reference and candidate), recovery, flips in both directions, greedy agreement, with
