@@ -249,3 +249,42 @@ def test_a_typo_in_an_engine_flag_gets_did_you_mean_on_that_engine_first(shapes)
     assert not any(line.startswith("  not judged: none") for line in lines)  # not beside a refused flag
     judged = next(line for line in lines if line.startswith("  judged:"))
     assert judged == f"  judged:     {shapes['awq128']} -> model" and "<model_tag>" not in proc.stdout
+
+
+# ------------------------------------------------------------------------------ 9. tables without names
+
+def test_a_folder_of_two_different_models_names_each_row(tmp_path) -> None:
+    folder = tmp_path / "two"
+    folder.mkdir()
+    model_headers.write_header(folder / "llama8b-Q4_K_M.gguf", model_headers.llama31_8b_q4_k_m())
+    model_headers.write_header(folder / "gemma12b-Q4_K_M.gguf", model_headers.gemma3_12b_q4_k_m())
+    proc = qcheck("check", str(folder), "--gpu", "rtx-4090", "--engine", "llama.cpp", matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[2].split()[:2] == ["file", "quant"]
+    assert [line.split()[:2] for line in lines[3:5]] == [["llama8b-Q4_K_M.gguf", "Q4_K_M"],
+                                                          ["gemma12b-Q4_K_M.gguf", "Q4_K_M"]]
+    data = json.loads(qcheck("check", str(folder), "--gpu", "rtx-4090", "--engine", "llama.cpp", "--json",
+                             matrix=False).stdout)
+    assert [(r["file"], r["model"]) for r in data["quants"]] == [
+        ("llama8b-Q4_K_M.gguf", "llama 8030261312"), ("gemma12b-Q4_K_M.gguf", "gemma3 11765788416")]
+
+
+def test_quants_of_one_model_need_no_file_column_and_help_says_what_happens(tmp_path) -> None:
+    from support.gguf_helpers import Q, write_gguf
+
+    folder = tmp_path / "one"
+    folder.mkdir()
+    tensors = [("token_embd.weight", (256, 256)), ("blk.0.attn_q.weight", (256, 256)),
+               ("output_norm.weight", (256,))]
+    for quant, qtype, ftype in (("Q8_0", Q.Q8_0, 7), ("Q4_0", Q.Q4_0, 2)):
+        write_gguf(folder / f"tiny-{quant}.gguf", [(n, s, qtype if len(s) == 2 else Q.F32) for n, s in tensors],
+                   file_type=ftype)
+    proc = qcheck("check", str(folder), "--gpu", "rtx-4090", "--engine", "llama.cpp", matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[2].split()[0] == "quant"
+    help_text = " ".join(qcheck("check", "--help", matrix=False).stdout.split())
+    assert "several models (GGUF files, safetensors variants in sub-folders, org/name@* branches): with --gpu, one " \
+           "which-quant-fits table" in help_text
+    bare = qcheck("check", str(folder), matrix=False)  # without --gpu: the usage error the help describes
+    assert bare.returncode == 2 and "2 GGUF checkpoints here" in bare.stderr

@@ -50,8 +50,10 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
     a Hub repo id (org/name[@revision][:file.gguf|:QUANT], or a pasted huggingface.co link) or a saved
-    `qcheck inspect --json` record. A directory or repo holding several GGUF models is a usage error
-    listing them, unless --all: then every model is judged (text: one block per model; JSON: a
+    `qcheck inspect --json` record. A directory or repo holding several models (GGUF files, safetensors
+    variants in sub-folders, org/name@* branches): with --gpu, one which-quant-fits table (a row per model:
+    its file when they are different models, quant, size, fit, max context); without --gpu, a usage error
+    listing them; with --all every model is judged in full (text: one block per model; JSON: a
     qcheck.check-set/1 object {schema, target, results: [one check object per model], exit_code}).
 
     \b
