@@ -288,3 +288,51 @@ def test_quants_of_one_model_need_no_file_column_and_help_says_what_happens(tmp_
            "which-quant-fits table" in help_text
     bare = qcheck("check", str(folder), matrix=False)  # without --gpu: the usage error the help describes
     assert bare.returncode == 2 and "2 GGUF checkpoints here" in bare.stderr
+
+
+# ------------------------------------------------------------------------------ 4. advice in the engine's words
+
+def _block(stdout: str, engine: str) -> str:
+    """One verdict's block of the text output."""
+    blocks = stdout.split("\n\n")
+    return next(b for b in blocks if b.lstrip().split("\n")[0].split()[1:2] == [engine])
+
+
+def test_ollama_is_told_num_gpu_and_num_ctx_not_llama_cpp_flags(llama8b) -> None:
+    proc = qcheck("check", llama8b, "--engine", "ollama", "--engine", "lm-studio", "--engine", "llama.cpp",
+                  "--gpu", "rtx-4060", "--context", "32768", matrix=False)
+    assert proc.returncode == 0, proc.stderr
+    ollama, lms, cpp = (_block(proc.stdout, e) for e in ("ollama", "lm-studio", "llama.cpp"))
+    assert "-ngl" not in ollama.replace("(passed as -ngl)", "")
+    assert "Ollama leaves the layers to llama-server's own fit (num_gpu unset): about 26 of 33 on the GPU" in ollama
+    assert "PARAMETER num_gpu 26 in a Modelfile pins it" in ollama
+    assert ("requires:  PARAMETER num_ctx 32768 in the Modelfile (or OLLAMA_CONTEXT_LENGTH=32768 on the server): "
+            "without it Ollama runs 4096 (ollama's default for a GPU of 8 GiB)") in ollama
+    assert "lms load --gpu 0.85" in lms and "lms load --context-length 32768" in lms and "-ngl" not in lms
+    assert "-ngl 24 of 33" in cpp and "requires:" not in cpp  # llama.cpp's own words; its default is the model's
+
+
+@pytest.mark.parametrize(("context", "said"), [("32768", False), ("65536", True)])
+def test_ollamas_default_context_follows_its_source_thresholds(llama8b, context: str, said: bool) -> None:
+    """An RTX 4090 reports 23.65 GiB: Ollama 0.33 runs 32768 by default from 23 GiB of VRAM (server/routes.go)."""
+    _, data, _ = check_json(llama8b, "--engine", "ollama", "--gpu", "rtx-4090", "--context", context)
+    (v,) = data["verdicts"]
+    assert v["memory"]["default_context"] == 32768
+    assert any("PARAMETER num_ctx 65536" in r for r in v["requires"]) is said
+    _, bare, _ = check_json(llama8b, "--engine", "ollama", "--gpu", "rtx-4090", "--batch", "1")
+    assert bare["verdicts"][0]["memory"]["context"] == 32768 and bare["verdicts"][0]["requires"] == []
+
+
+def test_engine_words_are_validated_data() -> None:
+    from qcheck.engine_words import parse_engine_words
+    from qcheck.matrix.schema import MatrixDataError, SourceSpec, Where
+
+    src = {"s": SourceSpec("s", "r", "1")}
+    where = Where("matrices/suggestions.toml", "[[engine_words]]")
+    for raw, check in (([{"engine": "nope", "sources": ["s"]}], "bad-value"),
+                       ([{"engine": "ollama", "offload": "{ngls}", "sources": ["s"]}], "bad-placeholder"),
+                       ([{"engine": "ollama", "sources": ["x"]}], "undefined-source"),
+                       ([{"engine": "ollama", "sources": ["s"], "colour": 1}], "unknown-key")):
+        with pytest.raises(MatrixDataError) as info:
+            parse_engine_words(raw, {"ollama"}, src, where)
+        assert info.value.check == check

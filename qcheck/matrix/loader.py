@@ -79,6 +79,8 @@ _CC_VALUE = re.compile(r"^\d{1,2}\.\d$")
 if TYPE_CHECKING:
     from packaging.version import Version
 
+    from qcheck.engine_words import EngineWords
+
 
 _RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SOURCE_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -201,6 +203,8 @@ class Matrix:
         #: suggestions from suggestions.toml (engine-independent)
         self.suggestions = suggestions
         self.shared_sources = shared_sources
+        #: how each engine is told the memory advice's settings (suggestions.toml [[engine_words]])
+        self.engine_words: dict[str, EngineWords] = {}
 
     def engine(self, name: str) -> Engine:
         """Find an engine by id, display name or alias (case- and punctuation-insensitive)."""
@@ -256,6 +260,7 @@ def _load(root: Path) -> Matrix:
     engine_files = {f.stem: f for f in sorted(engine_dir.glob("*.toml"))} if engine_dir.is_dir() else {}
     shared_sources: dict[str, SourceSpec] = {}
     suggestions: list[SuggestionRule] = []
+    words: dict[str, EngineWords] = {}
     sfile = root / "suggestions.toml"
     if sfile.is_file():
         display = files.display(root, sfile)
@@ -266,9 +271,15 @@ def _load(root: Path) -> Matrix:
                                       f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
         shared_sources = _load_sources(raw.get("sources", {}), display)
         suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
+        from qcheck.engine_words import parse_engine_words
+
+        words = parse_engine_words(raw.get("engine_words", []), set(engine_files), shared_sources,
+                                   Where(display, "[[engine_words]]"))
     kfile = root / "known_issues.toml"
-    return Matrix(root, gpus, EngineSet(root, engine_files, gpus, kfile if kfile.is_file() else None), suggestions,
-                  shared_sources)
+    matrix = Matrix(root, gpus, EngineSet(root, engine_files, gpus, kfile if kfile.is_file() else None), suggestions,
+                    shared_sources)
+    matrix.engine_words = words
+    return matrix
 
 
 def _load_known_issues(raw: dict[str, Any], display: str, engine: Engine, gpus: GpuTable, known: Collection[str]) -> None:

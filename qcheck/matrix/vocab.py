@@ -70,7 +70,7 @@ KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backen
 KV_SCALE_MISSING = ("kv", "qp")
 #: placeholders of a [[kv_scale_rule]] message: the KV placeholders, the layers covered and an example layer
 KV_SCALE_PLACEHOLDERS = (*KV_PLACEHOLDERS, "covered", "layers", "example")
-SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
+SUGGESTIONS_FILE_KEYS = {"sources", "suggestion", "engine_words"}
 
 
 class MatrixDataError(QcheckError):

@@ -307,7 +307,10 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
     if family is not None:
         est.assumptions.extend(family.notes())
         ctx = _fit_context(est, ctx, deploy)
-    return _finish(est, ctx, deploy.batch)
+    record = _finish(est, ctx, deploy.batch)
+    if family is not None:
+        record.default_context, record.default_context_why = family.default_context() or (None, None)
+    return record
 
 
 def _fit_context(est: _Estimator, ctx: int, deploy: Deploy) -> int:

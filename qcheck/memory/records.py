@@ -136,6 +136,10 @@ class MemoryEstimate:
     #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
     capacity: str | None = None
     capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
+    #: the context the engine runs when none is given (Ollama by VRAM, LM Studio 4096), and why; None: the model's
+    #: own (an asked context above it needs the engine's own setting: qcheck.engine_words)
+    default_context: int | None = None
+    default_context_why: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note

@@ -38,6 +38,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
     auto``: what is free); for an architecture or a compute capability there is no product, so the need is
     reported without a fit.
     """
+    from qcheck.engine_words import apply_engine_words
     from qcheck.memory.device import device_memory
 
     for v in verdicts:
@@ -54,6 +55,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
         mem_gib = memory.gib
         target = MemoryTarget(v.engine, params, device, mem_gib, v.weights_loaded_as, v.engine_version, memory)
         est = estimate_memory(inspection, deploy, target)
+        apply_engine_words(v, est, matrix.engine_words.get(v.engine))  # in the engine's own flags and parameters
         if mem_gib is None and device != "RAM":
             est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                         "with its memory")
