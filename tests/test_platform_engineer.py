@@ -336,3 +336,19 @@ def test_engine_words_are_validated_data() -> None:
         with pytest.raises(MatrixDataError) as info:
             parse_engine_words(raw, {"ollama"}, src, where)
         assert info.value.check == check
+
+
+def test_a_fallback_names_only_the_kernels_of_its_own_format(tmp_path) -> None:
+    """An FP8 checkpoint on an A100 is never told 'INT8 kernels would allow 2.0x' (no INT8 kernel runs FP8 weights);
+    on an L40S (FP8 tensor cores) the lost FP8 rate is named."""
+    from support import builders as b
+
+    fp8 = str(b.fp8_ct_channel().write(tmp_path / "fp8"))
+    a100 = json.loads(qcheck("check", fp8, "--engine", "vllm", "--gpu", "a100", "--context", "4096", "--json",
+                             matrix=False).stdout)["verdicts"][0]
+    assert a100["status"] == "fallback" and a100["memory"]["speed"]["native_format"] == "fp8"
+    assert "would allow" not in a100["memory"]["speed_summary"] and "INT8" not in a100["memory"]["speed_summary"]
+    block = str(b.fp8_block_deepseek().write(tmp_path / "block"))
+    l40s = json.loads(qcheck("check", block, "--engine", "vllm", "--gpu", "l40s", "--context", "4096", "--json",
+                             matrix=False).stdout)["verdicts"][0]
+    assert "the fallback computes in BF16: FP8 kernels would allow 2.0x" in l40s["memory"]["speed_summary"]
