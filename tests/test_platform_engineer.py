@@ -352,3 +352,38 @@ def test_a_fallback_names_only_the_kernels_of_its_own_format(tmp_path) -> None:
     l40s = json.loads(qcheck("check", block, "--engine", "vllm", "--gpu", "l40s", "--context", "4096", "--json",
                              matrix=False).stdout)["verdicts"][0]
     assert "the fallback computes in BF16: FP8 kernels would allow 2.0x" in l40s["memory"]["speed_summary"]
+
+
+def test_several_paths_in_one_command_are_each_judged(tmp_path) -> None:
+    from support import builders as b
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    mlx = str(b.mlx_fixture().write(tmp_path / "mlx"))
+    proc = qcheck("check", str(root / "tiny-llama-Q4_0.gguf"), mlx, "--engine", "llama.cpp", "--gpu", "rtx-4090",
+                  "--json", matrix=False)
+    data = json.loads(proc.stdout)
+    assert data["schema"] == "qcheck.check-set/1" and len(data["results"]) == 2
+    assert [r["verdicts"][0]["status"] for r in data["results"]] == ["native", "unsupported"]
+    assert proc.returncode == data["exit_code"] == 1  # the worst of the two
+    lone = qcheck("check", str(root / "tiny-llama-Q4_0.gguf"), mlx, matrix=False)
+    assert lone.returncode == 2 and "several PATHs are judged each on the --engine/--gpu given" in lone.stderr
+
+
+def test_symlinked_model_sub_folders_are_named_not_silently_skipped(tmp_path, shapes) -> None:
+    import shutil
+
+    only_links = tmp_path / "links"
+    only_links.mkdir()
+    (only_links / "awq").symlink_to(shapes["awq128"], target_is_directory=True)
+    (only_links / "bf16").symlink_to(shapes["head512"], target_is_directory=True)
+    proc = qcheck("check", str(only_links), "--gpu", "l40s", "--engine", "vllm", matrix=False)
+    assert proc.returncode == 2
+    assert "sub-folders that are symbolic links are not followed: awq/, bf16/" in proc.stderr
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copytree(shapes["awq128"], mixed / "awq")
+    shutil.copytree(shapes["head320"], mixed / "bf16")
+    (mixed / "swa").symlink_to(shapes["swa"], target_is_directory=True)
+    table = qcheck("check", str(mixed), "--gpu", "l40s", "--engine", "vllm", matrix=False)
+    assert table.returncode == 0, table.stderr
+    assert "not followed: swa/ is a symbolic link (a link can lead anywhere); pass it as a PATH" in table.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from qcheck.cli.common import OutputSpec, deploy_options, finish, limit_options, output_options
@@ -22,7 +24,7 @@ class _CheckCommand(click.Command):
 
 
 @click.command("check", cls=_CheckCommand)
-@click.argument("target", metavar="PATH", required=False)
+@click.argument("targets", metavar="PATH...", nargs=-1)
 @click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
               help="Engine to judge against, repeatable: NAME, NAME==VERSION (default: newest version the matrix "
                    "knows), NAME:BACKEND to pick a compute backend (llama.cpp:vulkan; default: the backend "
@@ -42,7 +44,7 @@ class _CheckCommand(click.Command):
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
-def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
+def command(targets: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
             allow_unknown: bool, require_kv_scales: bool, deploy: Deploy, memory_asked: bool, all_models: bool,
             output_spec: OutputSpec,
             limits: Limits) -> int:
@@ -50,7 +52,8 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
     a Hub repo id (org/name[@revision][:file.gguf|:QUANT], or a pasted huggingface.co link) or a saved
-    `qcheck inspect --json` record. A directory or repo holding several models (GGUF files, safetensors
+    `qcheck inspect --json` record. Several PATHs are each judged on the same engines and GPUs (one
+    qcheck.check-set/1 result, the worst exit code). A directory or repo holding several models (GGUF files, safetensors
     variants in sub-folders, org/name@* branches): with --gpu, one which-quant-fits table (a row per model:
     its file when they are different models, quant, size, fit, max context); without --gpu, a usage error
     listing them; with --all every model is judged in full (text: one block per model; JSON: a
@@ -84,8 +87,15 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
     `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
     """
     engine_command = click.get_current_context().meta.get("qcheck.engine_command")
-    if target is None and engine_command is None:
+    if not targets and engine_command is None:
         raise click.UsageError("Missing argument 'PATH'.")
+    if len(targets) > 1:  # several models in one command: each judged, one check-set (as --all), the worst exit
+        if engine_command is not None or not (engines or gpus):
+            raise click.UsageError("several PATHs are judged each on the --engine/--gpu given (add --gpu G); an "
+                                   "engine command takes one PATH")
+        return _several(targets, engines, gpus, deploy, (require_native, allow_unknown, require_kv_scales),
+                        memory_asked, output_spec, limits)
+    target = targets[0] if targets else None
     if not engines and not gpus and engine_command is None and target is not None:  # nothing to judge against: say what PATH is, and how to judge it
         from qcheck.cli.inspect_cmd import run_inspect
 
@@ -117,3 +127,21 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
                            require_kv_scales=require_kv_scales, memory=memory_asked or bool(detected),
                            all_models=all_models, gpu_memory_gib=detected, notes=tuple(notes), limits=limits)
     return finish(answer(request), output_spec)
+
+
+def _several(targets: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], deploy: Deploy,
+             policy: tuple[bool, bool, bool], memory: bool, output_spec: OutputSpec, limits: Limits) -> int:
+    """``qcheck check A B --gpu G``: every path judged by the same pipeline, one check-set, the worst exit code."""
+    from qcheck.check import CHECK_SET_SCHEMA, ResultSet
+    from qcheck.pipeline import answer
+    from qcheck.request import CheckRequest
+
+    if any(g.strip().lower() == "auto" for g in gpus):
+        raise click.UsageError("--gpu auto judges one PATH at a time")
+    native, unknown, kv_scales = policy
+    results: list[Any] = []
+    for target in targets:
+        got = answer(CheckRequest(target, engines, gpus, deploy, require_native=native, allow_unknown=unknown,
+                                  require_kv_scales=kv_scales, memory=memory, limits=limits))
+        results.extend(got.results if isinstance(got, ResultSet) else [got])
+    return finish(ResultSet(", ".join(targets), results, kind="check-set", schema=CHECK_SET_SCHEMA), output_spec)
