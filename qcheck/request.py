@@ -178,6 +178,8 @@ class CommandFinding:
     version: str  # the engine version that source was read at
     #: the flag itself is not one the engine has (at ``version``: another release may have it)
     unknown_flag: bool = False
+    #: what makes the engine accept it, said first among the verdict's suggestions (e.g. "reserve 2 GPUs")
+    fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in ("unsupported", "unknown"):

@@ -8,10 +8,13 @@ the items are about what users are told.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from support import model_headers
 from support.gate_helpers import qcheck
@@ -370,8 +373,6 @@ def test_several_paths_in_one_command_are_each_judged(tmp_path) -> None:
 
 
 def test_symlinked_model_sub_folders_are_named_not_silently_skipped(tmp_path, shapes) -> None:
-    import shutil
-
     only_links = tmp_path / "links"
     only_links.mkdir()
     (only_links / "awq").symlink_to(shapes["awq128"], target_is_directory=True)
@@ -387,3 +388,66 @@ def test_symlinked_model_sub_folders_are_named_not_silently_skipped(tmp_path, sh
     table = qcheck("check", str(mixed), "--gpu", "l40s", "--engine", "vllm", matrix=False)
     assert table.returncode == 0, table.stderr
     assert "not followed: swa/ is a symbolic link (a link can lead anywhere); pass it as a PATH" in table.stdout
+
+
+def test_tp_2_on_a_one_gpu_compose_service_is_told_to_reserve_2_gpus(tmp_path) -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    (tmp_path / ".git").mkdir()
+    shutil.copytree(root / "tiny-llama-bf16", tmp_path / "models" / "bf16")
+    (tmp_path / "compose.yaml").write_text(
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v0.33.0\n"
+        '    command: ["--model", "/models/bf16", "--tensor-parallel-size", "2"]\n'
+        "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n", encoding="utf-8")
+    (tmp_path / "qcheck.toml").write_text(
+        'deployments = [{ file = "compose.yaml", models = { "/models/bf16" = "models/bf16" }, gpu = "h100" }]\n',
+        encoding="utf-8")
+    proc = qcheck("gate", "--json", cwd=tmp_path, matrix=False)
+    assert proc.returncode == 1, proc.stderr
+    (v,) = json.loads(proc.stdout)["models"][0]["verdicts"]
+    assert "World size (2) is larger than the number of available GPUs (1)" in " ".join(v["reasons"])
+    assert v["suggestions"][0].startswith("reserve 2 GPUs for this container (compose: deploy.resources."
+                                          "reservations.devices count: 2; Kubernetes: nvidia.com/gpu: 2), or run it "
+                                          "with -tp 1")
+    text = qcheck("gate", cwd=tmp_path, matrix=False).stdout
+    assert "try: reserve 2 GPUs for this container" in text
+
+
+# ------------------------------------------------------------------------------ 10. the gate's policy
+
+def test_gate_explain_prints_every_policy_key_from_the_one_source() -> None:
+    from qcheck.eval.gate import Thresholds
+    from qcheck.knobs import KNOBS
+    from qcheck.policy import DEPLOYMENT_KEYS, MEMORY_KEYS, MODEL_KEYS, QUALITY_KEYS, TARGET_KEYS, TOP_KEYS
+    from qcheck.policy_format import POLICY_TOML
+
+    proc = qcheck("gate", "--explain", matrix=False)
+    assert proc.returncode == 0 and POLICY_TOML in proc.stdout
+    tomllib.loads(POLICY_TOML)  # the reference is a TOML document
+    keys = {*TOP_KEYS, *MODEL_KEYS, *TARGET_KEYS, *DEPLOYMENT_KEYS, *MEMORY_KEYS, *(k.policy_key for k in KNOBS),
+            *QUALITY_KEYS, *(n.replace("_", "-") for n in Thresholds.names())}
+    missing = sorted(k for k in keys if not re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", POLICY_TOML))
+    assert missing == []
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "ci.md").read_text(encoding="utf-8")
+    assert f"```toml\n{POLICY_TOML}```" in docs  # docs/ci.md shows the same text
+    assert "qcheck gate --explain" in " ".join(qcheck("gate", "--help", matrix=False).stdout.split())
+
+
+def test_gate_init_names_deployments_above_the_targets(tmp_path) -> None:
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "tiny-llama-Q4_0.gguf", tmp_path / "m.gguf")
+    assert qcheck("gate", "--init", cwd=tmp_path, matrix=False).returncode == 0
+    text = (tmp_path / "qcheck.toml").read_text()
+    assert "# deployments = [" in text and text.index("# deployments = [") < text.index("\n[[targets]]\n")
+    uncommented = text.replace("# deployments = [", "deployments = [").replace(
+        '#   { file = "deploy/compose.yaml"', '  { file = "deploy/compose.yaml"').replace("\n# ]\n", "\n]\n")
+    assert "deployments" in tomllib.loads(uncommented)  # uncommented where it stands, it is a top-level key
+
+
+def test_a_top_level_key_after_targets_gets_the_hint_to_move_it_up(tmp_path) -> None:
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "tiny-llama-Q4_0.gguf", tmp_path / "m.gguf")
+    (tmp_path / "qcheck.toml").write_text('models = ["m.gguf"]\n[[targets]]\nengine = "llama.cpp"\ngpu = "cpu"\n'
+                                          'lfs-pointers = "skip"\n', encoding="utf-8")
+    proc = qcheck("gate", cwd=tmp_path, matrix=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "targets[0].lfs-pointers: unknown key here; it is a top-level key" in proc.stderr
+    assert "move it above the first one" in proc.stderr

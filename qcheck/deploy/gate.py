@@ -106,7 +106,10 @@ def _world_size(cmd: Any, gpus: int | None) -> list[Any]:
     return [CommandFinding("vllm", "unsupported", "--tensor-parallel-size x --pipeline-parallel-size", str(world),
                            f"World size ({world}) is larger than the number of available GPUs ({gpus}) in this node",
                            "vllm-project/vllm: vllm/config/parallel.py:1159-1170 (ParallelConfig: CUDA device_count() < "
-                           "world_size without Ray or --nnodes)", "0.34.0")]
+                           "world_size without Ray or --nnodes)", "0.34.0",
+                           fix=f"reserve {world} GPUs for this container (compose: deploy.resources.reservations."
+                               f"devices count: {world}; Kubernetes: nvidia.com/gpu: {world}), or run it with "
+                               f"-tp {gpus}")]
 
 
 def judge_deployments(policy: Policy, limits: Limits, matrix: Matrix) -> list[Judged]:

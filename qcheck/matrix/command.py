@@ -57,7 +57,7 @@ def judge_command(d: Deployment) -> Judgement | None:
         if f.status == "unsupported" and not _other_release(d, f):
             reasons.append(f"{engine.name} refuses {shown}: {f.message}")
             status = "unsupported"
-            fix = _did_you_mean(f, engine.name)
+            fix = f.fix or _did_you_mean(f, engine.name)
             if fix and fix not in suggestions:
                 suggestions.append(fix)
         else:

@@ -34,6 +34,8 @@ def render(result: Any) -> str:
             if v.get("fails") or v.get("status") != "native":
                 for reason in (v.get("reasons") or [])[:2]:
                     lines.append(f"               why: {reason}")
+            if v.get("fails") and v.get("suggestions"):  # the first way out (the fix on this engine leads)
+                lines.append(f"               try: {v['suggestions'][0]}")
             for req in v.get("requires") or []:
                 lines.append(f"               requires: {req}")
             memory = v.get("memory") or {}
