@@ -451,3 +451,12 @@ def test_a_top_level_key_after_targets_gets_the_hint_to_move_it_up(tmp_path) -> 
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "targets[0].lfs-pointers: unknown key here; it is a top-level key" in proc.stderr
     assert "move it above the first one" in proc.stderr
+
+
+def test_the_markdown_report_keeps_the_memory_and_max_context_figures(llama8b) -> None:
+    proc = qcheck("check", llama8b, "--engine", "llama.cpp", "--gpu", "rtx-4090", "--gpu", "rtx-4060",
+                  "--context", "32768", "--format", "markdown", matrix=False)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "llama.cpp" in line]
+    assert "memory: needs 8.45 GiB, fits in 22.14 GiB usable, at context 32768, max context 131072" in rows[0]
+    assert "does not fit in 6.33 GiB usable, at context 32768, max context 65536 on 2 GPUs" in rows[1]
+    assert "-ngl 24 of 33" in rows[1]
