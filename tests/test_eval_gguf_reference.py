@@ -25,10 +25,29 @@ def eval_json(reference: str, candidate: str, cache: Path, *extra: str) -> tuple
 
 
 @pytest.fixture(scope="module")
-def yardstick(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    code, data, err = eval_json(str(tiny_reference()), str(tiny_gguf("Q8_0")), tmp_path_factory.mktemp("st"))
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    """The safetensors reference's run, with its HTML report (the yardstick of the GGUF references below)."""
+    root = tmp_path_factory.mktemp("st")
+    code, data, err = eval_json(str(tiny_reference()), str(tiny_gguf("Q8_0")), root,
+                                "--report", str(root / "report.html"))
     assert code == 0, err
+    return data, (root / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def yardstick(run: tuple[dict, str]) -> dict:
+    data, _ = run
     return data["candidates"][0]["metrics"]
+
+
+def test_the_html_report_shows_settings_in_words_and_the_loss_by_position(run) -> None:
+    """Issue 33 item 10: the "settings" row showed Python dicts; the loss by position the README promises was absent
+    when every token fell in the first bucket."""
+    _, page = run
+    settings = page.split("<td>settings</td>")[1].split("</tr>")[0]
+    assert "{" not in settings and "&#x27;k&#x27;" not in settings
+    assert "kv cache default" in settings and "kv cache by candidate -" in settings
+    assert "<th>loss by position</th>" in page and "<td>0-512</td>" in page
 
 
 def test_an_f32_gguf_reference_gives_the_safetensors_references_numbers(yardstick, tmp_path) -> None:
