@@ -460,3 +460,13 @@ def test_the_markdown_report_keeps_the_memory_and_max_context_figures(llama8b) -
     assert "memory: needs 8.45 GiB, fits in 22.14 GiB usable, at context 32768, max context 131072" in rows[0]
     assert "does not fit in 6.33 GiB usable, at context 32768, max context 65536 on 2 GPUs" in rows[1]
     assert "-ngl 24 of 33" in rows[1]
+
+
+def test_a_team_asking_about_vllm_gets_the_vllm_fix_before_another_engine() -> None:
+    gguf = str(Path(__file__).resolve().parents[1] / "examples" / "tiny-llama-MXFP4.gguf")
+    (v,) = json.loads(qcheck("check", gguf, "--engine", "vllm", "--gpu", "rtx-4090", "--json",
+                             matrix=False).stdout)["verdicts"]
+    assert v["status"] == "unknown"
+    assert v["suggestions"][0] == ("vLLM >= 0.24 loads GGUF only through the out-of-tree plugin: pip install "
+                                   "vllm-gguf-plugin")
+    assert "--engine llama.cpp" in v["suggestions"][1]  # another engine only after the fix on theirs
