@@ -470,3 +470,24 @@ def test_a_team_asking_about_vllm_gets_the_vllm_fix_before_another_engine() -> N
     assert v["suggestions"][0] == ("vLLM >= 0.24 loads GGUF only through the out-of-tree plugin: pip install "
                                    "vllm-gguf-plugin")
     assert "--engine llama.cpp" in v["suggestions"][1]  # another engine only after the fix on theirs
+
+
+@pytest.mark.parametrize(("labels", "gpu"), [
+    ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, "a100"),
+    ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, "a100-80gb"),
+    ({"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}, "a100"),
+    ({"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"}, "a100-80gb"),
+    ({"nvidia.com/gpu.product": "NVIDIA-H100-NVL"}, "h100-nvl"),
+    ({"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}, "h100-pcie"),
+    ({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "h100"),
+    ({"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "a100"),
+    ({"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}, "a100-80gb"),
+])
+def test_node_labels_name_the_configuration_a_cluster_runs(labels: dict, gpu: str) -> None:
+    """A manifest's labels say which A100 / H100 it is: judged as that one, with no default to state."""
+    from qcheck.deploy.manifests import gpu_from_labels
+    from qcheck.matrix import load_matrix
+
+    name, _, _ = gpu_from_labels(labels)
+    target = load_matrix().gpus.lookup(name or "")
+    assert (target.gpu, target.note) == (gpu, None)

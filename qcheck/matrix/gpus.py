@@ -33,7 +33,7 @@ _CC_PLAIN = re.compile(r"^(?:sm)?(\d{2,3})[af]?$")
 _CC_TEXT = re.compile(r"^\d{1,2}\.\d$")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 #: a memory size inside a normalised name ("h10080gbhbm3", "a100sxm440gb")
-_SIZE_IN = re.compile(r"\d+gb")
+_SIZE_IN = re.compile(r"\d+gb?(?![a-z0-9])|\d+gb")
 
 
 def normalise(name: str) -> str:
@@ -142,7 +142,7 @@ class GpuTable:
                 arch = self.archs[ident]
                 return Target(label=arch.id, arch=arch, cc=arch.cc)
             gpu = self.gpus[ident]
-            return self._target(gpu, None if _SIZE_IN.search(matched) else self._default_note(gpu))
+            return self._target(gpu, self._default_note(gpu) if self._leaves_open(gpu, matched) else None)
         cc = parse_cc_name(name)
         if cc is not None:
             arch_id = self._cc.get(cc)
@@ -195,6 +195,19 @@ class GpuTable:
 
     def _target(self, gpu: Gpu, note: str | None) -> Target:
         return Target(label=gpu.id, arch=self.archs[gpu.arch], cc=gpu.cc, gpu=gpu.id, note=note)
+
+    def _leaves_open(self, gpu: Gpu, matched: str) -> bool:
+        """Whether the name that matched leaves the configuration open: it has no size, and another configuration
+        differs in memory only (its names carry a size: "RTX 4060 Ti" is either) or is named by a longer form of it
+        ("H100" is also "H100 PCIe"; "H100 SXM" says which)."""
+        if _SIZE_IN.search(matched):
+            return False
+        for member in self.family(gpu.id)[1:]:
+            other = self.gpus[member]
+            keys = [normalise(n) for n in (other.id, *other.names)]
+            if any(_SIZE_IN.search(k) for k in keys[1:]) or any(k.startswith(matched) for k in keys):
+                return True
+        return False
 
     def _default_note(self, gpu: Gpu) -> str | None:
         """What a verdict says when a name left the configuration open: the one judged, why, and the others."""

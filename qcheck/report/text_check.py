@@ -63,10 +63,12 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
         field("memory", [v.memory.summary()])
         if v.memory.speed is not None and v.memory.speed.summary:
             field("speed", [v.memory.speed.summary])
-    at_version = [s for s in v.sources if s.version == v.engine_version]  # read at the release judged: first
+    elsewhere = _read_elsewhere(v)
+    # a rule read at other releases decided: the sources read at the release judged, where there are any, first
+    at_version = [s for s in v.sources if s.version == v.engine_version] if elsewhere else []
     field("sources", [_short_source(s.ref, s.version) for s in [*at_version, *(s for s in v.sources
                                                                               if s not in at_version)]])
-    field("read at", _read_elsewhere(v))
+    field("read at", elsewhere)
     return lines
 
 
