@@ -99,6 +99,8 @@ def test_every_default_of_a_product_sold_in_several_sizes_is_stated(llama8b) -> 
     ("hopper:80gb", "'hopper' is an architecture"),
     ("h100:lots", "after ':' give a memory size"),
     ("rtx-4061", "did you mean: rtx-4060"),
+    ("rtx-4090-\u00b2gb", "did you mean: rtx-4090"),  # a superscript two is no size (isdigit, but not int)
+    ("rtx-4090:\u0662gb", "after ':' give a memory size"),
 ])
 def test_a_size_the_product_is_not_sold_in_is_one_line_exit_2(llama8b, name: str, fragment: str) -> None:
     proc = qcheck("check", llama8b, "--engine", "llama.cpp", "--gpu", name, matrix=False)

@@ -33,7 +33,7 @@ _CC_PLAIN = re.compile(r"^(?:sm)?(\d{2,3})[af]?$")
 _CC_TEXT = re.compile(r"^\d{1,2}\.\d$")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 #: a memory size inside a normalised name ("h10080gbhbm3", "a100sxm440gb")
-_SIZE_IN = re.compile(r"\d+gb?(?![a-z0-9])|\d+gb")
+_SIZE_IN = re.compile(r"[0-9]+gb?(?![a-z0-9])|[0-9]+gb")
 
 
 def normalise(name: str) -> str:
@@ -99,6 +99,7 @@ class GpuTable:
             if gpu.memory_gib is not None:
                 for name in {base.id, *base.names, gpu.id, *gpu.names}:
                     self._names.setdefault(normalise(name) + _size_text(gpu.memory_gib), ("gpu", gpu.id))
+                    self._display.setdefault(normalise(name) + _size_text(gpu.memory_gib), gpu.id)
         for arch in archs:
             for name in (arch.id, *arch.aliases):
                 self._names.setdefault(normalise(name), ("arch", arch.id))
@@ -152,7 +153,8 @@ class GpuTable:
             return Target(label=f"sm{cc.replace('.', '')}", arch=self.archs[arch_id], cc=cc)
         for digits in range(1, 5):  # "rtx-4090-48gb": a size this product is not sold in (the shortest size first)
             base, size_digits = key[:-2 - digits], key[-2 - digits:-2]
-            if key.endswith("gb") and base and size_digits.isdigit() and self._find(base) is not None:
+            if key.endswith("gb") and base and size_digits.isascii() and size_digits.isdigit() and \
+                    self._find(base) is not None:
                 return self._sized(name, self._product(base, name), float(size_digits))
         import difflib  # only for a name that is not known
 
@@ -254,7 +256,7 @@ def _size_text(gib: float) -> str:
 
 def _parse_size(text: str) -> float | None:
     """'16gb', '16g', '16', '16gib' -> 16.0 (a whole number of GB, 1-4096); None otherwise."""
-    m = re.fullmatch(r"(\d{1,4})(?:gb|g|gib)?", text)
+    m = re.fullmatch(r"([0-9]{1,4})(?:gb|g|gib)?", text)
     return float(m.group(1)) if m and 0 < int(m.group(1)) <= 4096 else None
 
 
