@@ -102,3 +102,17 @@ def test_eval_help_and_docs_say_what_a_reference_can_be() -> None:
     assert "FILE.gguf    an F32, F16 or BF16 GGUF" in help_text and "it is the candidate" in help_text
     docs = (Path(__file__).resolve().parents[1] / "docs" / "eval.md").read_text(encoding="utf-8")
     assert "## An unquantised GGUF as the reference" in docs
+
+
+def test_a_gguf_reference_qcheck_refuses_never_reaches_transformers(tmp_path) -> None:
+    """Issue 34's rule for native loaders holds for the reference too (qcheck.eval.native.vet before transformers'
+    GGUF loader): an F32 GGUF whose general.name is not UTF-8 is one error line, and nothing is converted."""
+    data = bytearray(tiny_gguf("F32").read_bytes())
+    key = data.index(b"general.name")
+    data[key + len(b"general.name") + 4 + 8] = 0xFF  # first byte of the value (after its type and length)
+    bad = tmp_path / "bad-f32.gguf"
+    bad.write_bytes(bytes(data))
+    code, out, err = eval_json(str(bad), str(tiny_gguf("Q8_0")), tmp_path / "cache")
+    assert code == 2 and out == {} and err.count("\n") == 1 and "Traceback" not in err
+    assert "general.name" in err and "not valid UTF-8" in err
+    assert not (tmp_path / "cache" / "eval" / "gguf-reference").exists()

@@ -29,7 +29,7 @@ def _load(project: Path, text: str):
 
 @pytest.mark.parametrize("text, key, problem, allowed", [
     ('models = ["models/q4.gguf"]\nmodel = 1\n' + GOOD_TARGET, "model", "unknown key; did you mean 'models'?",
-     "models, targets, require-native, allow-unknown, require-kv-scales, lfs-pointers, memory, quality"),
+     "models, targets, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, memory, quality"),
     ('models = ["models/q4.gguf"]\nrequire_native = true\n' + GOOD_TARGET, "require_native",
      "unknown key; did you mean 'require-native'?", "models, targets"),
     ('models = ["models/q4.gguf"]\n[[targets]]\nengine = "tinycpp"\ngpus = ["cpu"]\n', "targets[0].gpus",
@@ -150,7 +150,8 @@ def test_cli_policy_error_is_one_line_exit_2(project):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == ("qcheck: error: qcheck.toml: targets[0].engin: unknown key; did you mean 'engine'? "
-                           "(allowed: engine, gpu, models, require-native, allow-unknown, require-kv-scales)\n")
+                           "(allowed: engine, gpu, models, require-native, allow-unknown, require-kv-scales, "
+                           "kernels-only)\n")
 
 
 def test_starter_policy_lists_found_models(project):

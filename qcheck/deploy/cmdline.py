@@ -39,6 +39,11 @@ PROGRAMS = ("vllm serve MODEL", "python -m vllm.entrypoints.openai.api_server --
 #: ``--extra_llm_api_options``): qcheck does not read it, so what it sets is unknown, not assumed default
 _SETTINGS_FILES = {"vllm": "config", "sglang": "config", "trtllm-serve": "extra_llm_api_options"}
 
+#: environment variables vLLM and SGLang read at start-up that change whether they start: a context above the
+#: model's maximum is allowed (vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN at 0.11.0 and 0.34.0; sglang/srt/environ.py
+#: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN at 0.5.23); qcheck.memory.startup reads the knob
+_START_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "vllm", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "sglang"}
+
 #: Ollama's server environment (envconfig/config.go:215-336 at v0.33.0-rc2) -> what it sets
 _OLLAMA_ENV = {"OLLAMA_CONTEXT_LENGTH": "context", "OLLAMA_NUM_PARALLEL": "knobs.n_parallel",
                "OLLAMA_FLASH_ATTENTION": "knobs.flash_attn", "OLLAMA_KV_CACHE_TYPE": "kv"}
@@ -194,6 +199,12 @@ def _apply_env(builder: SettingsBuilder, env: dict[str, str], program: _Program)
                 continue
         if program.table.startswith("ollama") and name in _OLLAMA_ENV:
             _ollama_env(builder, name, value)
+            continue
+        if _START_ENV.get(name) == builder.table.engine:
+            word = value.strip().lower()  # vLLM: value.lower() in ("1", "true"); SGLang EnvBool: also yes, y
+            on = word in ("1", "true") or (builder.table.engine == "sglang" and word in ("yes", "y"))
+            builder.values["knobs.allow_long_context"] = on
+            builder.note(name, value, "env", "knobs.allow_long_context")
             continue
         builder.note(name, value, "env", None)
 

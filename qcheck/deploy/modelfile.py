@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qcheck.errors import UsageError
 
-if TYPE_CHECKING:
-    from qcheck.deploy.cmdline import SettingsBuilder
+
+class SettingsBuilder(Protocol):
+    """What a Modelfile writes into: the settings ``qcheck.deploy.cmdline`` collects for a command line (its
+    ``SettingsBuilder``), named here so this module does not import the command-line reader that calls it."""
+
+    values: dict[str, object]
+
+    def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False,
+               status: str = "unsupported") -> None: ...
+
+    def note(self, flag: str, value: str | None, where: str, judged_as: str | None) -> None: ...
+
 
 __all__ = ["MAX_MODELFILE_BYTES", "ModelfileLine", "apply_modelfile", "read_modelfile"]
 

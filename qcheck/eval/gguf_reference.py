@@ -6,7 +6,9 @@ simulated candidates (``qcheck.eval.gguf_convert``: its bounded header reader, e
 offset, transformers' own per-architecture conversion) and writes the result once as the transformers directory the
 reference path reads: ``config.json`` and the tokenizer from transformers' GGUF conversion, ``model.safetensors``
 in the file's own float type. The directory is kept in the eval cache, keyed by the file's identity, so the next run
-reuses it (and the reference's cached log-probs, whose key includes it).
+reuses it (and the reference's cached log-probs, whose key includes it). Like a llama.cpp candidate, the file is
+vetted first (``qcheck.eval.native``): a GGUF ``qcheck inspect`` refuses, or one changed since, never reaches
+transformers' GGUF loader.
 
 A quantised GGUF is refused: it is what gets measured, not what it is measured against; the message names the three
 ways to give a reference.
@@ -28,6 +30,7 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
     from qcheck.eval.config import EvalConfig, Plan
+    from qcheck.eval.native import Vetted
 
 #: GGUF tensor types that hold unquantised weights, and the dtype the reference is written in
 FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
@@ -76,10 +79,13 @@ def materialise(config: EvalConfig, plan: Plan) -> tuple[EvalConfig, Plan, str |
     gguf_file = gguf_file_of(config.reference)
     if gguf_file is None:
         return config, plan, None
+    from qcheck.eval.native import vet
+
+    vetted = vet(str(gguf_file), config.limits)  # inspected as qcheck inspect does before any GGUF loader sees it
     checkpoint = check_gguf_reference(gguf_file, config.limits)
     target = _directory(config, gguf_file, checkpoint)
     if not (target / "model.safetensors").is_file():
-        _write(gguf_file, checkpoint, target)
+        _write(vetted, checkpoint, target)
     kinds = "/".join(t for t in FLOAT_TYPES if any(i.dtype == t for i in checkpoint.tensors.values()))
     note = (f"reference: {gguf_file.name}, an unquantised GGUF ({kinds}), converted by transformers' GGUF "
             f"conversion into {target} (config.json, tokenizer, model.safetensors, each tensor in its GGUF type), "
@@ -109,16 +115,19 @@ def _directory(config: EvalConfig, gguf_file: Path, checkpoint: Any) -> Path:
     return root / "eval" / "gguf-reference" / h.hexdigest()[:32]
 
 
-def _write(gguf_file: Path, checkpoint: Any, target: Path) -> None:
+def _write(vetted: Vetted, checkpoint: Any, target: Path) -> None:
     """Write config.json, the tokenizer and model.safetensors into ``target`` (built beside it, renamed into
-    place: a reader sees a whole directory or none)."""
+    place: a reader sees a whole directory or none). transformers' GGUF loader (gguf-py's ``GGUFReader``) gets the
+    file only after ``still_vetted``: the file qcheck inspected, unchanged since."""
     import torch
     import transformers
     from safetensors.torch import save_file
 
+    from qcheck.eval.native import still_vetted
     from qcheck.eval.safe_load import NO_CODE
     from qcheck.eval.simulate import gguf_state
 
+    gguf_file = Path(still_vetted(vetted))
     folder, name = str(gguf_file.parent), gguf_file.name
     try:
         ref_config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name, **NO_CODE)

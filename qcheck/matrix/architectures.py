@@ -24,8 +24,7 @@ from qcheck.model import Judgement, Source
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from qcheck.matrix.dimensions import Deployment
-    from qcheck.matrix.loader import Matrix
+    from qcheck.matrix.deployment import Deployment, MatrixFiles
     from qcheck.model import Inspection
 
 __all__ = ["ArchData", "ArchList", "ArchName", "architecture_names", "judge_architecture", "load_architectures",
@@ -372,6 +371,12 @@ def judge_architecture(d: Deployment) -> Judgement | None:
         return None  # an adapter carries no model: the provider's adapter rules judge it
     names = architecture_names(insp)
     if not names:
+        if insp.container == "safetensors" and not any(f.kind == "config" and f.name.endswith("config.json")
+                                                       and not f.name.endswith("adapter_config.json")
+                                                       for f in insp.files):
+            return Judgement(DIMENSION, "unknown", [  # never a silent "runs" for weights an engine cannot load alone
+                f"no config.json: whether {d.request.engine.name} loads this checkpoint is not known (it reads the "
+                "architecture from config.json; vLLM 0.34.0 refuses a directory without it or params.json)"])
         return None
     engine = d.request.engine
     special = not_a_language_model(insp)
@@ -762,7 +767,7 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
     return out
 
 
-def validate_all(matrix: Matrix) -> str:
+def validate_all(matrix: MatrixFiles) -> str:
     """Load and validate every architecture file; each must be named for an engine of the matrix. A summary."""
     files = all_architecture_files(matrix.root)
     names = 0
