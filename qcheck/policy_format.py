@@ -18,7 +18,25 @@ require-native = false   # default for every target: a fallback kernel fails the
 allow-unknown = false    # default for every target: a combination with no sourced answer passes when true
 require-kv-scales = false  # default for every target: a quantised KV cache running with default scales of 1.0
                            # (the checkpoint ships no k_scale/v_scale) fails the gate when true
-kernels-only = false     # default for every target: the engine's start-up with [memory]                         # optional: the deployment's settings; a model must start with them
+kernels-only = false     # default for every target: the engine's start-up with [memory] is reported, not judged
+lfs-pointers = "error"   # "skip": Git LFS pointer files are reported as skipped (exit 0), not as errors
+deployments = [          # optional: the manifests that ship, each inference container judged as deployed
+  { file = "deploy/compose.yaml", models = { "/models/tiny.gguf" = "models/tiny.gguf" }, gpu = "rtx-4090" },
+  { file = "deploy/vllm.yaml", model = "org/Llama-3.1-8B-FP8" },   # model: when the command names none
+]                        # file: compose / Kubernetes / Helm output; models: container path = repository path;
+                         # gpu: when no node label names it (a qcheck GPU name or a GPU feature-discovery name)
+
+[[targets]]
+engine = "vllm==0.11.0"          # a name, name==version, name:backend; a string or a list
+gpu = ["h100", "l4"]             # products, architectures (hopper) or compute capabilities (sm90)
+require-native = true            # overrides the default for this target
+
+[[targets]]
+engine = ["llama.cpp", "ollama"]
+gpu = "cpu"
+models = ["*.gguf"]              # optional: globs of model names this target applies to
+
+[memory]                         # optional: the deployment's settings; a model must start with them
 context = 8192
 batch = 1
 kv-cache-dtype = "fp8"           # optional; default: the model's own, else the engine's default
@@ -66,7 +84,8 @@ writes a starter for the models in the current directory. Every key:
 {POLICY_TOML}
 Every key and value is checked: an unknown key or a bad value is one line naming the file and the key, exit 2.
 TOML puts a key written after a [[targets]], [memory] or [quality] header into that table: top-level keys
-(models, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, deployments) go above the first one.
+(models, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, deployments) go above
+the first one.
 A glob that matches nothing, a missing path, a model listed twice and a model no target applies to are errors.
 Local paths must stay inside the policy's repository (--allow-outside lifts this for a policy you trust).
 """

@@ -16,7 +16,6 @@ ways to give a reference.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import shutil
@@ -29,7 +28,6 @@ from qcheck.eval.safe_load import REFERENCE_OPTIONS
 from qcheck.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
-    from qcheck.eval.config import EvalConfig, Plan
     from qcheck.eval.native import Vetted
 
 #: GGUF tensor types that hold unquantised weights, and the dtype the reference is written in
@@ -71,35 +69,31 @@ def check_gguf_reference(gguf_file: Path, limits: Limits = DEFAULT_LIMITS) -> An
     return checkpoint
 
 
-def materialise(config: EvalConfig, plan: Plan) -> tuple[EvalConfig, Plan, str | None]:
-    """For a GGUF reference: the config and plan pointing at its transformers directory (made once, then reused),
-    and a note for the report; anything else is returned unchanged (note None)."""
-    if plan.remote is not None:
-        return config, plan, None
-    gguf_file = gguf_file_of(config.reference)
+def materialise(reference: str, limits: Limits, cache_dir: str | None, use_cache: bool) -> tuple[str, str] | None:
+    """For a GGUF ``reference``: its transformers directory (made once, then reused) and a note for the report; None
+    for anything else (a model directory; ``qcheck.eval.run`` skips a served reference)."""
+    gguf_file = gguf_file_of(reference)
     if gguf_file is None:
-        return config, plan, None
+        return None
     from qcheck.eval.native import vet
 
-    vetted = vet(str(gguf_file), config.limits)  # inspected as qcheck inspect does before any GGUF loader sees it
-    checkpoint = check_gguf_reference(gguf_file, config.limits)
-    target = _directory(config, gguf_file, checkpoint)
+    vetted = vet(str(gguf_file), limits)  # inspected as qcheck inspect does before any GGUF loader sees it
+    checkpoint = check_gguf_reference(gguf_file, limits)
+    target = _directory(gguf_file, checkpoint, cache_dir, use_cache)
     if not (target / "model.safetensors").is_file():
         _write(vetted, checkpoint, target)
     kinds = "/".join(t for t in FLOAT_TYPES if any(i.dtype == t for i in checkpoint.tensors.values()))
-    note = (f"reference: {gguf_file.name}, an unquantised GGUF ({kinds}), converted by transformers' GGUF "
-            f"conversion into {target} (config.json, tokenizer, model.safetensors, each tensor in its GGUF type), "
-            "made once and reused")
-    return (dataclasses.replace(config, reference=str(target)), dataclasses.replace(plan, ref_dir=str(target)),
-            note)
+    return str(target), (f"reference: {gguf_file.name}, an unquantised GGUF ({kinds}), converted by transformers' "
+                         f"GGUF conversion into {target} (config.json, tokenizer, model.safetensors, each tensor in "
+                         "its GGUF type), made once and reused")
 
 
-def _directory(config: EvalConfig, gguf_file: Path, checkpoint: Any) -> Path:
+def _directory(gguf_file: Path, checkpoint: Any, cache_dir: str | None, use_cache: bool) -> Path:
     """Where the directory lives: the eval cache, under the file's identity (name, size, time, tensor table) and the
     transformers release that converts it; a temporary directory removed at exit with ``--no-cache``."""
     import transformers
 
-    if not config.use_cache:
+    if not use_cache:
         tmp = Path(tempfile.mkdtemp(prefix="qcheck-gguf-reference-"))
         import atexit
 
@@ -111,7 +105,7 @@ def _directory(config: EvalConfig, gguf_file: Path, checkpoint: Any) -> Path:
     h = hashlib.sha256(f"{gguf_file.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{transformers.__version__}".encode())
     for info in checkpoint.tensors.values():
         h.update(f"{info.name}\0{info.dtype}\0{info.shape}\0{info.offset}\n".encode())
-    root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
     return root / "eval" / "gguf-reference" / h.hexdigest()[:32]
 
 

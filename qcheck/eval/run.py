@@ -18,6 +18,7 @@ Public API (also used by ``qcheck gate``)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +67,12 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
 
     plan = validate(config)
     asked = config.reference
-    config, plan, gguf_note = materialise(config, plan)  # a F32/F16/BF16 GGUF reference: its transformers directory
+    gguf_note: str | None = None
+    converted = None if plan.remote is not None else materialise(config.reference, config.limits, config.cache_dir,
+                                                                   config.use_cache)
+    if converted is not None:  # a F32/F16/BF16 GGUF reference: its transformers directory
+        ref_dir, gguf_note = converted
+        config, plan = dataclasses.replace(config, reference=ref_dir), dataclasses.replace(plan, ref_dir=ref_dir)
     run_phase = Phase()
     settings = WindowSettings(max_length=config.max_length, stride=config.stride, windows=config.windows,
                               max_items=config.max_items)

@@ -274,10 +274,11 @@ def _llamacpp(q: _Question) -> Startup | None:
     if m.fits is None:
         return _unknown_fit(q)
     places_itself = (m.fit_active and fit_rule is not None) or q.rule("ollama-layout") is not None
-    if plan is None or not places_itself:
+    if plan is None or not places_itself:  # the plan is worded as this engine is told it (qcheck.engine_words)
+        give = f"set them: {plan.summary}" if plan is not None and plan.ngl > 0 else "give -ngl"
         return _said("unknown", f"it does not fit the GPU ({_gib(m.total_bytes)} GiB needed, {_gib(m.usable_bytes)} "
-                     "usable), and without --fit the layers placed depend on the build's -ngl default: give -ngl",
-                     None, q)
+                     f"usable), and the layers placed depend on the engine's default (nothing fits them by itself, as "
+                     f"llama.cpp's --fit does); {give}", None, q)
     if plan.ngl <= 0:
         return _said("unknown", f"not even one layer fits the GPU beside the buffers ({plan.summary})", None, q)
     rule = fit_rule if m.fit_active else q.rule("ollama-layout")
