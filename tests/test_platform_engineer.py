@@ -254,6 +254,10 @@ def test_a_typo_in_an_engine_flag_gets_did_you_mean_on_that_engine_first(shapes)
     assert not any(line.startswith("  not judged: none") for line in lines)  # not beside a refused flag
     judged = next(line for line in lines if line.startswith("  judged:"))
     assert judged == f"  judged:     {shapes['awq128']} -> model" and "<model_tag>" not in proc.stdout
+    far = qcheck("check", "--gpu", "h100", "--", "vllm", "serve", shapes["awq128"], "--frobnicate", matrix=False)
+    tries = [line for line in far.stdout.splitlines() if line.startswith(("  try:", "             "))]
+    assert far.returncode == 1 and tries[0] == ("  try:       vLLM 0.34.0 has no --frobnicate (nor any flag close to "
+                                                "it): remove it from the command and judge it again")
 
 
 # ------------------------------------------------------------------------------ 9. tables without names
@@ -413,10 +417,14 @@ def test_tp_2_on_a_one_gpu_compose_service_is_told_to_reserve_2_gpus(tmp_path) -
     assert v["startup"]["outcome"] == "does-not-start"
     assert "(give the container 2 GPUs, or lower --tensor-parallel-size x --pipeline-parallel-size)" in \
         v["startup"]["message"]
-    assert v["suggestions"] == []  # no other engine offered: the fix is on this container
+    fix = ("reserve 2 GPUs for this container (compose: deploy.resources.reservations.devices count: 2; Kubernetes: "
+           "nvidia.com/gpu: 2), or run it with -tp 1")
+    assert v["suggestions"][0] == fix == v["startup"]["fix"]  # the fix on this container, before any other engine
     text = qcheck("gate", cwd=tmp_path, matrix=False).stdout
-    assert "DOES NOT START  vllm 0.33.0 x h100  <- fails" in text and "give the container 2 GPUs" in text
-    assert "try:" not in text
+    assert "DOES NOT START  vllm 0.33.0 x h100  <- fails" in text and f"try: {fix}" in text
+    pp = qcheck("check", str(tmp_path / "models" / "bf16"), "--gpu", "h100", "--json", "--", "vllm", "serve",
+                "/m", "-tp", "2", "-pp", "2", matrix=False)  # a plain command: no GPU count, nothing to reserve
+    assert json.loads(pp.stdout)["verdicts"][0]["startup"]["fix"] is None
 
 
 # ------------------------------------------------------------------------------ 10. the gate's policy

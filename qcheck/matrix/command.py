@@ -92,7 +92,9 @@ def _did_you_mean(finding: CommandFinding, engine: str) -> str | None:
         if close:
             return (f"{engine} has no {finding.flag}: did you mean {' or '.join(close)}? Fix the command and judge "
                     "it again")
-    return None
+    # no flag of the engine comes close: the fix on this engine is still to drop it (another engine is not the fix)
+    return (f"{engine} {finding.version} has no {finding.flag} (nor any flag close to it): remove it from the command "
+            "and judge it again")
 
 
 def _knobs(d: Deployment, reasons: list[str], sources: list[Source]) -> str | None:

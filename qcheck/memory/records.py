@@ -142,6 +142,9 @@ class Startup:
     #: the engine version the source was read at
     version: str | None = None
     judged: bool = True
+    #: the change to the deployment that makes the engine start (e.g. reserve the GPUs TP x PP needs); said first
+    #: among the verdict's suggestions, before other engines
+    fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in STARTUP_STATUS:

@@ -144,9 +144,14 @@ def _world_size(q: _Question) -> Startup | None:
         return None
     rule = q.rule("vllm-world-size")
     if rule is not None:
-        return _said("does-not-start", f"vLLM refuses to start: World size ({world}) is larger than the number of "
+        said = _said("does-not-start", f"vLLM refuses to start: World size ({world}) is larger than the number of "
                      f"available GPUs ({gpus}) in this node (give the container {world} GPUs, or lower "
                      "--tensor-parallel-size x --pipeline-parallel-size)", rule, q)
+        smaller = (f"run it with -tp {gpus}" if (p.pp or 1) == 1 else
+                   f"lower --tensor-parallel-size x --pipeline-parallel-size to {gpus}")
+        said.fix = (f"reserve {world} GPUs for this container (compose: deploy.resources.reservations.devices count: "
+                    f"{world}; Kubernetes: nvidia.com/gpu: {world}), or {smaller}")
+        return said
     rule = q.rule("vllm-world-size-ray")
     if rule is not None:
         return _said("unknown", f"world size {world} is above the node's {gpus} GPUs: vLLM {q.version} turns to its "
@@ -368,5 +373,7 @@ def apply_startup(verdicts: Iterable[Verdict], inspection: Inspection, request: 
             continue
         startup.judged = request.judges_startup
         verdict.startup = startup
+        if startup.fix and startup.judged and startup.fix not in verdict.suggestions:  # this deployment's fix first
+            verdict.suggestions.insert(0, startup.fix)
         if startup.judged:
             fold(verdict, _judgement(startup))
