@@ -140,8 +140,20 @@ def _from_command(asked: Asked, words: Sequence[str], target: str | None) -> Che
                          "the model file, directory or Hub id as PATH: qcheck check PATH --gpu G -- COMMAND")
     deploy = _command_deploy(cmd.deploy, asked.deploy.batch, asked.deploy.gpus_available,
                              _multi_node(cmd.origin.settings))
+    origin = _judged_origin(cmd.origin if asked.engines else _newest_release(cmd.origin))
     return _request(asked, model, _command_engines(cmd.engine, asked.engines), asked.gpus, deploy, True,
-                    notes=(*asked.notes, *cmd.notes), origin=_judged_origin(cmd.origin))
+                    notes=(*asked.notes, *cmd.notes), origin=origin)
+
+
+def _newest_release(origin: Origin) -> Origin:
+    """A command names no release: it is judged as the newest the data knows, and the answer says so."""
+    from qcheck.matrix import load_matrix
+
+    engine = load_matrix().engine(origin.engine)
+    return replace(origin, release=(
+        f"{engine.id} {engine.newest}, the newest {engine.name} release qcheck has data for: a command line does not "
+        f"say which release runs it; add --engine {engine.id}==VERSION to judge the one you run (the data has "
+        f"{engine.id} {engine.oldest} to {engine.newest})"))
 
 
 def _from_entry(asked: Asked, entry: ManifestEntry) -> CheckRequest:

@@ -157,7 +157,10 @@ def candidate_names(name: str) -> list[str]:
 
 
 def resolve(gpus: GpuTable, detected: list[DetectedGpu]) -> list[tuple[str, DetectedGpu]]:
-    """(catalogue id, device) for each detected device; a device the catalogue does not know is a UsageError."""
+    """(catalogue id, device) for each detected device; a device the catalogue does not know is a UsageError.
+
+    A product sold in several memory sizes whose name does not say which ("NVIDIA GeForce RTX 4060 Ti") is the
+    configuration nearest the total memory the tool reported, not the catalogue's default."""
     out = []
     for dev in detected:
         for cand in candidate_names(dev.name):
@@ -166,7 +169,10 @@ def resolve(gpus: GpuTable, detected: list[DetectedGpu]) -> list[tuple[str, Dete
             except UsageError:
                 continue
             if target.gpu is not None:
-                out.append((target.gpu, dev))
+                gid = target.gpu
+                if target.note is not None and dev.total_mib:
+                    gid = gpus.variant_for_memory(gid, dev.total_mib / 1024)
+                out.append((gid, dev))
                 break
         else:
             raise UsageError(f"--gpu auto: found {dev.name!r} ({dev.tool}) but the GPU catalogue does not know it; "
@@ -174,9 +180,19 @@ def resolve(gpus: GpuTable, detected: list[DetectedGpu]) -> list[tuple[str, Dete
     return out
 
 
+def exact_name(gpus: GpuTable, gpu_id: str) -> str:
+    """A ``--gpu`` value that names exactly this configuration (a product's default is named with its size, so
+    the verdict does not say a default was taken: the device said which)."""
+    gpu = gpus.gpus[gpu_id]
+    if len(gpus.family(gpu_id)) > 1 and gpu.variant_of is None and gpu.memory_gib is not None:
+        return f"{gpu_id}:{gpu.memory_gib:g}gb"
+    return gpu_id
+
+
 def auto_gpus(gpus: GpuTable) -> tuple[list[str], dict[str, float], list[str]]:
-    """For ``--gpu auto``: the catalogue ids, the memory to judge against per id (free memory when the tool
-    reports it, else the total), and one note per device. No GPU found is a UsageError (exit 2)."""
+    """For ``--gpu auto``: the ``--gpu`` values naming each detected configuration, the memory to judge against per
+    catalogue id (free memory when the tool reports it, else the total), and one note per device. No GPU found
+    is a UsageError (exit 2)."""
     detected: list[DetectedGpu]
     if os.environ.get("QCHECK_NO_GPU_DETECT"):
         detected, tried = [], ["none (QCHECK_NO_GPU_DETECT is set)"]
@@ -185,17 +201,17 @@ def auto_gpus(gpus: GpuTable) -> tuple[list[str], dict[str, float], list[str]]:
     if not detected:
         raise UsageError(f"--gpu auto: no GPU found (tried {', '.join(tried)}); name one with --gpu, e.g. "
                          "--gpu rtx-4090, or --gpu cpu")
-    ids: list[str] = []
+    names: list[str] = []
     memory: dict[str, float] = {}
     notes: list[str] = []
     for gid, dev in resolve(gpus, detected):
         use = dev.free_mib if dev.free_mib is not None else dev.total_mib
-        if gid not in memory:
-            ids.append(gid)
+        if exact_name(gpus, gid) not in names:
+            names.append(exact_name(gpus, gid))
             if use is not None:
                 memory[gid] = round(use / 1024, 2)
         what = (f"{dev.free_mib / 1024:.1f} GiB free of {dev.total_mib / 1024:.1f} GiB"
                 if dev.free_mib is not None and dev.total_mib is not None
                 else f"{dev.total_mib / 1024:.1f} GiB" if dev.total_mib is not None else "memory not reported")
         notes.append(f"--gpu auto: {dev.name} ({dev.tool}) -> {gid}, {what}")
-    return ids, memory, notes
+    return names, memory, notes

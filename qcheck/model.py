@@ -521,6 +521,9 @@ class Verdict:
     #: the dtype the engine holds the weights in after converting them at load (a dequantising fallback), as the
     #: deciding rule states it; None: kept as stored. Memory reads this, never the reason text.
     weights_loaded_as: str | None = None
+    #: the ``--gpu`` name left the configuration open (a product sold in several memory sizes): which one is judged
+    #: and why (qcheck.matrix.gpus: ``Target.note``); None when the name said which
+    gpu_note: str | None = None
     #: what the engine does at start-up with the settings asked (qcheck.memory.startup), when memory was asked;
     #: unless ``judged`` is off (--kernels-only) it is the ``start-up`` dimension too
     startup: Startup | None = None

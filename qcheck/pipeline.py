@@ -169,4 +169,8 @@ def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branc
     variant_set = ResultSet(request.target, results, kind="check-set", schema=CHECK_SET_SCHEMA)
     if request.all_models:
         return variant_set
-    return QuantTable.from_set(variant_set, [f"skipped {s}" for s in skipped])
+    from qcheck.readers.directory import linked_subfolders
+
+    links = [f"not followed: {n}/ is a symbolic link (a link can lead anywhere); pass it as a PATH to judge it"
+             for n in ([] if from_branches else linked_subfolders(request.target))]
+    return QuantTable.from_set(variant_set, [f"skipped {s}" for s in skipped] + links)

@@ -406,6 +406,12 @@ class _Checker:
         return PolicyError(self.file, key, problem, allowed)
 
     def keys(self, table: Any, allowed: tuple[str, ...], prefix: str | None) -> None:
+        if prefix is not None and isinstance(table, dict):  # TOML put a top-level key into the table above it
+            misplaced = next((k for k in table if k not in allowed and k in TOP_KEYS), None)
+            if misplaced is not None:
+                raise self.fail(f"{prefix}.{misplaced}", "unknown key here; it is a top-level key, and TOML puts a "
+                                "key written after a [[targets]], [memory] or [quality] header into that table: "
+                                "move it above the first one", ", ".join(allowed))
         validate.check_keys(validate.table(table, self.at(prefix)), allowed, self.at(prefix))
 
     def boolean(self, table: dict[str, Any], key: str, prefix: str | None, default: bool) -> bool:
@@ -880,7 +886,12 @@ def starter_policy(directory: str | Path = ".") -> str:
               "require-native = false   # true: a slower fallback kernel fails the gate",
               "allow-unknown = false    # true: a combination without a sourced answer passes",
               "kernels-only = false     # true: the engine's start-up with [memory] is reported, not judged",
-              'lfs-pointers = "error"   # "skip": Git LFS pointer files are reported and skipped', ""]
+              'lfs-pointers = "error"   # "skip": Git LFS pointer files are reported and skipped', "",
+              "# Optional: the manifests that ship (compose, Kubernetes, Helm output), each inference container",
+              "# judged as deployed (docs/ci.md, qcheck gate --explain); models and targets may then be left out.",
+              "# deployments = [",
+              '#   { file = "deploy/compose.yaml", models = { "/models/m.gguf" = "models/m.gguf" }, gpu = "rtx-4090" },',
+              "# ]", ""]
     lines += ["# Where the models must run: engine (name or name==version) x gpu (product, architecture, sm90);",
               "# `models` (globs of model names) limits a target to some models; without it, it judges all."]
     if has_gguf or not models:

@@ -91,7 +91,8 @@ def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
             mem = v.memory
             speed = mem.speed if mem is not None else None
             rows.append({
-                "path": ins.path, "quant": str(label or q.method), "variant": variant_name(ins.path), "size_bytes": ins.size_bytes,
+                "path": ins.path, "file": _file_name(ins.path), "model": _model_identity(ins),
+                "quant": str(label or q.method), "variant": variant_name(ins.path), "size_bytes": ins.size_bytes,
                 "bits_per_weight": q.bits_per_weight or _DTYPE_BITS.get((ins.dtype or "").lower()), "engine": v.engine, "gpu": v.gpu or v.arch,
                 "status": v.status, "fit": _fit(mem), "fits": mem.fits if mem is not None else None,
                 "max_context": mem.max_context if mem is not None and (mem.fits or mem.max_context_gpus > 1)
@@ -103,6 +104,17 @@ def quant_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
             })
     rows.sort(key=lambda r: (r["size_bytes"] or 0, r["path"], r["engine"], r["gpu"] or ""))
     return rows
+
+
+def _file_name(path: str) -> str:
+    """What names a row's model: the file (or a Hub target's file/quant selector, or a directory's name)."""
+    tail = path.rstrip("/").rsplit("/", 1)[-1]
+    return tail.rsplit(":", 1)[-1] if ":" in tail else tail
+
+
+def _model_identity(ins: Any) -> str:
+    """Which model a row is a quant of: architecture and parameter count (quants of one model share both)."""
+    return f"{ins.architecture or ins.model_type or '?'} {ins.parameters or '?'}"
 
 
 #: at most this many variant subdirectories are tabled
@@ -213,8 +225,10 @@ def branch_targets(target: str, limits: Limits) -> list[str]:
 def render_text(table: QuantTable) -> str:
     """The table for people: quant, size, bits/weight, engine x GPU, status, fit, max context, decode ceiling."""
     variants = any(r.get("variant") for r in table.quants)
-    head = [*(["variant"] if variants else []), "quant", "size", "bpw", "engine x gpu", "status", "memory",
-            "max context", "decode tok/s*"]
+    # quants of different models (a folder of several GGUF models): every row names its file
+    files = not variants and len({r.get("model") for r in table.quants}) > 1
+    head = [*(["variant"] if variants else []), *(["file"] if files else []), "quant", "size", "bpw", "engine x gpu",
+            "status", "memory", "max context", "decode tok/s*"]
     body = []
     for r in table.quants:
         size = human(r["size_bytes"])
@@ -225,7 +239,8 @@ def render_text(table: QuantTable) -> str:
         if r["max_context"] is not None and r["max_context_gpus"] > 1:
             ctx += f" on {r['max_context_gpus']} GPUs"
         dec = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:,.0f}"
-        body.append([*([r.get("variant") or "-"] if variants else []), r["quant"], size, bpw,
+        body.append([*([r.get("variant") or "-"] if variants else []), *([r["file"]] if files else []), r["quant"],
+                     size, bpw,
                      f"{r['engine']} x {r['gpu']}", r["status"], r["fit"], ctx, dec])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
     lines = [f"{table.target}: {len({r['path'] for r in table.quants})} models", ""]

@@ -181,6 +181,8 @@ class CommandFinding:
     version: str  # the engine version that source was read at
     #: the flag itself is not one the engine has (at ``version``: another release may have it)
     unknown_flag: bool = False
+    #: what makes the engine accept it, said first among the verdict's suggestions (e.g. "reserve 2 GPUs")
+    fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in ("unsupported", "unknown"):
@@ -263,6 +265,8 @@ class Origin:
     file: str | None = None
     line: int | None = None
     image: str | None = None  # a manifest's container image
+    #: which release of the engine the deployment is judged as, and why (the command or image does not say)
+    release: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.settings, tuple):
@@ -275,6 +279,7 @@ class Origin:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "engine": self.engine, "program": self.program, "command": self.command,
                 "file": self.file, "line": self.line, "image": self.image, "flags_source": self.flags_source,
+                "release": self.release,
                 "judged": [s.to_json() for s in self.settings if s.judged_as is not None],
                 "not_judged": [s.to_json() for s in self.not_judged]}
 

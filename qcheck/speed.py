@@ -174,6 +174,8 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstim
                       f"{verdict.engine} has no floor of its own: {FAMILY_NAMES.get(floor.formula, floor.formula)}'s, "
                       "the lowest known") if floor else None,
     )
+    own_format = REGISTRY.get(inspection.quantization.method)
+    out.native_format = own_format.tensor_cores if own_format is not None else None
     out.summary = _summary(out, verdict, memory, perf, step_bytes, layers, own, floor)
     return out
 
@@ -213,10 +215,12 @@ def _summary(out: SpeedEstimate, verdict: Verdict, memory: MemoryEstimate, perf:
         else:
             parts.append(f"prefill <= {out.prefill_tokens_per_s:,} tok/s ({out.compute_format.upper()} "
                          f"{out.tflops:g} TFLOPS / 2 x {count} active params)")
-        best = max(perf.tflops.items(), key=lambda kv: kv[1], default=None)
-        if verdict.status == "fallback" and best and best[1] > out.tflops and best[0] in ("fp8", "fp4", "int8"):
-            parts.append(f"the fallback computes in {out.compute_format.upper()}: {best[0].upper()} kernels would "
-                         f"allow {best[1] / out.tflops:.1f}x")
+        fmt, native = out.native_format, perf.tflops.get(out.native_format or "")
+        if verdict.status == "fallback" and fmt and native and native > out.tflops:
+            # what this checkpoint's own format would compute at on this GPU (an FP8 checkpoint is never offered
+            # the INT8 rate: no INT8 kernel runs FP8 weights)
+            parts.append(f"the fallback computes in {out.compute_format.upper()}: {fmt.upper()} kernels would "
+                         f"allow {native / out.tflops:.1f}x")
     elif out.tflops is None:
         parts.append(f"prefill: unknown (no sourced {out.compute_format.upper()} throughput for this GPU)")
     if not parts:

@@ -64,3 +64,12 @@ def test_simulation_kv_split_and_positions_are_shown():
                  "<td>512-2048</td><td>1,020</td>"):
         assert text in page, text
     assert "<script" not in page
+
+
+def test_settings_read_as_words_not_python_dicts():
+    record = data({}, [candidate("q8", 3.22e-6)])
+    record["settings"] = {"max_length": 512, "kv_cache": {"k": "q8_0", "v": "q4_0"},
+                          "kv_cache_by_candidate": {"q8": {"k": "f16", "v": None}}, "max_items": None}
+    row = render_html(record, META).split("<td>settings</td>")[1].split("</tr>")[0]
+    assert "kv cache K q8_0, V q4_0" in row and "kv cache by candidate q8: K f16, V default" in row
+    assert "max items -" in row and "{" not in row

@@ -52,7 +52,7 @@ def test_nvidia_smi_names_map_to_catalogue_ids_with_free_memory(bindir):
 def test_datacenter_names_drop_vendor_and_memory_words(bindir):
     _tool(bindir, "nvidia-smi", NVIDIA_H100)
     ids, memory, _ = gpu_detect.auto_gpus(load_matrix().gpus)
-    assert ids == ["h100"] and memory["h100"] == round(80802 / 1024, 2)
+    assert ids == ["h100:80gb"] and memory["h100"] == round(80802 / 1024, 2)  # the size the device reported
 
 
 def test_rocm_smi_json_when_nvidia_smi_is_absent(bindir):

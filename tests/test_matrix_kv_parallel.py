@@ -234,7 +234,7 @@ def test_llama_cpp_splits_without_divisibility() -> None:
     odd = shaped("gguf", heads=40, kv=8, head_dim=128, inter=13824)
     v = layout(odd, "llama.cpp", "rtx-4090", tp=3)
     assert par(v).status == "native" and par(v).reasons == ["tp 3: llama.cpp checks no shape divisibility at load"]
-    assert any("--split-mode tensor" in w for w in v.warnings)
+    assert any("--split-mode tensor" in r for r in v.requires) and not v.warnings  # how to ask for it, not a warning
     assert par(layout(odd, "vllm", tp=3)).status == "unsupported"  # the same shape on vLLM
     assert par(layout(odd, "llama.cpp", "rtx-4090", ep=2)).reasons == ["llama.cpp has no expert parallelism (--ep)"]
 
@@ -277,8 +277,8 @@ def test_the_matrix_data_names_a_source_for_every_new_table() -> None:
     ("sm110", None, "blackwell-thor", "11.0"),
     ("sm101", None, "blackwell-thor", "10.1"),  # CUDA 12.8/12.9's name for Thor
     ("NVIDIA TITAN V", "titan-v", "volta", "7.0"),
-    ("NVIDIA GeForce RTX 2060 SUPER", "rtx-2060", "turing", "7.5"),
-    ("NVIDIA GeForce RTX 4060 Ti", "rtx-4060", "ada", "8.9"),
+    ("NVIDIA GeForce RTX 2060 SUPER", "rtx-2060-super", "turing", "7.5"),
+    ("NVIDIA GeForce RTX 4060 Ti", "rtx-4060-ti", "ada", "8.9"),
     ("Jetson Orin Nano", "jetson-orin-nano", "ampere", "8.7"),
     ("Intel(R) Arc(TM) A770 Graphics", "arc-a770", "xe-hpg", None),
     ("Intel(R) Arc(TM) B580 Graphics", "arc-b580", "battlemage", None),
@@ -296,9 +296,11 @@ def test_titan_v_and_orin_carry_their_own_memory() -> None:
     from qcheck.matrix.loader import load_matrix
 
     gpus = load_matrix().gpus.gpus
-    assert (gpus["titan-v"].memory_gib, gpus["v100"].memory_gib) == (12, 32)
+    assert (gpus["titan-v"].memory_gib, gpus["v100"].memory_gib, gpus["v100-32gb"].memory_gib) == (12, 16, 32)
     assert [gpus[g].memory_gib for g in ("jetson-orin", "jetson-orin-nx", "jetson-orin-nano", "jetson-thor")] == \
-        [64, 16, 8, 128]
+        [64, 8, 8, 128]
+    assert [gpus[g].memory_gib for g in ("jetson-orin-32gb", "jetson-orin-nx-16gb", "jetson-orin-nano-4gb",
+                                         "jetson-t4000")] == [32, 16, 4, 64]
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm", "llama.cpp", "ollama", "transformers", "mlx",

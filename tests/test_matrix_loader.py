@@ -123,6 +123,10 @@ def test_good_engine_loads(mdir: Path) -> None:
         (HEAD + GOOD_RULE.replace('status', 'match = { gguf_types_any_in = [] }\nstatus'), "bad-match-value",
          "non-empty list"),
         (HEAD + GOOD_RULE.replace('status', 'backend = "cuda"\nstatus'), "unknown-backend", "'cuda'"),
+        (HEAD + GOOD_RULE.replace('status', 'warnings = [{ text = "wide heads" }]\nstatus'), "missing-key", "match"),
+        (HEAD + GOOD_RULE.replace('status', 'warnings = [{ text = "x", match = { head_size = 8 } }]\nstatus'),
+         "unknown-match-key", "'head_size'"),
+        (HEAD + GOOD_RULE.replace('status', 'warnings = [5]\nstatus'), "bad-type", "{ text, match } tables"),
         (HEAD + GOOD_RULE.replace('status = "native"', 'status = "native"\nkernel = "k for {typess}"'),
          "bad-placeholder", "{typess}"),
         (HEAD.replace('versions = ["1.0.0", "2.0.0"]', 'versions = ["2.0.0", "1.0.0"]') + GOOD_RULE,
@@ -213,6 +217,13 @@ def test_engine_alias_collision_across_files(mdir: Path) -> None:
         (lambda s: s.replace('compute_capability = "7.0"\nnative', 'native', 1), "missing-key", "compute_capability"),
         (lambda s: s + '\n[[arch]]\nid = "x"\nvendor = "cpu"\nnative_formats = ["fp32"]\nsource = "t"\nspeed = 3\n',
          "unknown-key", "speed: unknown key"),
+        (lambda s: s.replace('id = "h200"', 'id = "h200"\nvariant_of = "h999"'), "bad-variant", "'h999'"),
+        (lambda s: s.replace('id = "h200"', 'id = "h200"\nvariant_of = "h100"'), "bad-variant",
+         "default_because"),  # a product with variants says why its default is judged
+        (lambda s: s.replace('id = "h100"', 'id = "h100"\ndefault_because = "x"'), "bad-variant",
+         "only such a product does"),
+        (lambda s: s.replace('id = "l4"', 'id = "l4"\nvariant_of = "h100"').replace(
+            'id = "h100"', 'id = "h100"\ndefault_because = "x"'), "bad-variant", "architecture (hopper)"),
     ],
 )
 def test_gpu_file_violations(mdir: Path, edit, check: str, fragment: str) -> None:

@@ -117,8 +117,8 @@ class TestVersions:
     def test_older_than_the_data_is_unknown(self, m) -> None:
         v = one(m, gguf({"Q4_K": 1}), "fastserve==0.5.0", "h100")
         assert (v.status, v.rule_id, v.warnings) == ("unknown", "engine-version", [])
-        assert v.reasons == ["FastServe 0.5.0 is older than any version the matrix data was read at (oldest: 0.9.0): "
-                             "no rule says what it supports"]
+        assert v.reasons == ["FastServe 0.5.0 predates all the data: qcheck's FastServe facts were read at 0.9.0 and "
+                             "later (the newest: 0.33.0), so nothing says what 0.5.0 runs"]
         assert one(m, gguf({"Q4_K": 1}), "fastserve==0.9.0", "h100").rule_id == "gguf-in-tree"
         assert one(m, gguf({"Q4_K": 1}), "fastserve==0.9.0rc1", "h100").rule_id == "gguf-in-tree"
         assert one(m, gguf({"Q4_K": 1}), "fastserve==0.8.9", "h100").status == "unknown"
@@ -220,16 +220,19 @@ class TestProviders:
 
 
 class TestSuggestions:
-    def test_other_arch_then_data(self, m) -> None:
+    def test_the_engines_own_fix_then_other_arch(self, m) -> None:
+        """What the user can do with the engine and GPU they asked about comes first (issue 33)."""
         [v] = resolve(m, st("fp8"), [parse_engine_spec("fastserve", m)], [m.gpus.lookup("t4")])
         assert v.suggestions == [
-            "FastServe runs it natively on ada (e.g. l4): --gpu ada",
             "FP8 only gets tensor cores from sm89; for t4 use a W4A16 (AWQ/GPTQ) release",
+            "FastServe runs it natively on ada (e.g. l4): --gpu ada",
         ]
 
-    def test_other_engine_on_same_gpu(self, m) -> None:
+    def test_other_engine_on_same_gpu_after_the_engines_own_fix(self, m) -> None:
         [v] = resolve(m, gguf({"Q4_K": 1, "IQ2_XXS": 1}), [parse_engine_spec("fastserve", m)], [m.gpus.lookup("h100")])
-        assert v.suggestions[0] == "tiny.cpp b10488 runs it natively on h100 (cuda MMQ): --engine tinycpp"
+        assert v.suggestions[:2] == [
+            "requantize without IQ2_XXS: llama-quantize --allow-requantize model-Q4_K_M.gguf out.gguf Q4_K_M",
+            "tiny.cpp b10488 runs it natively on h100 (cuda MMQ): --engine tinycpp"]
 
     def test_newer_version_first(self, m) -> None:
         [v] = resolve(m, gguf({"NVFP4": 1}), [parse_engine_spec("tinycpp==b5000", m)], [m.gpus.lookup("h100")])

@@ -175,7 +175,7 @@ def test_the_docs_example_uses_only_known_keys():
     assert all(set(t) <= set(TARGET_KEYS) for t in data["targets"])
     from qcheck.knobs import KNOBS
 
-    assert set(data["memory"]) <= set(MEMORY_KEYS) | {k.policy_key for k in KNOBS}
+    assert set(data["memory"]) <= set(MEMORY_KEYS) | {k.policy_key for k in KNOBS}  # the engine settings too
     thresholds = {n.replace("_", "-") for n in Thresholds.names()}
     assert set(data["quality"]) <= set(QUALITY_KEYS) | thresholds
     for name in thresholds:  # every threshold the policy accepts is documented

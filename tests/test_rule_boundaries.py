@@ -105,6 +105,8 @@ ATTENTION: dict[str, tuple[str, str, dict[str, tuple[str, str, str | None]]]] = 
         "attn-hopper": ("plain", "h100", None),
         "attn-blackwell": ("plain", "b200", None),
         "attn-fa2": ("plain", "a100", None),
+        "attn-fa2-head-512": ("head512", "a100", None),
+        "attn-fa2-wide-head": ("head320", "rtx-4090", None),
         "attn-fa2-sm12x": ("plain", "rtx-5090", None),
         "attn-fp8-flashinfer": ("plain", "a100", "fp8"),
         "attn-fp8-flashinfer-sm12x": ("plain", "rtx-5090", "fp8"),
@@ -200,6 +202,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         if case.model.startswith("type:") and case.model not in out:
             name = case.model[5:]
             out[case.model] = str(_typed_gguf(root / f"t-{TYPE_IDS[name]}.gguf", TYPE_IDS[name]))
+    for head in (512, 320):  # head sizes FlashAttention 2 does not take
+        wide = b.bf16_llama()
+        wide.configs["config.json"].update(head_dim=head)
+        out[f"head{head}"] = str(wide.write(root / f"head{head}"))
     for name, fx in (("mla", mla), ("sinks", sinks), ("plain", b.bf16_llama()), ("exl3", b.exl3_fixture()),
                      ("fp8-kv-scales", b.fp8_ct_static()), ("fp8-no-kv-scales", no_kv_scales),
                      ("fp8-weights", weights_only), ("gpt-oss", b.gpt_oss_fixture())):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from qcheck.cli.common import (
@@ -15,6 +17,9 @@ from qcheck.cli.common import (
 from qcheck.limits import Limits
 from qcheck.outcome import StrictnessFlags
 from qcheck.request import Deploy
+
+if TYPE_CHECKING:
+    from qcheck.doors import Asked
 
 
 class _CheckCommand(click.Command):
@@ -30,7 +35,7 @@ class _CheckCommand(click.Command):
 
 
 @click.command("check", cls=_CheckCommand)
-@click.argument("target", metavar="PATH", required=False)
+@click.argument("targets", metavar="PATH...", nargs=-1)
 @click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
               help="Engine to judge against, repeatable: NAME, NAME==VERSION (default: newest version the matrix "
                    "knows), NAME:BACKEND to pick a compute backend (llama.cpp:vulkan; default: the backend "
@@ -50,15 +55,18 @@ class _CheckCommand(click.Command):
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
-def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], strictness: StrictnessFlags,
+def command(targets: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], strictness: StrictnessFlags,
             deploy: Deploy, memory_asked: bool, capacity: bool, host_bandwidth_gbs: float | None, all_models: bool,
             output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
     a Hub repo id (org/name[@revision][:file.gguf|:QUANT], or a pasted huggingface.co link) or a saved
-    `qcheck inspect --json` record. A directory or repo holding several GGUF models is a usage error
-    listing them, unless --all: then every model is judged (text: one block per model; JSON: a
+    `qcheck inspect --json` record. Several PATHs are each judged on the same engines and GPUs (one
+    qcheck.check-set/1 result, the worst exit code). A directory or repo holding several models (GGUF files, safetensors
+    variants in sub-folders, org/name@* branches): with --gpu, one which-quant-fits table (a row per model:
+    its file when they are different models, quant, size, fit, max context); without --gpu, a usage error
+    listing them; with --all every model is judged in full (text: one block per model; JSON: a
     qcheck.check-set/1 object {schema, target, results: [one check object per model], exit_code}).
 
     \b
@@ -94,8 +102,12 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
     `qcheck matrix --list` shows the engines, versions, backends and GPUs the matrix knows.
     """
     engine_command = click.get_current_context().meta.get("qcheck.engine_command")
-    if target is None and engine_command is None:
+    if not targets and engine_command is None:
         raise click.UsageError("Missing argument 'PATH'.")
+    if len(targets) > 1 and (engine_command is not None or not (engines or gpus)):
+        raise click.UsageError("several PATHs are judged each on the --engine/--gpu given (add --gpu G); an "
+                               "engine command takes one PATH")
+    target = targets[0] if targets else None
     if not engines and not gpus and engine_command is None and target is not None:  # nothing to judge against: say what PATH is, and how to judge it
         from qcheck.cli.inspect_cmd import run_inspect
 
@@ -121,5 +133,21 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
     asked = Asked(tuple(engines), tuple(gpus), deploy, memory_asked, gpu_memory_gib=detected,
                   notes=tuple(notes), limits=limits, host_bandwidth_gbs=host_bandwidth_gbs,
                   capacity=capacity).judged_by(strictness)
+    if len(targets) > 1:  # several models in one command: each judged, one check-set (as --all), the worst exit
+        return _several(asked, targets, output_spec)
     request = build_request(asked, target, command=engine_command, all_models=all_models)
     return finish(answer(request), output_spec)
+
+
+def _several(asked: Asked, targets: tuple[str, ...], output_spec: OutputSpec) -> int:
+    """``qcheck check A B --gpu G``: every path asked through the one request builder, one check-set, the worst
+    exit code."""
+    from qcheck.check import CHECK_SET_SCHEMA, ResultSet
+    from qcheck.doors import build_request
+    from qcheck.pipeline import answer
+
+    results: list[Any] = []
+    for target in targets:
+        got = answer(build_request(asked, target))
+        results.extend(got.results if isinstance(got, ResultSet) else [got])
+    return finish(ResultSet(", ".join(targets), results, kind="check-set", schema=CHECK_SET_SCHEMA), output_spec)

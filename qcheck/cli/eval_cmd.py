@@ -107,10 +107,11 @@ def endpoint_run_id(reference: str, candidates: tuple[str, ...], resume: str | N
 
 
 @click.command("eval")
-@click.option("--reference", "-r", required=True, metavar="DIR|URL",
-              help="The unquantised transformers model directory (config.json, safetensors, tokenizer), or an "
-                   "OpenAI-compatible endpoint serving it: URL[#model=M&top_k=K|full&api_key_env=VAR] with "
-                   "--reference-files.")
+@click.option("--reference", "-r", required=True, metavar="DIR|FILE.gguf|URL",
+              help="The unquantised model: a transformers directory (config.json, safetensors, tokenizer), an "
+                   "F32/F16/BF16 GGUF (converted once by transformers' GGUF conversion and cached; a quantised "
+                   "GGUF is refused: it is what gets measured), or an OpenAI-compatible endpoint serving it: "
+                   "URL[#model=M&top_k=K|full&api_key_env=VAR] with --reference-files.")
 @click.option("--reference-adapter", is_flag=True,
               help="Merge the PEFT adapter in the reference folder (adapter_config.json, adapter_model.safetensors) "
                    "into the reference; by default an adapter there is left out and the report says so.")
@@ -200,6 +201,13 @@ def command(reference: str, reference_adapter: bool, reference_files: str | None
 
     Both sides score the same token ids (the reference's tokenizer). The reference's log-probs are
     cached on disk, so further candidates and later runs only pay for the candidate.
+
+    \b
+    The reference must be unquantised, one of:
+      DIR          the model's original release: config.json, safetensors, tokenizer
+      FILE.gguf    an F32, F16 or BF16 GGUF (e.g. convert_hf_to_gguf.py --outtype f16)
+      URL          a server running it, with --reference-files DIR (tokenizer, config.json)
+    Only a quantised GGUF at hand? It cannot be the reference: it is the candidate.
 
     Reported: mean/median/p99/max KL divergence, top-1 agreement, Δp, PPL ratio, NLL correlation,
     accuracy (reference and candidate), recovery, flips in both directions, greedy agreement, with

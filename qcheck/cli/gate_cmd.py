@@ -17,14 +17,15 @@ from qcheck.limits import Limits
               help="Write a commented starter policy for the models in the current directory (to --policy FILE "
                    "or ./qcheck.toml) and exit.")
 @click.option("--force", is_flag=True, help="With --init: overwrite an existing policy file.")
+@click.option("--explain", is_flag=True, help="Print the policy format (every key, annotated) and exit.")
 @click.option("--allow-outside", is_flag=True,
               help="Let policy paths (models, quality reference, tasks, cache-dir) lead outside the policy's "
                    "repository: absolute and ~ paths, .. and symlinks out of it. Off by default: a policy from "
                    "a pull request must not make the gate read other files on the runner.")
 @output_options
 @limit_options
-def command(policy_path: str | None, init: bool, force: bool, allow_outside: bool, output_spec: OutputSpec,
-            limits: Limits) -> int:
+def command(policy_path: str | None, init: bool, force: bool, explain: bool, allow_outside: bool,
+            output_spec: OutputSpec, limits: Limits) -> int:
     """Run the policy: every model on every target, memory and quality limits, one exit code.
 
     \b
@@ -41,9 +42,16 @@ def command(policy_path: str | None, init: bool, force: bool, allow_outside: boo
     \b
     Reports: --format text|json|junit|sarif|github|markdown and -o FILE, plus
     --junit FILE --sarif FILE --markdown FILE --github in the same run.
-    docs/ci.md has the policy keys and GitHub Actions / GitLab CI examples.
+    `qcheck gate --explain` prints every policy key, annotated; docs/ci.md adds
+    GitHub Actions / GitLab CI examples.
     """
     from qcheck.errors import UsageError
+
+    if explain:
+        from qcheck.policy_format import EXPLAIN
+
+        click.echo(EXPLAIN, nl=False)
+        return 0
 
     if init:
         from qcheck.policy import (

@@ -127,6 +127,13 @@ def _spec(raw: object, where: str) -> FlagSpec:
         const_false=bool(raw.get("const_false", False)))
 
 
+def table_names() -> list[str]:
+    """The names of the shipped flag tables (``matrices/engine_flags/*.toml``), sorted."""
+    from qcheck.data import data_dir
+
+    return sorted(p.stem for p in (data_dir("matrices") / "engine_flags").glob("*.toml"))
+
+
 @functools.cache
 def flag_table(name: str) -> FlagTable:
     """The table ``matrices/engine_flags/<name>.toml`` (``vllm``, ``sglang``, ``llama.cpp``, ``mlx``,

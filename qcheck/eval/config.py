@@ -148,7 +148,13 @@ def validate(config: EvalConfig) -> Plan:
     if remote is not None:
         refuse_custom_code(ref_dir, "reference", config.limits)
     else:
-        check_reference(config.reference, config.limits)  # before transformers reads anything
+        from qcheck.eval.gguf_reference import check_gguf_reference, gguf_file_of
+
+        gguf = gguf_file_of(config.reference)
+        if gguf is not None:  # an unquantised GGUF: its header only, here (qcheck.eval.gguf_reference)
+            check_gguf_reference(gguf, config.limits)
+        else:
+            check_reference(config.reference, config.limits)  # before transformers reads anything
     for s in specs:
         if s.runner is None and s.path and os.path.isdir(s.path):
             refuse_custom_code(s.path, f"candidate {s.name}", config.limits)

@@ -281,8 +281,8 @@ def _candidate_details(c: dict[str, Any]) -> list[str]:
                         f"<td>{_e(part.get('label', ''))}</td></tr>")
         out.append("".join(rows) + "</table>")
     buckets = c.get("by_position") or []
-    if len(buckets) > 1:
-        rows = ["<table><tr><th>positions</th><th>tokens</th><th>mean KLD (95% CI)</th><th>top-1</th>"
+    if buckets:  # the loss by position the README promises, also when every token is in the first bucket
+        rows = ["<table><tr><th>loss by position</th><th>tokens</th><th>mean KLD (95% CI)</th><th>top-1</th>"
                 "<th>PPL ratio (95% CI)</th></tr>"]
         for b in buckets:
             span = f"{b['from']}-{b['to'] if b.get('to') is not None else b['max_position'] + 1}"
@@ -291,6 +291,9 @@ def _candidate_details(c: dict[str, Any]) -> list[str]:
                         f"<td>{_pct(b.get('top1_agreement'))}</td>"
                         f"<td>{_num(b.get('ppl_ratio'))}{_ci(b.get('ppl_ratio_interval'))}</td></tr>")
         out.append("".join(rows) + "</table>")
+        if len(buckets) == 1:
+            out.append("<p class='muted'>Every scored token is in the first bucket: tasks with longer items (--tasks "
+                       "long_context) fill the later ones.</p>")
     return out
 
 
@@ -430,9 +433,22 @@ def _provenance(data: dict[str, Any], meta: dict[str, Any]) -> str:
         rows.append(("tasks", ", ".join(f"{_e(t)} ({n})" for t, n in by_task.items())))
     settings = data.get("settings") or {}
     if settings:
-        rows.append(("settings", ", ".join(f"{_e(k)}={_e(v)}" for k, v in settings.items())))
+        rows.append(("settings", ", ".join(f"{_e(k.replace('_', ' '))} {_setting(v)}" for k, v in settings.items())))
     body = "".join(f"<tr><td>{k}</td><td class='wrap'>{v}</td></tr>" for k, v in rows)
     return f"<h2>Run</h2><table class='meta'>{body}</table>"
+
+
+def _setting(value: Any) -> str:
+    """A run setting for people: a KV cache pair as 'K q8_0, V q8_0' ('default' when neither is set), a per-candidate
+    table as 'name: value', none as '-', never a Python dict."""
+    if isinstance(value, dict):
+        if set(value) == {"k", "v"}:
+            return "default" if value["k"] is None and value["v"] is None else \
+                f"K {_e(value['k'] or 'default')}, V {_e(value['v'] or 'default')}"
+        return "; ".join(f"{_e(k)}: {_setting(v)}" for k, v in value.items()) or "-"
+    if value is None:
+        return "-"
+    return _e(value)
 
 
 def _short(text: Any, limit: int = 80) -> str:

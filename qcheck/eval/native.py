@@ -8,7 +8,8 @@ file, then inspected by ``qcheck.inspect`` (an ``InputError`` there is the run's
 (device, inode, size, modification and change times) is taken then and compared again just before the load: a
 file replaced or rewritten between the two is refused too.
 
-Callers: ``qcheck.eval.runners.llamacpp`` (llama-cpp-python). A GGUF given to transformers (``gguf_file=``, which
+Callers: ``qcheck.eval.runners.llamacpp`` (llama-cpp-python) and ``qcheck.eval.gguf_reference`` (an unquantised
+GGUF reference, read by transformers' GGUF loader). A GGUF given to transformers (``gguf_file=``, which
 reads it with gguf-py's ``GGUFReader``) must pass through ``vet`` the same way; tests/test_redteam_eval.py fails
 when a module calls a GGUF loader without it.
 """

@@ -18,6 +18,7 @@ Public API (also used by ``qcheck gate``)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from qcheck.eval.config import (
     default_noise_floor_dtype,
     validate,
 )
+from qcheck.eval.gguf_reference import materialise
 from qcheck.eval.perf import Phase
 from qcheck.eval.reference_source import ReferenceSide, cache_root, model_fingerprint, open_reference
 from qcheck.eval.report import CandidateResult, EvalResult, performance_json
@@ -64,6 +66,13 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     from qcheck.eval.runners.reference import load_tokenizer, torch_modules
 
     plan = validate(config)
+    asked = config.reference
+    gguf_note: str | None = None
+    converted = None if plan.remote is not None else materialise(config.reference, config.limits, config.cache_dir,
+                                                                   config.use_cache)
+    if converted is not None:  # a F32/F16/BF16 GGUF reference: its transformers directory
+        ref_dir, gguf_note = converted
+        config, plan = dataclasses.replace(config, reference=ref_dir), dataclasses.replace(plan, ref_dir=ref_dir)
     run_phase = Phase()
     settings = WindowSettings(max_length=config.max_length, stride=config.stride, windows=config.windows,
                               max_items=config.max_items)
@@ -83,6 +92,9 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
 
             drop_skeleton()
     run_phase.done()
+    if gguf_note is not None:
+        ref.report.update(path=asked, converted_to=config.reference)
+        ref.notes.insert(0, gguf_note)
     return EvalResult(reference=ref.report, tasks=work.to_json(), candidates=results, cache=ref.cache,
                       thresholds=config.thresholds, settings=_settings_json(config, work), notes=work.notes + ref.notes,
                       noise_floor=noise, performance=performance_json(run_phase, ref.phase, results))

@@ -29,6 +29,10 @@ SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
 #: weight files transformers loads with ``torch.load`` (``WEIGHTS_NAME`` / ``WEIGHTS_INDEX_NAME``)
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+#: what to give instead of a file that cannot be the reference (also in ``qcheck eval --help`` and docs/eval.md)
+REFERENCE_OPTIONS = ("the reference must be unquantised: a transformers checkpoint saved as safetensors (the model's "
+                     "original release), an F32/F16/BF16 GGUF (convert_hf_to_gguf.py --outtype f16 from that "
+                     "release), or a server running it (--reference URL with --reference-files DIR)")
 
 
 def _read(path: Path, limits: Limits) -> dict[str, Any] | None:
@@ -79,6 +83,8 @@ def refuse_pickle_weights(directory: str, role: str, limits: Limits = DEFAULT_LI
                   f"or {SAFE_INDEX})" if others else "")
         raise InputError(f"pickle-only {role}: transformers would torch.load {pickles[0]}{beside}; qcheck eval loads "
                          "weights only from safetensors: convert the checkpoint to safetensors", path=directory)
+    if role == "reference":
+        raise InputError(f"no {SAFE_WEIGHTS} or {SAFE_INDEX}: {REFERENCE_OPTIONS}", path=directory)
     raise InputError(f"no {SAFE_WEIGHTS} or {SAFE_INDEX}: the {role} must be a transformers checkpoint saved as "
                      "safetensors", path=directory)
 

@@ -95,5 +95,21 @@ def judge_attention(deployment: Deployment) -> Judgement | None:
         if src not in sources:
             sources.append(src)
     return Judgement(DIMENSION, rule.status, reasons, sources, [],  # type: ignore[arg-type]
-                     [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings],
+                     [fill(r, values) for r in rule.requires],
+                     [fill(w, values) for w in rule.warnings_for(deployment.inspection)],
                      rule_id=rule.id)
+
+
+def attention_gap(deployment: Deployment) -> str | None:
+    """Why the attention dimension is silent at this version although the engine has attention data and the model
+    has attention facts: no rule was read for the version asked (the backend choice is not guessed from another)."""
+    engine = deployment.request.engine
+    kind = attention_type(deployment.inspection)
+    if engine.attention is None or kind is None or deployment.inspection.adapter is not None:
+        return None
+    rules = [r.rule for r in engine.attention_rules if r.kind == kind.kind]
+    if not rules or any(r.versions is None or deployment.at in r.versions for r in rules):
+        return None
+    read = " or ".join(dict.fromkeys(r.versions_text for r in rules if r.versions_text))
+    return (f"not judged at {engine.name} {deployment.version}: which attention backend it picks for {kind.label} "
+            f"models was read for {engine.name} {read} only, and is not carried to other releases")

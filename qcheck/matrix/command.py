@@ -47,6 +47,7 @@ def judge_command(d: Deployment) -> Judgement | None:
     """The command-line judgement, or None when the deployment was not read from a command or says nothing."""
     reasons: list[str] = []
     sources: list[Source] = []
+    suggestions: list[str] = []  # the fix on the user's own engine: they lead, before any other engine
     status = None
     engine = d.request.engine
     for f in d.deploy.findings:
@@ -56,6 +57,9 @@ def judge_command(d: Deployment) -> Judgement | None:
         if f.status == "unsupported" and not _other_release(d, f):
             reasons.append(f"{engine.name} refuses {shown}: {f.message}")
             status = "unsupported"
+            fix = f.fix or _did_you_mean(f, engine.name)
+            if fix and fix not in suggestions:
+                suggestions.append(fix)
         else:
             later = (f" (read at {engine.name} {f.version}; {d.version} may differ)" if f.status == "unsupported"
                      else "")
@@ -68,7 +72,29 @@ def judge_command(d: Deployment) -> Judgement | None:
     if any(f.status == "unsupported" and not _other_release(d, f) for f in d.deploy.findings
            if f.engine == engine.id):
         status = "unsupported"
-    return Judgement(DIMENSION, status, reasons, sources)  # type: ignore[arg-type]
+    return Judgement(DIMENSION, status, reasons, sources, suggestions)  # type: ignore[arg-type]
+
+
+def _did_you_mean(finding: CommandFinding, engine: str) -> str | None:
+    """For a flag the engine does not have: its closest option in the flag table the refusal was read from."""
+    if not finding.unknown_flag or not finding.flag.startswith("-"):
+        return None
+    import difflib
+
+    from qcheck.deploy.flags import flag_table, table_names
+
+    for name in table_names():
+        table = flag_table(name)
+        if table.source != finding.source:
+            continue
+        options = [n for n in table.by_name if n.startswith("-")]
+        close = difflib.get_close_matches(finding.flag, options, n=2, cutoff=0.75)
+        if close:
+            return (f"{engine} has no {finding.flag}: did you mean {' or '.join(close)}? Fix the command and judge "
+                    "it again")
+    # no flag of the engine comes close: the fix on this engine is still to drop it (another engine is not the fix)
+    return (f"{engine} {finding.version} has no {finding.flag} (nor any flag close to it): remove it from the command "
+            "and judge it again")
 
 
 def _knobs(d: Deployment, reasons: list[str], sources: list[Source]) -> str | None:

@@ -32,6 +32,10 @@ MATCH_FIELDS: dict[str, tuple[str, str, str]] = {
     "model_type": ("inspection", "model_type", "str"),
     "architecture": ("inspection", "architecture", "str"),
     "moe": ("inspection", "moe", "bool"),
+    # the attention shape (Inspection.shape): what an engine's kernels check per model
+    "head_dim": ("inspection", "head_dim", "int"),
+    "sliding_window": ("derived", "sliding_window", "bool"),
+    "mla": ("derived", "mla", "bool"),
     "producer": ("quant", "producer", "str"),
     "config_method": ("quant", "config_method", "str"),
     "format": ("quant", "format", "str"),
@@ -97,10 +101,8 @@ class MatchCondition:
             else:
                 hits = [t for t in present if t.upper() not in allowed]
             return bool(hits), sorted(hits) if hits else None
-        if where == "derived" and attr == "adapter":
-            value: Any = inspection.adapter is not None
-        elif where == "derived":
-            value = (inspection.gguf_split_count or 1) > 1
+        if where == "derived":
+            value: Any = _derived(inspection, attr)
         elif where == "adapter":
             if inspection.adapter is None:
                 return False, None
@@ -127,6 +129,19 @@ class MatchCondition:
         if attr == "all_in":
             return bool(targets) and not outside, None
         return bool(outside), outside or None
+
+
+def _derived(inspection: Inspection, attr: str) -> bool | None:
+    """A match value computed from the Inspection (None: the headers do not say, which matches nothing)."""
+    if attr == "adapter":
+        return inspection.adapter is not None
+    if attr == "gguf_split":
+        return (inspection.gguf_split_count or 1) > 1
+    shape = inspection.shape
+    if shape is None:
+        return None
+    lay = shape.attention
+    return lay.window_layers > 0 if attr == "sliding_window" else bool(lay.mla_dim or lay.kv_lora_rank)
 
 
 class _Arch(Protocol):

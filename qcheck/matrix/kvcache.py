@@ -141,8 +141,8 @@ def _judge_pair(deployment: Deployment, engine: Engine, kv: KvCache, asked: Aske
     texts = rule.reasons or ((rule.kernel,) if rule.kernel else ())
     judgement = Judgement(DIMENSION, rule.status, [f"{what}: {fill(r, values)}" for r in texts],  # type: ignore[arg-type]
                           _sources([s for r, _ in winners for s in r.sources]), [],
-                          [fill(r, values) for r in rule.requires], [fill(w, values) for w in rule.warnings],
-                          rule_id=rule.id)
+                          [fill(r, values) for r in rule.requires],
+                          [fill(w, values) for w in rule.warnings_for(deployment.inspection)], rule_id=rule.id)
     if judgement.status in ("native", "fallback"):
         if kv.quantised_v_requires and asked.quantised_v and kv.quantised_v_requires not in judgement.requires:
             judgement.requires.append(kv.quantised_v_requires)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from qcheck.errors import UsageError
 from qcheck.formats import REGISTRY
 from qcheck.matrix import files
-from qcheck.matrix.conditions import compile_hardware, compile_match
+from qcheck.matrix.conditions import MatchCondition, compile_hardware, compile_match
 from qcheck.matrix.gpus import GpuTable, build_gpu_table, normalise
 from qcheck.matrix.schema import (
     ATTENTION_KEYS,
@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from qcheck.matrix.versions import Verified
+    from qcheck.engine_words import EngineWords
 
 
 _RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -210,6 +211,8 @@ class Matrix:
         #: suggestions from suggestions.toml (engine-independent)
         self.suggestions = suggestions
         self.shared_sources = shared_sources
+        #: how each engine is told the memory advice's settings (suggestions.toml [[engine_words]])
+        self.engine_words: dict[str, EngineWords] = {}
 
     def engine(self, name: str) -> Engine:
         """Find an engine by id, display name or alias (case- and punctuation-insensitive)."""
@@ -271,6 +274,7 @@ def _load(root: Path) -> Matrix:
     engine_files = {f.stem: f for f in sorted(engine_dir.glob("*.toml"))} if engine_dir.is_dir() else {}
     shared_sources: dict[str, SourceSpec] = {}
     suggestions: list[SuggestionRule] = []
+    words: dict[str, EngineWords] = {}
     sfile = root / "suggestions.toml"
     if sfile.is_file():
         display = files.display(root, sfile)
@@ -281,9 +285,15 @@ def _load(root: Path) -> Matrix:
                                       f"(allowed: {', '.join(sorted(SUGGESTIONS_FILE_KEYS))})")
         shared_sources = _load_sources(raw.get("sources", {}), display)
         suggestions = _load_suggestions(raw.get("suggestion", []), display, None, shared_sources, gpus, None)
+        from qcheck.engine_words import parse_engine_words
+
+        words = parse_engine_words(raw.get("engine_words", []), set(engine_files), shared_sources,
+                                   Where(display, "[[engine_words]]"))
     kfile = root / "known_issues.toml"
-    return Matrix(root, gpus, EngineSet(root, engine_files, gpus, kfile if kfile.is_file() else None), suggestions,
-                  shared_sources)
+    matrix = Matrix(root, gpus, EngineSet(root, engine_files, gpus, kfile if kfile.is_file() else None), suggestions,
+                    shared_sources)
+    matrix.engine_words = words
+    return matrix
 
 
 def _load_known_issues(raw: dict[str, Any], display: str, engine: Engine, gpus: GpuTable, known: Collection[str]) -> None:
@@ -889,12 +899,12 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
         ctx.fail("bad-type", "kernel must be a non-empty string")
     requires = tuple(_str_list(entry, "requires", ctx, allow_empty=True)) if "requires" in entry else ()
     reasons = tuple(_str_list(entry, "reasons", ctx, allow_empty=True)) if "reasons" in entry else ()
-    warnings = tuple(_str_list(entry, "warnings", ctx, allow_empty=True)) if "warnings" in entry else ()
+    warnings, warnings_if = _warnings(entry.get("warnings", []), ctx)
     if status in ("unknown", "unsupported", "fallback") and not reasons:
         ctx.fail("missing-reason", f"a '{status}' rule must say why in 'reasons'")
     if status == "fallback" and not kernel:
         ctx.fail("missing-kernel", "a 'fallback' rule must name the substitute path in 'kernel'")
-    for text in (kernel or "", *requires, *reasons, *warnings):
+    for text in (kernel or "", *requires, *reasons, *warnings, *(t for t, _ in warnings_if)):
         _check_placeholders(text, placeholders, ctx)
     if "sources" not in entry or not entry["sources"]:
         ctx.fail("missing-source", f"every {kind} must name at least one source from [sources]")
@@ -910,7 +920,7 @@ def _load_rule(entry: Any, index: int, engine: Engine, gpus: GpuTable, modifier:
                 methods=methods, match=match, hardware=hardware, backends=backends, status=status,
                 kernel=kernel, requires=requires, reasons=reasons, warnings=warnings, sources=sources,
                 priority=priority, modifier=modifier, when=frozenset(when), weights_loaded_as=loaded_as,
-                verified=verified, gate=gate)
+                verified=verified, gate=gate, warnings_if=warnings_if)
 
 
 def _verified(entry: dict[str, Any], engine: Engine, versions: SpecifierSet | None, versions_text: str | None,
@@ -934,6 +944,26 @@ def _verified(entry: dict[str, Any], engine: Engine, versions: SpecifierSet | No
             ctx.fail("bad-verified", f"verified names {', '.join(outside)}, outside the rule's versions "
                                      f"{versions_text!r}: a rule says nothing about releases it does not cover")
     return verified
+
+
+def _warnings(raw: Any, ctx: Where) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[MatchCondition, ...]], ...]]:
+    """A rule's ``warnings``: strings said whenever the rule decides, and ``{ text, match }`` tables said only to
+    checkpoints the ``match`` holds for (a warning about some models must not reach the others)."""
+    items = raw if isinstance(raw, list) else [raw]
+    plain: list[str] = []
+    conditional: list[tuple[str, tuple[MatchCondition, ...]]] = []
+    for item in items:
+        if isinstance(item, dict):
+            check_keys(item, {"text", "match"}, {"text", "match"}, ctx)
+            text = item["text"]
+            if not isinstance(text, str) or not text.strip():
+                ctx.fail("bad-type", "a warning's 'text' must be a non-empty string")
+            conditional.append((text, compile_match(item["match"], ctx.fail)))
+        elif isinstance(item, str) and item.strip():
+            plain.append(item)
+        else:
+            ctx.fail("bad-type", f"'warnings' items must be strings or {{ text, match }} tables, not {item!r}")
+    return tuple(plain), tuple(conditional)
 
 
 def _load_suggestions(raw: Any, display: str, engine_id: str | None, sources: dict[str, SourceSpec],

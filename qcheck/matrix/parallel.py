@@ -9,6 +9,7 @@ or a layout of 1, leaves the verdict alone; a number the checkpoint does not sta
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from qcheck.model import Judgement, Source
@@ -54,8 +55,17 @@ def judge_parallel(deployment: Deployment) -> Judgement | None:
     layout = ", ".join(f"{k} {v}" for k, v in asked.items())
     what = (f"the shapes divide ({', '.join(c for c in CHECKS if c in checks)} checked)" if checks
             else f"{engine.name} checks no shape divisibility at load")
+    # how the engine is told (its own flag): what the deployment requires, not a warning (nothing is wrong)
     return Judgement(DIMENSION, "native", [f"{layout}: {what}"], sources,
-                     warnings=[f"--{k} {v}: {engine.name} {spec.flags[k]}" for k, v in asked.items() if k in spec.flags])
+                     requires=[_engine_flag(engine.name, spec.flags[k], k, v) for k, v in asked.items()
+                               if k in spec.flags])
+
+
+def _engine_flag(engine: str, flag: str, layout: str, size: int) -> str:
+    """'--tensor-parallel-size 2' where the data names a bare option, else the data's words with the layout asked."""
+    if re.fullmatch(r"-[-\w]+", flag):
+        return flag if layout == "ep" else f"{flag} {size}"
+    return f"--{layout} {size}: {engine} {flag}"
 
 
 def tp_problems(ins: Inspection, tp: int, spec: ParallelSpec | None) -> list[str]:

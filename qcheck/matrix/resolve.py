@@ -110,8 +110,9 @@ def outside_data(engine: Engine, at: Version) -> str | None:
     if floor is None or at >= floor:
         return None
     shown = engine.oldest if parse_version(engine.oldest, engine.scheme) == floor else _show(floor, engine.scheme)
-    return (f"{engine.name} {_show(at, engine.scheme)} is older than any version the matrix data was read at "
-            f"(oldest: {shown}): no rule says what it supports")
+    return (f"{engine.name} {_show(at, engine.scheme)} predates all the data: qcheck's {engine.name} facts were read "
+            f"at {shown} and later (the newest: {engine.newest}), so nothing says what {_show(at, engine.scheme)} "
+            "runs")
 
 
 def bounded_above(rule: Rule) -> bool:
@@ -146,6 +147,7 @@ def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRe
                        dimensions: bool = True) -> tuple[Verdict, list[str]]:
     """The verdict over every dimension (qcheck.matrix.dimensions), plus the GGUF tensor types named by the
     weight-format rules that decided it (for ``{types}``)."""
+    from qcheck.matrix.attention import attention_gap
     from qcheck.matrix.dimensions import Deployment, combine, judge_dimensions, without_architecture
 
     verdict, types = _resolve_weights(matrix, inspection, request, target)
@@ -153,7 +155,14 @@ def resolve_with_types(matrix: Matrix, inspection: Inspection, request: EngineRe
     deployment = Deployment(matrix, inspection, request, target if request.engine.needs_gpu else None, version, at,
                             deploy or Deploy())
     # a synthetic probe of the format tables stands for no model in particular: no architecture to judge
+    before = (list(verdict.reasons), list(verdict.suggestions))
     combine(verdict, judge_dimensions(deployment, None if dimensions else without_architecture()))
+    if verdict.rule_id == "engine-version" and verdict.status == "unknown":
+        # older than all the data: one line says so; a definite refusal (an architecture that release did not have)
+        # would decide, but another dimension's "not known either" adds nothing (it stays in ``dimensions``)
+        verdict.reasons, verdict.suggestions = before
+    if dimensions and verdict.rule_id != "engine-version" and (gap := attention_gap(deployment)):  # said, not dropped
+        verdict.warnings.append(f"attention: {gap}")
     return verdict, types
 
 
@@ -171,6 +180,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
         engine=engine.id, engine_version=version,
         gpu=target.gpu if target else None, arch=target.arch.id if target else None,
         compute_capability=target.cc if target else None, status="unknown", warnings=list(warnings),
+        gpu_note=target.note if target else None,
     )
     too_old = outside_data(engine, at)
     if target is not None and target.vendor not in engine.hardware:
@@ -234,7 +244,7 @@ def _resolve_weights(matrix: Matrix, inspection: Inspection, request: EngineRequ
     verdict.weights_loaded_as = rule.weights_loaded_as
     verdict.requires = dedupe([fill(x, values) for r, _ in winners for x in r.requires])
     verdict.reasons = dedupe([fill(x, values) for r, _ in winners for x in r.reasons])
-    verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings])
+    verdict.warnings += dedupe([fill(x, values) for r, _ in winners for x in r.warnings_for(inspection)])
     verdict.sources = _sources([s for r, _ in winners for s in r.sources])
     verdict.rule_id = "+".join(dict.fromkeys(r.id for r, _ in winners))
     return verdict, types

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from qcheck.matrix.gpu_capacity import GpuCapacity
     from qcheck.matrix.memory_params import EngineMemory
     from qcheck.matrix.versions import Verified
+    from qcheck.model import Inspection
 
 __all__ = ["ARCH_KEYS", "ATTENTION_KEYS", "ATTENTION_KINDS", "ATTENTION_RULE_KEYS", "BACKEND_KEYS",
            "BUILD_KEYS", "ENGINE_FILE_KEYS", "ENGINE_KEYS", "FORMATS", "GPU_KEYS", "KINDS",
@@ -109,6 +110,10 @@ class Gpu:
     source: str
     #: what the driver reports, None when no figure was found (qcheck.matrix.gpu_capacity)
     capacity: GpuCapacity | None = None
+    #: another configuration (memory size, form factor) of this product: the id of the product's default entry
+    variant_of: str | None = None
+    #: on a product sold in several configurations, why this one is judged when the name does not say which
+    default_because: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ class Target:
     arch: Arch
     cc: str | None
     gpu: str | None = None
+    #: the name left the configuration open (a product sold in several memory sizes): which one is judged and why
+    note: str | None = None
 
     @property
     def vendor(self) -> str:
@@ -176,6 +183,14 @@ class Rule:
     gate: bool = False
     #: loaded from ``matrices/generated/<engine>.toml`` (extracted from the released code, never typed)
     generated: bool = False
+    #: warnings that apply only to some models (``warnings = [{ text, match }]``): said when every condition holds
+    warnings_if: tuple[tuple[str, tuple[MatchCondition, ...]], ...] = ()
+
+    def warnings_for(self, inspection: Inspection) -> list[str]:
+        """The rule's warnings that apply to this checkpoint: the unconditional ones, then those whose ``match``
+        holds (a warning about head sizes above 256 is not said to a model with head size 128)."""
+        return [*self.warnings, *(text for text, conditions in self.warnings_if
+                                  if all(c.test(inspection)[0] for c in conditions))]
 
     @property
     def specificity(self) -> int:

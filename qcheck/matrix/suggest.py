@@ -34,9 +34,11 @@ def suggest(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: E
     upgrade = _newer_version(matrix, inspection, request, target, deploy)
     engines = _other_engines(matrix, inspection, verdict, request, target, deploy)
     arch = _other_arch(matrix, inspection, request, target, deploy)
-    data = data_suggestions(matrix, inspection, verdict, request, target, types or [])
+    own = data_suggestions(matrix, inspection, verdict, request, target, types or [], general=False)
+    general = data_suggestions(matrix, inspection, verdict, request, target, types or [], own=False)
     picked: list[str] = []
-    for group in (upgrade[:1], engines[:1], arch[:1], data[:1], engines[1:2], data[1:]):
+    # what the user can do on the engine they asked about comes first; another engine only after it
+    for group in (upgrade[:1], own[:1], arch[:1], engines[:1], general[:1], engines[1:2], own[1:], general[1:]):
         for text in group:
             if text not in picked and len(picked) < limit:
                 picked.append(text)
@@ -107,10 +109,13 @@ def _other_arch(matrix: Matrix, inspection: Inspection, request: EngineRequest, 
 
 
 def data_suggestions(matrix: Matrix, inspection: Inspection, verdict: Verdict, request: EngineRequest,
-                     target: Target | None, verdict_types: Sequence[str] = ()) -> list[str]:
-    """The data's ``[[suggestion]]`` entries that apply: the engine's own first, then suggestions.toml."""
+                     target: Target | None, verdict_types: Sequence[str] = (), *, own: bool = True,
+                     general: bool = True) -> list[str]:
+    """The data's ``[[suggestion]]`` entries that apply: the engine's own first (``own``), then suggestions.toml
+    (``general``)."""
     engine = request.engine
-    rules = [r for r in (*engine.suggestions, *matrix.suggestions) if verdict.status in r.when]
+    rules = [r for r in (*(engine.suggestions if own else ()), *(matrix.suggestions if general else ()))
+             if verdict.status in r.when]
     at = select_version(engine, request.version)[1]
     backend = engine.backends.get(verdict.backend) if verdict.backend else None
     out = []

@@ -28,7 +28,8 @@ SUGGESTION_PLACEHOLDERS = PLACEHOLDERS
 
 ARCH_KEYS = {"id", "vendor", "name", "aliases", "compute_capability", "native_formats", "explicit_rules", "source",
              "note"}
-GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note"}
+GPU_KEYS = {"id", "names", "arch", "compute_capability", "memory_gib", "capacity", "source", "note", "variant_of",
+            "default_because"}
 ENGINE_FILE_KEYS = {"engine", "sources", "rule", "modifier", "suggestion", "build", "kv_cache", "kv_rule", "parallel",
                     "memory", "kv_scale_rule", "attention", "attention_rule"}
 KV_CACHE_KEYS = {"flag", "accepts", "reads_checkpoint", "separate", "default", "shown_pairs", "quantised_v_requires",
@@ -55,7 +56,7 @@ KV_PLACEHOLDERS = (*PLACEHOLDERS, "k", "v")
 #: ``[attention]`` and ``[[attention_rule]]``: the attention backend an engine picks for the model's attention type
 ATTENTION_KEYS = {"flag", "sources", "note"}
 ATTENTION_KINDS = ("standard", "mla")
-ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "match", "weights_loaded_as", "gate"}) | {"attention", "sinks", "sliding",
+ATTENTION_RULE_KEYS = (RULE_KEYS - {"methods", "weights_loaded_as", "gate"}) | {"attention", "sinks", "sliding",
                                                                                   "kv_dtypes"}
 #: ``known_issues.toml`` ``[[issue]]``: a tracker report that changes what a user gets (qcheck.matrix.known_issues)
 KNOWN_ISSUE_KEYS = ({"id", "engine", "versions", "methods", "match", "hardware", "backend", "knobs", "effect", "title",
@@ -71,7 +72,7 @@ KV_SCALE_RULE_KEYS = {"id", "versions", "dtypes", "missing", "hardware", "backen
 KV_SCALE_MISSING = ("kv", "qp")
 #: placeholders of a [[kv_scale_rule]] message: the KV placeholders, the layers covered and an example layer
 KV_SCALE_PLACEHOLDERS = (*KV_PLACEHOLDERS, "covered", "layers", "example")
-SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
+SUGGESTIONS_FILE_KEYS = {"sources", "suggestion", "engine_words"}
 
 
 @dataclass(frozen=True)

@@ -314,7 +314,10 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
         est.assumptions.extend(family.notes())
         fitted = _fit_context(est, ctx, deploy)
         est.lowered_from, ctx = (ctx if fitted < ctx else None), fitted
-    return _finish(est, ctx, deploy.batch)
+    record = _finish(est, ctx, deploy.batch)
+    if family is not None:
+        record.default_context, record.default_context_why = family.default_context() or (None, None)
+    return record
 
 
 def _fit_context(est: _Estimator, ctx: int, deploy: Deploy) -> int:

@@ -111,6 +111,9 @@ class SpeedEstimate:
     ram_bytes_per_step: int = 0
     host_bandwidth_gbs: float | None = None
     host_bandwidth_basis: str | None = None
+    #: the number format this checkpoint's own kernels compute in (the format's tensor cores: fp8, fp4, int8),
+    #: what a fallback gives up; None for formats without one
+    native_format: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +142,9 @@ class Startup:
     #: the engine version the source was read at
     version: str | None = None
     judged: bool = True
+    #: the change to the deployment that makes the engine start (e.g. reserve the GPUs TP x PP needs); said first
+    #: among the verdict's suggestions, before other engines
+    fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in STARTUP_STATUS:
@@ -269,6 +275,10 @@ class MemoryEstimate:
     weights_device_bytes: int | None = None
     #: ``--capacity``: concurrent sequences per context for each KV type the engine accepts (qcheck.memory.capacity)
     concurrency: CapacityTable | None = None
+    #: the context the engine runs when none is given (Ollama by VRAM, LM Studio 4096), and why; None: the model's
+    #: own (an asked context above it needs the engine's own setting: qcheck.engine_words)
+    default_context: int | None = None
+    default_context_why: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note

@@ -144,9 +144,14 @@ def _world_size(q: _Question) -> Startup | None:
         return None
     rule = q.rule("vllm-world-size")
     if rule is not None:
-        return _said("does-not-start", f"vLLM refuses to start: World size ({world}) is larger than the number of "
+        said = _said("does-not-start", f"vLLM refuses to start: World size ({world}) is larger than the number of "
                      f"available GPUs ({gpus}) in this node (give the container {world} GPUs, or lower "
                      "--tensor-parallel-size x --pipeline-parallel-size)", rule, q)
+        smaller = (f"run it with -tp {gpus}" if (p.pp or 1) == 1 else
+                   f"lower --tensor-parallel-size x --pipeline-parallel-size to {gpus}")
+        said.fix = (f"reserve {world} GPUs for this container (compose: deploy.resources.reservations.devices count: "
+                    f"{world}; Kubernetes: nvidia.com/gpu: {world}), or {smaller}")
+        return said
     rule = q.rule("vllm-world-size-ray")
     if rule is not None:
         return _said("unknown", f"world size {world} is above the node's {gpus} GPUs: vLLM {q.version} turns to its "
@@ -274,10 +279,11 @@ def _llamacpp(q: _Question) -> Startup | None:
     if m.fits is None:
         return _unknown_fit(q)
     places_itself = (m.fit_active and fit_rule is not None) or q.rule("ollama-layout") is not None
-    if plan is None or not places_itself:
+    if plan is None or not places_itself:  # the plan is worded as this engine is told it (qcheck.engine_words)
+        give = f"set them: {plan.summary}" if plan is not None and plan.ngl > 0 else "give -ngl"
         return _said("unknown", f"it does not fit the GPU ({_gib(m.total_bytes)} GiB needed, {_gib(m.usable_bytes)} "
-                     "usable), and without --fit the layers placed depend on the build's -ngl default: give -ngl",
-                     None, q)
+                     f"usable), and the layers placed depend on the engine's default (nothing fits them by itself, as "
+                     f"llama.cpp's --fit does); {give}", None, q)
     if plan.ngl <= 0:
         return _said("unknown", f"not even one layer fits the GPU beside the buffers ({plan.summary})", None, q)
     rule = fit_rule if m.fit_active else q.rule("ollama-layout")
@@ -367,5 +373,7 @@ def apply_startup(verdicts: Iterable[Verdict], inspection: Inspection, request: 
             continue
         startup.judged = request.judges_startup
         verdict.startup = startup
+        if startup.fix and startup.judged and startup.fix not in verdict.suggestions:  # this deployment's fix first
+            verdict.suggestions.insert(0, startup.fix)
         if startup.judged:
             fold(verdict, _judgement(startup))

@@ -40,6 +40,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
     reported without a fit. ``warn_no_fit``: a model that does not fit gets a warning (off when the start-up is
     judged: the ``start-up`` dimension says it).
     """
+    from qcheck.engine_words import apply_engine_words
     from qcheck.memory.device import device_memory
 
     for v in verdicts:
@@ -56,6 +57,7 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
         mem_gib = memory.gib
         target = MemoryTarget(v.engine, params, device, mem_gib, v.weights_loaded_as, v.engine_version, memory)
         est = estimate_memory(inspection, deploy, target)
+        apply_engine_words(v, est, matrix.engine_words.get(v.engine))  # in the engine's own flags and parameters
         if mem_gib is None and device != "RAM":
             est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                         "with its memory")

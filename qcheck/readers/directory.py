@@ -80,7 +80,25 @@ def load_model_dir(fileset: FileSet, limits: Limits = DEFAULT_LIMITS, *, path: s
     everything = fileset.all_files() if hasattr(fileset, "all_files") else entries
     nested = sorted(e.name for e in everything if "/" in e.name and e.name.lower().endswith((".safetensors", ".gguf")))
     hint = f"; files in subfolders: {_names(nested)} (pass one of them)" if nested else ""
+    links = linked_subfolders(display)
+    if links:
+        hint += (f"; sub-folders that are symbolic links are not followed: {', '.join(n + '/' for n in links[:5])} "
+                 "(pass one as PATH, or several: qcheck check DIR/a DIR/b --gpu G)")
     raise InputError("no checkpoint here: no *.safetensors, *.gguf or pickle weight files" + hint, path=display)
+
+
+def linked_subfolders(path: str, limit: int = 64) -> list[str]:
+    """The sub-folders of a local directory that are symbolic links to directories: never followed when a directory
+    is read (a link can lead anywhere), named in messages so the user can pass them. Empty for anything else."""
+    import os
+
+    if not os.path.isdir(path):
+        return []
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)[: limit * 4]
+    except OSError:
+        return []
+    return [e.name for e in entries if e.is_symlink() and e.is_dir() and not e.name.startswith(".")][:limit]
 
 
 #: the weights transformers ``from_pretrained`` takes from a directory, in its order (modeling_utils

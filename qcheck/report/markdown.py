@@ -74,12 +74,29 @@ def _verdict_row(model: str, v: dict[str, Any], policy: dict[str, Any]) -> list[
     if reasons and status != "native":
         notes.append(reasons[0])
     memory = v.get("memory") or {}
-    if isinstance(memory, dict) and memory.get("fits") is False:
-        notes.append("memory: " + str(memory.get("summary", "does not fit")))
+    if isinstance(memory, dict) and memory:
+        notes.append(_memory_note(memory))
     label = target_label(v)
     engine, _, where = label.partition(" x ")
     return [cell(model, 60), cell(engine, 40), cell(where, 30), ("**FAIL** " if fails else "") + icon,
-            cell("; ".join(notes)) or " "]
+            cell("; ".join(notes), 480) or " "]  # requirements, the reason and the memory figures
+
+
+def _memory_note(memory: dict[str, Any]) -> str:
+    """The memory figures for a table cell: need against usable, the fit, the largest context (the text's memory
+    line says the same at length)."""
+    need, usable, fits = memory.get("total_gib"), memory.get("usable_gib"), memory.get("fits")
+    verdict = {True: "fits", False: "does not fit", None: "fit unknown"}.get(fits, "fit unknown")
+    parts = [f"memory: needs {need} GiB, {verdict}" + (f" in {usable} GiB usable" if usable is not None else "")]
+    if memory.get("context"):
+        parts.append(f"at context {memory['context']}")
+    if memory.get("max_context") is not None:
+        gpus = memory.get("max_context_gpus") or 1
+        parts.append(f"max context {memory['max_context']}" + (f" on {gpus} GPUs" if gpus > 1 else ""))
+    offload = memory.get("offload") or {}
+    if fits is False and offload.get("summary"):
+        parts.append(str(offload["summary"]))
+    return ", ".join(parts)
 
 
 def _headline(kind: str, exit_code: int, detail: str) -> str:

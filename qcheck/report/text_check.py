@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from qcheck.report.text_inspect import describe as describe_inspection
@@ -9,7 +11,7 @@ from qcheck.report.text_inspect import describe as describe_inspection
 if TYPE_CHECKING:
     from qcheck.check import CheckResult
     from qcheck.model import Inspection, Verdict
-    from qcheck.request import Origin
+    from qcheck.request import CommandFinding, Origin
 
 _WORDS = {"native": "NATIVE", "fallback": "FALLBACK", "unsupported": "UNSUPPORTED", "unknown": "UNKNOWN"}
 _LABEL_WIDTH = 11
@@ -74,7 +76,8 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     field("why", [r for r in v.reasons if v.startup is None or not r.startswith("start-up: ")])
     field("warning", v.warnings)
     field("try", v.suggestions)
-    if v.memory is not None:
+    if v.memory is not None:  # the configuration judged matters to memory and speed only (one architecture)
+        field("gpu", [v.gpu_note] if v.gpu_note else [])
         field("memory", [v.memory.summary()])
         if v.memory.speed is not None and v.memory.speed.summary:
             field("speed", [v.memory.speed.summary])
@@ -82,8 +85,27 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
             from qcheck.report.capacity import text_lines
 
             field("capacity", text_lines(v.memory.to_json()["concurrency"]))
-    field("sources", [_short_source(s.ref, s.version) for s in v.sources])
+    elsewhere = _read_elsewhere(v)
+    # a rule read at other releases decided: the sources read at the release judged, where there are any, first
+    at_version = [s for s in v.sources if s.version == v.engine_version] if elsewhere else []
+    field("sources", [_short_source(s.ref, s.version) for s in [*at_version, *(s for s in v.sources
+                                                                              if s not in at_version)]])
+    field("read at", elsewhere)
     return lines
+
+
+_RELEASE = re.compile(r"^b?\d+(\.\d+)*(rc\d+)?$")
+
+
+def _read_elsewhere(v: Verdict) -> list[str]:
+    """One line when the rule that decided the weight format was read at other releases than the one judged (a
+    rule applied across a version range): the reader sees which releases the answer comes from."""
+    sources = v.dimensions[0].sources if v.dimensions else v.sources
+    read = sorted({s.version for s in sources if s.version and _RELEASE.match(s.version)})
+    if not read or not v.engine_version or v.engine_version in read or not _RELEASE.match(v.engine_version):
+        return []
+    return [f"the weight-format rule was read at {v.engine} {', '.join(read)}, not at {v.engine_version}: it covers "
+            f"{v.engine_version} by its version range"]
 
 
 def _does_not_load(v: Verdict) -> bool:
@@ -114,7 +136,7 @@ def render(result: CheckResult) -> str:
         lines.append(f"  warning: {warning}")
     origin = result.request.origin if result.request is not None else None
     if origin is not None:
-        lines.extend(deployment_lines(origin))
+        lines.extend(deployment_lines(origin, result.request.deploy.findings if result.request else ()))
     for v in result.verdicts:
         lines.append("")
         lines.extend(render_verdict(v, None if result.explore else result.fails(v)))
@@ -143,18 +165,32 @@ def render(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def deployment_lines(origin: Origin) -> list[str]:
-    """The engine command or manifest the request was read from: what was judged and what was not."""
+def deployment_lines(origin: Origin, findings: Sequence[CommandFinding] = ()) -> list[str]:
+    """The engine command or manifest the request was read from: what was judged, what the engine refuses, and
+    what was not judged."""
     where = f" ({origin.file}:{origin.line})" if origin.file else ""
     lines = [f"  deployment: {origin.command}{where}"]
-    judged = [f"{s.flag}{'' if s.value is None else ' ' + s.value} -> {s.judged_as}" for s in origin.settings
-              if s.judged_as is not None]
+    if origin.release:
+        lines.append(f"  release:    {origin.release}")
+    judged = [f"{_setting(s.flag, s.value)} -> {s.judged_as}" for s in origin.settings if s.judged_as is not None]
     if judged:
         lines.append(f"  judged:     {'; '.join(judged)}")
-    skipped = [f"{s.flag}{'' if s.value is None else ' ' + s.value}" for s in origin.not_judged]
-    lines.append(f"  not judged: {'; '.join(skipped) if skipped else 'none'}")
+    refused = [_setting(f.flag, f.value if f.value not in (None, f.flag) else None) for f in findings
+               if f.engine == origin.engine and f.status == "unsupported"]
+    if refused:
+        lines.append(f"  refused:    {'; '.join(dict.fromkeys(refused))} (the verdict says why)")
+    skipped = [_setting(s.flag, s.value) for s in origin.not_judged]
+    if skipped or not refused:  # "none" beside a refused flag would say everything was read
+        lines.append(f"  not judged: {'; '.join(skipped) if skipped else 'none'}")
     lines.append(f"  flags read: {origin.flags_source}")
     return lines
+
+
+def _setting(flag: str, value: str | None) -> str:
+    """'--max-model-len 4096'; a positional (argparse's '<model_tag>') by its value alone."""
+    if flag.startswith("<") and value is not None:
+        return value
+    return f"{flag}{'' if value is None else ' ' + value}"
 
 
 def plural(n: int, word: str) -> str:

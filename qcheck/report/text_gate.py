@@ -41,10 +41,14 @@ def render(result: Any) -> str:
                 shown = [r for r in v.get("reasons") or [] if not (startup and str(r).startswith("start-up: "))]
                 for reason in shown[:2]:
                     lines.append(f"               why: {reason}")
+            if v.get("fails") and v.get("suggestions"):  # the first way out (the fix on this engine leads)
+                lines.append(f"               try: {v['suggestions'][0]}")
             for req in v.get("requires") or []:
                 lines.append(f"               requires: {req}")
             memory = v.get("memory") or {}
             if memory.get("summary"):
+                if v.get("gpu_note"):
+                    lines.append(f"               gpu: {v['gpu_note']}")
                 lines.append(f"               memory: {memory['summary']}")
             deployment = v.get("deployment") or {}
             if deployment:

@@ -67,7 +67,7 @@ EXAMPLES = [
             4_920_739_232, 8192, gguf=LLAMA_8B_GGUF, quant="gguf"),
     Example("same, 128k context", "llama.cpp", "b11312", "rtx-4090", 4_920_739_232, 131072, gguf=LLAMA_8B_GGUF,
             quant="gguf"),
-    Example("same, Ollama's default context on a 4090 (23.65 GiB: < 24 GiB, 4k)", "ollama", "0.33.0rc2", "rtx-4090",
+    Example("same, Ollama's default context on a 4090 (23.65 GiB: >= 23 GiB, 32k)", "ollama", "0.33.0rc2", "rtx-4090",
             4_920_739_232, None, gguf=LLAMA_8B_GGUF, quant="gguf"),
     Example("Llama-3.1-8B BF16 (16.06 GB), vLLM 0.33, H100, 16k", "vllm", "0.33.0", "h100", 16_060_522_496, 16000,
             config=LLAMA_8B),
