@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from qcheck.model import Verdict
 
-__all__ = ["DEFAULT_STRICTNESS", "Outcome", "decided_by_startup", "Strictness", "StrictnessFlags", "outcome", "policy_json", "verdict_record"]
+__all__ = ["DEFAULT_STRICTNESS", "Outcome", "Strictness", "StrictnessFlags", "decided_by_startup", "outcome", "policy_json", "verdict_record"]
 
 #: the start-up dimension's name (qcheck.memory.startup): a verdict it decides "does not start"
 STARTUP = "start-up"

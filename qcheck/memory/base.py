@@ -53,6 +53,18 @@ class Cells:
     full: int
     window: int
 
+    @classmethod
+    def of(cls, lay: AttentionLayout, ctx: int, batch: int = 1) -> Cells:
+        """The cells ``batch`` sequences of ``ctx`` tokens hold: a full-attention layer every token, a sliding-window
+        layer at most its window. The one home of the window rule: the engine families' pools start from it, and the
+        speed estimate reads it as the cells one decode step attends to."""
+        return cls(ctx * batch, min(ctx, lay.window or ctx) * batch if lay.window_layers else 0)
+
+    def layer_cells(self, lay: AttentionLayout) -> int:
+        """Cells summed over the layers (full layers x full cells + window layers x window cells): times the bytes
+        per cell of one layer, the KV bytes."""
+        return lay.full_layers * self.full + lay.window_layers * self.window
+
 
 @dataclass
 class EngineFamily:
@@ -96,8 +108,7 @@ class EngineFamily:
     # -- KV cache
     def cells(self, ctx: int, batch: int) -> Cells:
         """KV cells at a context and batch: a full layer caches every token, a window layer at most its window."""
-        lay = self.layout
-        return Cells(ctx * batch, min(ctx, lay.window or ctx) * batch if lay.window_layers else 0)
+        return Cells.of(self.layout, ctx, batch)
 
     def kv_notes(self, ctx: int) -> list[str]:
         return []

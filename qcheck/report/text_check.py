@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qcheck.report.text_inspect import describe as describe_inspection
 
@@ -70,7 +70,7 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
                         and d.reasons][:1])
     field("requires", v.requires)
     if v.startup is not None:
-        field("start-up", [v.startup.message + ("" if v.startup.judged else " (not judged: --kernels-only)")])
+        field("start-up", [startup_line(v.startup.to_json())])
     field("why", [r for r in v.reasons if v.startup is None or not r.startswith("start-up: ")])
     field("warning", v.warnings)
     field("try", v.suggestions)
@@ -82,8 +82,24 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
             from qcheck.report.capacity import text_lines
 
             field("capacity", text_lines(v.memory.to_json()["concurrency"]))
+    if v.options:
+        from qcheck.report.options import text_lines as option_lines
+
+        field("options", option_lines([o.to_json() for o in v.options], v.gpu))
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
+
+
+def startup_line(startup: dict[str, Any]) -> str:
+    """The start-up line from its JSON (check and gate text alike), saying when it is reported, not judged: at the
+    engine's defaults for a plain question about a GPU product, or under --kernels-only."""
+    message = str(startup.get("message") or "")
+    if startup.get("judged", True):
+        return message
+    why = startup.get("not_judged")
+    if why == "no deployment setting asked":
+        return f"at the engine's defaults (reported; no setting asked, so not judged): {message}"
+    return f"{message} (not judged: {why or '--kernels-only'})"
 
 
 def _does_not_load(v: Verdict) -> bool:
