@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from qcheck.memory.records import GIB, DeploymentOption
+from qcheck.memory.records import GIB, DeploymentOption, OffloadPlan
 
 if TYPE_CHECKING:
     from qcheck.matrix.loader import Matrix
@@ -43,6 +43,8 @@ _SHORT = ("does-not-start", "offloaded", "context-lowered")
 MAX_SIBLINGS = 8
 #: vLLM-style budget fractions tried, in order (the first that starts is given)
 _BUDGETS = (0.92, 0.95, 0.97, 0.98, 0.99)
+#: lower fractions tried for a deployment on more GPUs that their free memory refuses (nearest first)
+_LOWER_BUDGETS = (0.85, 0.8, 0.75, 0.7)
 
 
 def needs_options(v: Verdict) -> bool:
@@ -166,17 +168,28 @@ class _Options:
         """The engine's memory fraction (vLLM --gpu-memory-utilization) raised to the least value that starts."""
         if self.verdict.startup is None or self.verdict.startup.outcome != "does-not-start":
             return None
-        field, current = _budget_knob(self.matrix, self.verdict, self.request.deploy)
+        found = self.budget_that_starts(self.request.deploy, raise_only=True)
+        if found is None:
+            return None
+        field, value, got = found
+        flags = _words(self.engine, f"knobs.{field}", value)
+        return _option("budget", " ".join(flags) or f"{field} {value}", flags, {field: value}, got, self.gpus)
+
+    def budget_that_starts(self, deploy: Deploy, *, raise_only: bool
+                           ) -> tuple[str, float, Verdict] | None:
+        """The engine's memory fraction nearest the current one with which ``deploy`` starts: raised when the KV pool
+        is short, lowered too when the GPUs' free memory is below it (vLLM's check under tensor parallelism)."""
+        field, current = _budget_knob(self.matrix, self.verdict, deploy)
         if field is None or current is None:
             return None
-        for value in (b for b in _BUDGETS if b > current):
-            knobs = dataclasses.replace(self.request.deploy.knobs, **{field: value})  # type: ignore[arg-type]
-            deploy = dataclasses.replace(self.request.deploy, knobs=knobs)
-            got = self.judge(deploy)
+        values = [b for b in _BUDGETS if b > current]
+        if not raise_only:
+            values = sorted(values + [b for b in _LOWER_BUDGETS if b < current], key=lambda b: abs(b - current))
+        for value in values:
+            knobs = dataclasses.replace(deploy.knobs, **{field: value})  # type: ignore[arg-type]
+            got = self.judge(dataclasses.replace(deploy, knobs=knobs))
             if got is not None and got.startup is not None and got.startup.outcome == "starts":
-                flags = _words(self.engine, f"knobs.{field}", value)
-                return _option("budget", " ".join(flags) or f"{field} {value}", flags, {field: value}, got,
-                               self.gpus)
+                return field, value, got
         return None
 
     def quant(self) -> DeploymentOption | None:
@@ -214,8 +227,15 @@ class _Options:
             if got is None:
                 return None
             flags = _words(self.engine, "tp", need)
+            settings: dict[str, object] = {"tp": need}
+            if got.startup is not None and got.startup.outcome == "does-not-start":
+                found = self.budget_that_starts(deploy, raise_only=False)
+                if found is not None:
+                    field, value, got = found
+                    flags += _words(self.engine, f"knobs.{field}", value)
+                    settings[field] = value
             return _option("more-gpus", f"{' '.join(flags)} ({need} GPUs, more than named)" if flags else label,
-                           flags, {"tp": need}, got, need)
+                           flags, settings, got, need)
         return DeploymentOption(
             "more-gpus", label, [], {"gpus": need},
             self.verdict.status, None, True, m.context, need, m.per_gpu_bytes, 0, None,
@@ -358,6 +378,19 @@ def _quant_name(ins: Inspection) -> str:
     return quant_label(os.path.basename(ins.path)) or ins.quantization.gguf_file_type or ins.quantization.method
 
 
+def _split_words(engine: str, plan: OffloadPlan) -> str:
+    """The layers on the GPU in the engine's words: llama.cpp's '-ngl 24 of 33' or '--n-cpu-moe 12'; an engine that
+    picks the split itself (Ollama's scheduler sets num_gpu) '26 of 33 layers on the GPU'."""
+    layers = f"{plan.ngl} of {plan.n_layers + 1}"
+    if plan.n_cpu_moe:
+        moe = _words(engine, "knobs.n_cpu_moe", plan.n_cpu_moe)
+        return " ".join(moe) if moe else f"the experts of {plan.n_cpu_moe} layers in RAM"
+    spelled = _words(engine, "knobs.n_gpu_layers", plan.ngl)
+    if spelled and spelled[0].startswith("-"):
+        return f"{spelled[0]} {layers}"
+    return f"{layers} layers on the GPU"
+
+
 def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GIB:.1f}"
 
@@ -369,9 +402,7 @@ def _option(kind: str, label: str, flags: list[str], settings: dict[str, object]
     assert m is not None
     plan = m.offload
     in_ram = plan is not None and (plan.user_set or m.fits is False) and plan.ngl < plan.n_layers + 1
-    split = None
-    if in_ram and plan is not None:
-        split = f"--n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe else f"-ngl {plan.ngl} of {plan.n_layers + 1}"
+    split = _split_words(v.engine, plan) if in_ram and plan is not None else None
     gpu_bytes = plan.gpu_bytes if in_ram and plan is not None else (m.per_gpu_bytes if m.tp else m.total_bytes)
     ram = plan.ram_bytes if in_ram and plan is not None else m.host_bytes
     speed = m.speed

@@ -76,6 +76,12 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
     """One verdict per planned (engine, GPU), each with its memory estimate and what the engine does at start-up
     when the request asks a memory question (the ``start-up`` dimension unless ``kernels_only``); engines implied by
     ``--gpu`` alone are judged only on the vendors they run on."""
+    return _judge(inspection, request, matrix, planned)
+
+
+def _judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None = None,
+           planned: Plan | None = None) -> CheckResult:
+    """``judge``'s work; the options re-judge their variants here, as part of the one answer a door gets."""
     from qcheck.matrix import load_matrix
     from qcheck.matrix.verdicts import resolve
 
@@ -116,7 +122,7 @@ def _judge_one(planned: Plan, matrix: Matrix) -> JudgeOne:
         target = next((t for t in planned.targets if t.gpu == verdict.gpu and t.arch.id == verdict.arch), None)
         if engine is None or target is None:
             return None
-        got = judge(inspection, request, matrix, Plan((engine,), (target,), explore=False))
+        got = _judge(inspection, request, matrix, Plan((engine,), (target,), explore=False))
         return got.verdicts[0] if got.verdicts else None
 
     return one

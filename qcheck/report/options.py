@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-#: the option column's width in text (a longer label is cut; the JSON keeps it whole)
-_OPTION_WIDTH = 52
+#: where the options block's lines start in a verdict block ("  options:   ")
+_INDENT = 13
 
 
 def _rows(options: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -27,10 +27,25 @@ def heading(gpu: str | None) -> str:
 
 
 def text_lines(options: list[dict[str, Any]], gpu: str | None) -> list[str]:
-    """The block under a verdict's ``options:`` label."""
-    rows = [(a if len(a) <= _OPTION_WIDTH else a[:_OPTION_WIDTH - 1] + "…", b, c) for a, b, c in _rows(options)]
-    width = max(len(r[0]) for r in rows)
-    return [heading(gpu), *(f"{a:<{width}}  {b}" + (f"; {c}" if c else "") for a, b, c in rows)]
+    """The block under a verdict's ``options:`` label: a table (option, what it does; its decode) when it fits the
+    terminal or goes to a pipe, else each option on its own line with what it does wrapped beneath it. Labels are
+    never cut: they are the settings to type."""
+    import textwrap
+
+    from qcheck.report.terminal import width
+
+    rows = [(a, b + (f"; {c}" if c else "")) for a, b, c in _rows(options)]
+    first = max(len(a) for a, _ in rows)
+    table = [f"{a:<{first}}  {b}" for a, b in rows]
+    columns = width()
+    if columns is None or _INDENT + max(len(line) for line in table) <= columns:
+        return [heading(gpu), *table]
+    room = max(columns - _INDENT - 4, 20)
+    out = [heading(gpu)]
+    for a, b in rows:
+        out += [a, *textwrap.wrap(b, room, initial_indent="    ", subsequent_indent="    ",
+                                  break_long_words=False, break_on_hyphens=False)]
+    return out
 
 
 def markdown_lines(verdicts: list[dict[str, Any]], label: Callable[[dict[str, Any]], str],

@@ -26,6 +26,7 @@ shared, the first layer dense).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections.abc import Iterable
@@ -235,6 +236,12 @@ def gemma3_12b_q4_k_m() -> ModelHeader:
             "tokenizer.chat_template": GEMMA_CHAT_TEMPLATE, "general.quantization_version": 2}
     return ModelHeader("gemma-3-12b-it-Q4_K_M", "gemma3", meta, tensors, vocab, scores=True,
                        token_ids={"bos": 2, "eos": 1, "unknown": 3, "padding": 0})
+
+
+def light(model: ModelHeader) -> ModelHeader:
+    """The same header with a 4096-entry token list and no merges (the embedding and output keep the model's vocab
+    shape): memory, speed and start-up read the tensors and hyperparameters, and writing it takes a second, not ten."""
+    return dataclasses.replace(model, n_tokens=4096, n_merges=0, token_ids={})
 
 
 MODELS = {"llama31-8b-q4_k_m": llama31_8b_q4_k_m, "gemma3-12b-q4_k_m": gemma3_12b_q4_k_m,
