@@ -3,6 +3,8 @@ engine lowers, an engine that does not start), the other ways to run the same mo
 deployment judged exactly as the one asked (``Verdict.options``; JSON ``verdicts[].options``):
 
 * ``as-asked``: the deployment itself, for comparison (its split, its speed);
+* ``gpu-layers``: every layer on the GPU when the user pinned a split (``-ngl``, ``--n-cpu-moe``); when that alone
+  fits whole, no KV type or quant is offered (they are not needed);
 * ``context``: the largest context with the whole model on the GPUs named (``MemoryEstimate.max_context_asked_gpus``);
 * ``kv-cache``: a smaller KV-cache type the engine accepts there (judged by the matrix like ``--kv-cache-dtype``):
   the largest one below the current, and when that is not enough the smallest, each with what it buys at the context
@@ -93,7 +95,12 @@ class _Options:
 
     def all(self) -> list[DeploymentOption]:
         asked = self.as_asked()
-        out = [self.context(), *self.kv_types(), self.budget(), self.quant(), self.more_gpus()]
+        layers = self.gpu_layers()
+        if layers is not None and layers.startup == "starts" and layers.fits:
+            # the split the user pinned is all that keeps it off the GPU: no other type or quant is needed
+            out = [layers, self.context(), self.more_gpus()]
+        else:
+            out = [layers, self.context(), *self.kv_types(), self.budget(), self.quant(), self.more_gpus()]
         return [asked, *(o for o in out if o is not None and _helps(o, asked))]
 
     # -- judging a variant
@@ -129,6 +136,18 @@ class _Options:
             flags += _words(self.engine, "knobs.n_gpu_layers", d.knobs.n_gpu_layers)
         label = "as asked" + (f" ({' '.join(flags)})" if flags else "")
         return _option("as-asked", label, flags, {}, self.verdict, self.gpus)
+
+    def gpu_layers(self) -> DeploymentOption | None:
+        """Every layer on the GPU when the user pinned a split (-ngl, --n-cpu-moe) that keeps some in RAM."""
+        whole = self.whole(self.request.deploy)
+        if whole is self.request.deploy:
+            return None
+        got = self.judge(whole)
+        if got is None:
+            return None
+        flags = self.whole_flags(whole)
+        label = " ".join(flags) or "every layer on the GPU"
+        return _option("gpu-layers", label, flags, {"n_gpu_layers": whole.knobs.n_gpu_layers}, got, self.gpus)
 
     def context(self) -> DeploymentOption | None:
         """The largest context with the whole model on the GPUs named."""
@@ -272,8 +291,8 @@ def _helps(option: DeploymentOption, asked: DeploymentOption) -> bool:
     RAM, or holds a longer context whole on the GPUs."""
     if option.kind == "more-gpus" or option.startup == "starts":
         return True
-    if option.startup == "does-not-start" and not option.max_context:
-        return False
+    if option.startup == "does-not-start":
+        return False  # its own max context is the ``context`` option
     return (option.ram_bytes < asked.ram_bytes or (option.max_context or 0) > (asked.max_context or 0)
             or (asked.startup == "does-not-start" and option.startup not in ("does-not-start", "unknown", None)))
 

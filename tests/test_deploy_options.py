@@ -233,3 +233,19 @@ def test_a_symlinked_quant_is_read_as_a_sibling(quants: Path, tmp_path: Path) ->
                  SMALL, "--context", "32768")["verdicts"]
     (quant,) = _by_kind(v["options"])["quant"]
     assert quant["model"] == str(folder / "Llama-3.1-8B-Instruct-Q3_K_M.gguf")
+
+
+def test_a_pinned_split_that_is_all_that_keeps_it_off_the_gpu_gets_every_layer_on_it(quants: Path) -> None:
+    """`-ngl 0` on a 24 GB card: the one option is every layer on the GPU (no KV type or quant is needed); on the
+    8 GB card at 32k `-ngl 33` alone does not start, so it is not offered, and the other options carry it."""
+    model = str(quants / "Llama-3.1-8B-Instruct-Q4_K_M.gguf")
+    (v,) = _json("check", model, "--engine", "llama.cpp", "--gpu", "rtx-4090", "--context", "8192", "-ngl", "0")[
+        "verdicts"]
+    assert [(o["kind"], o["flags"], o["startup"]) for o in v["options"]] == [
+        ("as-asked", ["-c", "8192", "-ngl", "0"], "offloaded"), ("gpu-layers", ["-ngl", "33"], "starts")]
+    (v,) = _json("check", model, "--engine", "llama.cpp", "--gpu", SMALL, "--context", "32768", "-ngl", "20")[
+        "verdicts"]
+    kinds = _by_kind(v["options"])
+    assert "gpu-layers" not in kinds and all(o["startup"] != "does-not-start" for o in v["options"])
+    assert kinds["context"][0]["flags"][-2:] == ["-ngl", "33"] and kinds["context"][0]["startup"] == "starts"
+    assert kinds["kv-cache"][0]["flags"] == ["-ctk", "q8_0", "-ctv", "q8_0", "-ngl", "33"]

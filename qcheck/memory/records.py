@@ -236,7 +236,7 @@ class DeploymentOption:
     ``verdicts[].options[]``, built by ``qcheck.options``): the settings as the engine takes them, and the verdict,
     memory, start-up and speed of that deployment, each judged as the deployment asked is (the one pipeline)."""
 
-    #: as-asked | context | kv-cache | budget | quant | more-gpus
+    #: as-asked | gpu-layers | context | kv-cache | budget | quant | more-gpus
     kind: str
     #: for people: the engine's words ("-c 15360", "-ctk q8_0 -ctv q8_0"), a model file, "with 2 GPUs"
     label: str

@@ -200,18 +200,19 @@ def _unknown_fit(q: _Question) -> Startup:
 
 def _concurrency_text(q: _Question, concurrency: float | None) -> str:
     """'; at most 16 requests of 32768 tokens at once (vLLM logs "Maximum concurrency for 32,768 tokens per request:
-    16.46x")', and where --capacity tables it."""
+    16.46x")' (--capacity tables it per context and KV type)."""
     if concurrency is None:
         return ""
     from qcheck.memory.capacity import engine_concurrency
 
     at_once = math.floor(concurrency)
-    short = f"; --batch {q.deploy.batch} asked: the rest wait" if q.deploy.batch > at_once else ""
+    short = f"--batch {q.deploy.batch} asked: the rest wait" if q.deploy.batch > at_once else ""
     own = engine_concurrency(q.memory)
-    logs = f'vLLM logs "Maximum concurrency for {q.memory.context:,} tokens per request: {own:.2f}x"; ' \
+    logs = f'vLLM logs "Maximum concurrency for {q.memory.context:,} tokens per request: {own:.2f}x"' \
         if own is not None else ""
-    return (f"; at most {at_once:,} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once "
-            f"({logs}--capacity: per context and KV type{short})")
+    said = "; ".join(x for x in (logs, short) if x)
+    return (f"; at most {at_once:,} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once"
+            + (f" ({said})" if said else ""))
 
 
 def _vllm(q: _Question) -> Startup | None:
