@@ -15,7 +15,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the memory records sit below the code that computes them; nothing here builds one
-    from qcheck.memory.records import MemoryEstimate, Startup
+    from qcheck.memory.records import DeploymentOption, MemoryEstimate, Startup
 
 Container = Literal["gguf", "safetensors", "pickle"]
 Status = Literal["native", "fallback", "unsupported", "unknown"]
@@ -527,6 +527,9 @@ class Verdict:
     #: what the engine does at start-up with the settings asked (qcheck.memory.startup), when memory was asked;
     #: unless ``judged`` is off (--kernels-only) it is the ``start-up`` dimension too
     startup: Startup | None = None
+    #: ways to run it on the GPUs named when the deployment asked does not fit them whole (qcheck.options): another
+    #: context, KV type, memory budget or quant, each judged; more GPUs only as a labelled alternative
+    options: list[DeploymentOption] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -534,4 +537,6 @@ class Verdict:
             data["memory"] = self.memory.to_json()
         if self.startup is not None:
             data["startup"] = self.startup.to_json()
+        if not self.options:  # only when the deployment asked does not fit the GPUs named whole
+            del data["options"]
         return data

@@ -21,7 +21,8 @@ from qcheck.errors import UsageError
 
 if TYPE_CHECKING:
     from qcheck.matrix import EngineRequest, Matrix, Target
-    from qcheck.model import Inspection
+    from qcheck.model import Inspection, Verdict
+    from qcheck.options import JudgeOne
     from qcheck.quant_table import QuantTable
     from qcheck.request import CheckRequest
 
@@ -75,6 +76,12 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
     """One verdict per planned (engine, GPU), each with its memory estimate and what the engine does at start-up
     when the request asks a memory question (the ``start-up`` dimension unless ``kernels_only``); engines implied by
     ``--gpu`` alone are judged only on the vendors they run on."""
+    return _judge(inspection, request, matrix, planned)
+
+
+def _judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None = None,
+           planned: Plan | None = None) -> CheckResult:
+    """``judge``'s work; the options re-judge their variants here, as part of the one answer a door gets."""
     from qcheck.matrix import load_matrix
     from qcheck.matrix.verdicts import resolve
 
@@ -82,21 +89,43 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
     planned = planned or plan(request, matrix)
     verdicts = resolve(matrix, inspection, list(planned.engines), list(planned.targets),
                        skip_foreign=not request.engines, deploy=request.deploy)
-    if request.memory:
+    # a memory question judges every verdict's memory and start-up; without one, a GPU product still gets the memory
+    # line at the engine's defaults for the verdicts that run, its start-up reported, not judged (docs/memory.md)
+    reported = verdicts if request.memory else [v for v in verdicts if v.gpu and v.status in ("native", "fallback")]
+    if reported:
         from qcheck.memory import apply_memory
         from qcheck.memory.startup import apply_startup
 
-        apply_memory(verdicts, inspection, request.deploy, matrix, request.memory_override,
+        apply_memory(reported, inspection, request.deploy, matrix, request.memory_override,
                      host_bandwidth_gbs=request.host_bandwidth_gbs, warn_no_fit=not request.judges_startup)
-        apply_startup(verdicts, inspection, request, matrix)
+        apply_startup(reported, inspection, request, matrix)
     if request.capacity:
         from qcheck.memory.capacity import add_capacity
 
         add_capacity(verdicts, inspection, request.deploy, matrix, (planned.engines, planned.targets),
                      request.memory_override)
+    if request.memory and request.options:
+        from qcheck.options import add_options
+
+        add_options(verdicts, inspection, request, matrix, _judge_one(planned, matrix))
     if planned.explore:
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
     return CheckResult(inspection, verdicts, request=request, warnings=list(request.notes), explore=planned.explore)
+
+
+def _judge_one(planned: Plan, matrix: Matrix) -> JudgeOne:
+    """``judge`` of a variant of the request on one verdict's own engine and GPU (the options' re-judging)."""
+    from qcheck.memory.capacity import request_of
+
+    def one(verdict: Verdict, inspection: Inspection, request: CheckRequest) -> Verdict | None:
+        engine = request_of(verdict, planned.engines)
+        target = next((t for t in planned.targets if t.gpu == verdict.gpu and t.arch.id == verdict.arch), None)
+        if engine is None or target is None:
+            return None
+        got = _judge(inspection, request, matrix, Plan((engine,), (target,), explore=False))
+        return got.verdicts[0] if got.verdicts else None
+
+    return one
 
 
 def run(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult | ResultSet:
@@ -140,7 +169,7 @@ def answer(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult |
 def _tabled(request: CheckRequest) -> CheckRequest:
     """A which-quant-fits row's question: the memory figures are always shown; the start-up is judged when the user
     named deployment settings (else it is reported, as --kernels-only reports it: a table explores which fits)."""
-    return request.replace(memory=True, kernels_only=request.kernels_only or not request.memory)
+    return request.replace(memory=True, kernels_only=request.kernels_only or not request.memory, options=False)
 
 
 def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branches: bool,

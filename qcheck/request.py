@@ -319,6 +319,10 @@ class CheckRequest:
     #: the host's memory bandwidth in GB/s for layers llama.cpp keeps in RAM (``--host-bandwidth``); None: the
     #: platform's default (``qcheck.speed.HOST_BANDWIDTH_GBS``)
     host_bandwidth_gbs: float | None = None
+    #: with a memory question, the options on the GPUs named when the deployment does not fit them whole
+    #: (qcheck.options: another context, KV type, budget or quant, each judged); off for the options' own
+    #: re-judged deployments and for the rows of a which-quant-fits table
+    options: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or not self.target:

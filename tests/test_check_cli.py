@@ -287,8 +287,13 @@ def test_a_memory_question_fills_every_verdict() -> None:
     h100, t4 = (v.memory for v in result.verdicts)
     assert t4.gpu_memory_bytes == int(9.5 * 2**30) and t4.usable_bytes <= int(9.5 * 2**30)
     assert "9.5 GiB free, measured on this machine" in t4.capacity and h100.usable_bytes > 50 * 2**30
-    # no memory question: no memory figure
-    assert all(v.memory is None for v in judge(insp, asked.replace(memory=False), m).verdicts)
+    # no memory question: the memory figure at the engine's defaults for the verdicts that run on a product, its
+    # start-up reported, not judged (issue 33); the status is the kernels' alone
+    plain = judge(insp, asked.replace(memory=False, deploy=Deploy()), m)
+    assert all(v.memory is None or (v.status in ("native", "fallback") and v.memory.context) for v in plain.verdicts)
+    assert all(v.startup is None or (not v.startup.judged and v.startup.not_judged == "no deployment setting asked")
+               for v in plain.verdicts)
+    assert all(d.dimension != "start-up" for v in plain.verdicts for d in v.dimensions)
 
 
 def test_pickle_checkpoint_is_not_judged(tmp_path: Path) -> None:

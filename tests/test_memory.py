@@ -371,7 +371,10 @@ def test_check_fills_verdict_memory_from_the_cli(tmp_path):
     assert code == 0, err
     assert json.loads(out)["verdicts"][0]["memory"]["context"] == 4096  # the model's own maximum
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--json")
-    assert code == 0 and json.loads(out)["verdicts"][0]["memory"] is None  # only when asked
+    # no setting asked: the memory line at the engine's default (the model's own 4096 here), its start-up reported
+    # but not judged (issue 33)
+    (plain,) = json.loads(out)["verdicts"]
+    assert code == 0 and plain["memory"]["context"] == 4096 and plain["startup"]["judged"] is False
     # a type the engine does not accept is the engine's refusal (a verdict, exit 1), and its memory is not guessed
     code, out, err = _cli("check", str(path), "--engine", "llama.cpp", "--gpu", "rtx-4090", "--kv-cache-dtype", "fp7",
                           "--json")

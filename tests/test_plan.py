@@ -230,7 +230,11 @@ def test_speed_estimate_turns_a_fallback_into_a_number():
     n, f = native.memory.speed, marlin.memory.speed
     assert n is not None and f is not None
     assert (n.compute_format, f.compute_format) == ("fp8", "bf16")
-    assert n.prefill_tokens_per_s == round(733e12 / (2 * 8e9)) and f.prefill_tokens_per_s == round(362e12 / 16e9)
+    # a 4096-token prompt: 2 x 8e9 FLOPs per token for the weights, plus attention: each token's query meets the
+    # (4096 + 1) / 2 keys before it on average, QK and AV over 32 heads of 128 + 128, in 32 layers
+    flops = 2 * 8e9 + 2 * 32 * (128 + 128) * 32 * (4096 + 1) / 2
+    assert n.prefill_tokens_per_s == round(733e12 / flops) and f.prefill_tokens_per_s == round(362e12 / flops)
+    assert n.prefill_prompt_tokens == 4096 and n.prefill_seconds == round(4096 / (733e12 / flops), 3)
     kv = 2 * 32 * 8 * 128 * 2 * 4096  # bf16 KV at 4k
     assert n.decode_tokens_per_s == round(864e9 / (8e9 + kv), 1)
     assert "FP8 kernels would allow 2.0x" in f.summary and "estimate" in f.label
@@ -286,8 +290,11 @@ def test_max_context_is_judged_at_the_gpu_count_the_model_needs(engine, gpu_gib,
         over = estimate(ins, context=est.max_context + 1, config=l70, engine=engine, gpu_memory_gib=gpu_gib,
                                tp=needed)
         assert over.fits is False
-    # one GPU cannot hold even the weights, so a one-GPU max context would be meaningless
-    assert f"max context {est.max_context}" in est.summary() and f"on {needed} GPUs" in est.summary()
+    # one GPU cannot hold even the weights, so there is no one-GPU max context; the GPU count it needs is said as
+    # more than named, never silently (issue 33)
+    assert est.max_context_asked_gpus is None
+    assert "no context fits one GPU with the whole model on it" in est.summary()
+    assert f"; {est.max_context}" in est.summary() and f"with {needed} GPUs (more than named)" in est.summary()
 
 
 def test_tensor_parallel_max_context_counts_each_ranks_share_of_kv_heads():

@@ -17,6 +17,7 @@ from qcheck import model
 from qcheck.cli import main
 from qcheck.matrix.schema import METHODS
 from qcheck.memory import GIB, MemoryEstimate, OffloadPlan, Part
+from qcheck.memory.records import DecodePoint, DeploymentOption, Startup
 from qcheck.speed import SpeedEstimate
 from support.contract import SCHEMAS, schema, validate
 from support.memory_helpers import estimate
@@ -116,6 +117,9 @@ def test_a_gate_verdict_carries_fails_and_nothing_else(capsys: pytest.CaptureFix
     (OffloadPlan, "check", ("$defs", "offload"), set()),
     (Part, "check", ("$defs", "memory_part"), set()),
     (SpeedEstimate, "check", ("$defs", "speed"), set()),
+    (DecodePoint, "check", ("$defs", "decode_point"), set()),
+    (DeploymentOption, "check", ("$defs", "option"), set()),
+    (Startup, "check", ("$defs", "startup"), {"status"}),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_every_record_field_is_in_its_schema(record: type, schema_name: str, where: tuple[str, ...],
                                              extra: set[str]) -> None:

@@ -101,7 +101,11 @@ def test_the_issue_example_reads_as_vllm_says_it(tmp_path: Path) -> None:
                             "--gpu-memory-utilization", "0.9", "--batch", "8")
     [v] = data["verdicts"]
     assert code == 0 and v["startup"]["outcome"] == "starts" and v["status"] == "native"
-    assert "at most 1 request of 16000 tokens at once (--batch 8 asked: the rest wait)" in v["startup"]["message"]
+    assert "at most 1 request of 16000 tokens at once" in v["startup"]["message"]
+    # vLLM's own start-up figure, as it logs it: the pool's tokens over the context (issue 33)
+    pool = v["memory"]["kv_available_tokens"]
+    assert (f'vLLM logs "Maximum concurrency for 16,000 tokens per request: {pool / 16000:.2f}x"'
+            in v["startup"]["message"]) and "--batch 8 asked: the rest wait" in v["startup"]["message"]
     # --tp 2 on two GPUs: it starts
     code, data = check_json(str(model), "--engine", "vllm==0.11.0", "--gpu", "h100", "--tp", "2",
                             *flags_of(QWEN32))
@@ -140,8 +144,13 @@ def test_an_architecture_or_an_engine_without_memory_data_is_unknown_never_runs(
     code, _ = check(str(model), "--engine", "vllm==0.11.0", "--gpu", "hopper", "--context", "8192",
                     "--allow-unknown")
     assert code == 0
-    code, data = check_json(str(model), "--engine", "vllm==0.11.0", "--gpu", "h100")  # no deployment asked
-    assert code == 0 and data["verdicts"][0]["startup"] is None
+    # no deployment asked: the start-up at vLLM's defaults (the model's own 40960 tokens) is reported, not judged: the
+    # kernels decide the exit code, as before (issue 33)
+    code, data = check_json(str(model), "--engine", "vllm==0.11.0", "--gpu", "h100")
+    startup = data["verdicts"][0]["startup"]
+    assert code == 0 and startup["outcome"] == "does-not-start" and startup["context"] == 40960
+    assert startup["judged"] is False and startup["not_judged"] == "no deployment setting asked"
+    assert data["verdicts"][0]["status"] == "native" and not data["verdicts"][0]["fails"]
 
 
 def test_a_context_above_the_model_limit(tmp_path: Path) -> None:

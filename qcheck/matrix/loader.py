@@ -86,8 +86,8 @@ if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    from qcheck.matrix.versions import Verified
     from qcheck.engine_words import EngineWords
+    from qcheck.matrix.versions import Verified
 
 
 _RULE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

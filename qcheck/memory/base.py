@@ -54,10 +54,16 @@ class Cells:
     window: int
 
     @classmethod
-    def of(cls, lay: AttentionLayout, ctx: int, batch: int) -> Cells:
-        """Every token in a full-attention layer, at most the window in a sliding-window layer (per sequence): the
-        one home of that count (engine families with their own pools, llama.cpp's, override ``cells``)."""
+    def of(cls, lay: AttentionLayout, ctx: int, batch: int = 1) -> Cells:
+        """The cells ``batch`` sequences of ``ctx`` tokens hold: a full-attention layer every token, a sliding-window
+        layer at most its window. The one home of the window rule: the engine families' pools start from it, and the
+        speed estimate reads it as the cells one decode step attends to."""
         return cls(ctx * batch, min(ctx, lay.window or ctx) * batch if lay.window_layers else 0)
+
+    def layer_cells(self, lay: AttentionLayout) -> int:
+        """Cells summed over the layers (full layers x full cells + window layers x window cells): times the bytes
+        per cell of one layer, the KV bytes."""
+        return lay.full_layers * self.full + lay.window_layers * self.window
 
 
 @dataclass

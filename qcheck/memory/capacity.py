@@ -65,7 +65,7 @@ def add_capacity(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
         # a checkpoint the engine refuses does not
         if v.memory is None or (v.status == "unsupported" and not decided_by_startup(v)):
             continue
-        request = _request_of(v, requests)
+        request = request_of(v, requests)
         target = next((t for t in targets if t.gpu == v.gpu and t.arch.id == v.arch), None)
         if request is None or target is None:
             continue
@@ -147,7 +147,8 @@ def _cell(est: MemoryEstimate, ctx: int, inspection: Inspection, gpus: int) -> C
                         est.kv_available_tokens)
 
 
-def _request_of(v: Verdict, requests: Sequence[EngineRequest]) -> EngineRequest | None:
+def request_of(v: Verdict, requests: Sequence[EngineRequest]) -> EngineRequest | None:
+    """The planned engine request a verdict answers (its engine, backend and version)."""
     from qcheck.matrix.resolve import select_version
 
     for r in requests:

@@ -224,8 +224,7 @@ class _Estimator:
         if self.kv.per_layer is None:
             return 0
         cells = self.family.cells(ctx, batch) if self.family is not None else Cells.of(self.lay, ctx, batch)
-        return math.ceil((self.lay.full_layers * cells.full + self.lay.window_layers * cells.window)
-                         * self.kv.per_layer)
+        return math.ceil(cells.layer_cells(self.lay) * self.kv.per_layer)
 
     def overhead(self, ctx: int, batch: int, n: int = 1) -> list[Part]:
         return self.family.overhead(ctx, batch, n) if self.family is not None else []
@@ -258,6 +257,12 @@ class _Estimator:
         if limit is not None and self.kv_device(ctx, batch, n) > limit:
             return False
         return self.need(ctx, batch, n) <= usable
+
+
+def kv_share(lay: AttentionLayout, n: int, parallel: str) -> float:
+    """The share of the KV cache one of n devices holds: ``ceil(kv_heads / n) / kv_heads`` under tensor parallelism
+    (an MLA latent whole on every rank), ``1 / n`` under a layer split."""
+    return _per_gpu(0, 1 << 30, lay, n, parallel) / (1 << 30)
 
 
 def _per_gpu(weights: int, kv: int, lay: AttentionLayout, n: int, parallel: str) -> int:
@@ -424,6 +429,7 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         assumptions=est.assumptions, ignored=list(IGNORED), parts=parts, overhead_known=family is not None,
         engine=target.engine, device=target.device, host_bytes=host,
         reserve=reserve.text, max_context=fit.max_ctx, max_batch=fit.max_batch, max_context_gpus=fit.max_ctx_gpus,
+        max_context_asked_gpus=fit.max_ctx_asked,
         model_context=ins.context_length, offload=fit.offload, tp=fit.n_dev if fit.n_dev > 1 else None,
         active_weight_bytes=active_bytes, active_parameters=active_params, kv_cache_type_k=est.kv.k,
         kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as, engine_version=target.engine_version,
@@ -457,7 +463,7 @@ def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit,
         pool = int((usable - used) / est.kv_scale)
     tokens = None
     if per_token:
-        share = _per_gpu(0, 1 << 30, est.lay, n, est.placement) / (1 << 30)
+        share = kv_share(est.lay, n, est.placement)
         tokens = max(0, int(pool / (per_token * share))) if pool > 0 else 0
     return pool, tokens
 
@@ -548,6 +554,7 @@ class _Fit:
     max_ctx_gpus: int = 1
     offload: OffloadPlan | None = None
     n_dev: int = 1
+    max_ctx_asked: int | None = None
 
 
 def _fit(est: _Estimator, ctx: int, batch: int, total: int, reserve: Reserve, kv_bytes: int | None) -> _Fit:
@@ -579,6 +586,9 @@ def _fit(est: _Estimator, ctx: int, batch: int, total: int, reserve: Reserve, kv
         fit.max_ctx_gpus = at
         fit.max_ctx = search_max(lambda c: est.fits(c, batch, at, usable), 1, max(top, 1))
         fit.max_batch = search_max(lambda b: est.fits(ctx, b, at, usable), 1, 4096)
+        # on the GPUs asked for (one, or --tp), the whole model on them: what more GPUs are an alternative to
+        fit.max_ctx_asked = fit.max_ctx if at == fit.n_dev else \
+            search_max(lambda c: est.fits(c, batch, fit.n_dev, usable), 1, max(top, 1))
     _offload(est, fit, ctx, batch, usable, known)
     if reserve.refusal:
         fit.fits = False

@@ -83,6 +83,26 @@ class OffloadPlan:
 
 
 @dataclass
+class DecodePoint:
+    """The decode ceiling with each sequence holding ``context`` tokens (JSON ``speed.decode_at[]``): a decode step
+    reads the weights and every cached token of the sequence (a sliding-window layer at most its window)."""
+
+    context: int
+    decode_tokens_per_s: float | None
+    #: bytes one step reads per GPU (weights and KV, what layers in RAM read included) and the KV part of them
+    bytes_per_step: int
+    kv_bytes_per_step: int
+    #: why this context: "asked" (--context, an engine's -c), "short" (qcheck's short figure), "deployment" (the
+    #: context the deployment serves when none was asked: the engine's default, capped or lowered)
+    basis: str
+    #: of ``bytes_per_step``, what layers kept in RAM read at the host's bandwidth
+    ram_bytes_per_step: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class SpeedEstimate:
     """The speed estimate of one verdict (computed by ``qcheck.speed``): the JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
 
@@ -114,6 +134,20 @@ class SpeedEstimate:
     #: the number format this checkpoint's own kernels compute in (the format's tensor cores: fp8, fp4, int8),
     #: what a fallback gives up; None for formats without one
     native_format: str | None = None
+    #: tokens each sequence holds for ``decode_tokens_per_s`` (the deployment's context: asked, else the engine's
+    #: default) and why; ``decode_at`` gives the figure at each context stated (without --context: a short one too)
+    context: int | None = None
+    context_basis: str | None = None
+    kv_bytes_per_step: int = 0
+    decode_at: list[DecodePoint] = field(default_factory=list)
+    #: GPUs one step runs on in parallel (tensor parallelism: each reads its share of the weights and KV heads at
+    #: once), and what the estimate assumes about their all-reduces
+    gpus: int = 1
+    parallel_assumption: str | None = None
+    #: the prompt the prefill figure is for, the least time it takes, and why there is no prefill figure
+    prefill_prompt_tokens: int | None = None
+    prefill_seconds: float | None = None
+    prefill_note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +179,9 @@ class Startup:
     #: the change to the deployment that makes the engine start (e.g. reserve the GPUs TP x PP needs); said first
     #: among the verdict's suggestions, before other engines
     fix: str | None = None
+    #: why it is reported, not judged: "--kernels-only", or "no deployment setting asked" (a plain question about a
+    #: GPU product: the start-up at the engine's defaults); None when judged
+    not_judged: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in STARTUP_STATUS:
@@ -200,6 +237,50 @@ class CapacityTable:
 
 
 @dataclass
+class DeploymentOption:
+    """One way to run the model on the GPUs named when the deployment asked does not fit them whole (JSON
+    ``verdicts[].options[]``, built by ``qcheck.options``): the settings as the engine takes them, and the verdict,
+    memory, start-up and speed of that deployment, each judged as the deployment asked is (the one pipeline)."""
+
+    #: as-asked | gpu-layers | context | kv-cache | budget | quant | more-gpus
+    kind: str
+    #: for people: the engine's words ("-c 15360", "-ctk q8_0 -ctv q8_0"), a model file, "with 2 GPUs"
+    label: str
+    #: the settings as the engine takes them: command-line words, ``PARAMETER`` lines, ``NAME=value`` variables
+    flags: list[str]
+    #: the same settings as qcheck's request fields (``context``, ``kv_cache``, ``tp``, a knob, ``model``)
+    settings: dict[str, Any]
+    status: str
+    #: the start-up outcome (starts, context-lowered, offloaded, does-not-start, unknown)
+    startup: str | None
+    fits: bool | None
+    context: int | None
+    #: GPUs used (the GPUs named, or more for ``more-gpus``), bytes on one of them and in RAM
+    gpus: int = 1
+    gpu_bytes: int | None = None
+    ram_bytes: int = 0
+    #: the layers left in RAM ("-ngl 24 of 33"), None when the whole model is on the GPU
+    offload: str | None = None
+    #: the largest context with these settings and the whole model on the GPUs (MemoryEstimate.max_context_asked_gpus)
+    max_context: int | None = None
+    decode_tokens_per_s: float | None = None
+    prefill_tokens_per_s: int | None = None
+    #: what this option is, what it changes and what it gives, one line
+    summary: str = ""
+    #: the checkpoint this option runs (another quant of the same model), when not the one asked about
+    model: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeploymentOption:
+        """The record from its JSON (the reports render from the JSON, as every format does)."""
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
 class MemoryEstimate:
     """The memory-fit verdict, as the JSON ``Verdict.memory`` carries it (bytes, plus GiB for people)."""
 
@@ -236,6 +317,9 @@ class MemoryEstimate:
     #: the device count max_context / max_batch are judged at: 1, the --tp size, or gpus_needed when one GPU is
     #: not enough (tensor parallelism splits the KV heads, a layer split the layers)
     max_context_gpus: int = 1
+    #: the largest context at this batch with the whole model on the GPUs asked for (one, or ``--tp``): no layer in
+    #: RAM and no more GPUs than named (``max_context`` may be on more: ``max_context_gpus``); None: none fits
+    max_context_asked_gpus: int | None = None
     model_context: int | None = None
     offload: OffloadPlan | None = None
     #: weight bytes one decode step reads (MoE: the active experts' share) and the parameters they hold
@@ -349,9 +433,23 @@ class MemoryEstimate:
             text += f"; does not fit {usable}, needs {self.gpus_needed} with {how} ({g(self.per_gpu_bytes)} GiB each)"
         else:
             text += f"; does not fit {usable}, not even on {self.max_gpus}"
-        if self.max_context is not None and (self.fits or self.max_context_gpus > 1):
-            full = self.model_context and self.max_context >= self.model_context
+        return text + self._max_context_text()
+
+    def _max_context_text(self) -> str:
+        """'; max context 131072 (the model's own) at batch 1', and when that needs more GPUs than named, what the
+        GPUs named hold first: '; max context on one GPU 15360 (the whole model on it); 65536 with 2 GPUs ...'."""
+        if self.max_context is None or not (self.fits or self.max_context_gpus > 1):
+            return ""
+
+        def ctx(n: int) -> str:
+            return f"{n}" + (" (the model's own)" if self.model_context and n >= self.model_context else "")
+
+        named = self.tp or 1
+        if self.max_context_gpus <= named or (self.offload is not None and self.offload.user_set):
             at = f" on {self.max_context_gpus} GPUs" if self.max_context_gpus > 1 and not self.tp else ""
-            text += f"; max context {self.max_context}" + (" (the model's own)" if full else "") + at + \
-                f" at batch {self.batch}"
-        return text
+            return f"; max context {ctx(self.max_context)}{at} at batch {self.batch}"
+        here = "one GPU" if named == 1 else f"the {named} GPUs"
+        first = (f"max context on {here} {ctx(self.max_context_asked_gpus)} (the whole model on it)"
+                 if self.max_context_asked_gpus else f"no context fits {here} with the whole model on it")
+        return (f"; {first}; {ctx(self.max_context)} with {self.max_context_gpus} GPUs (more than named) at batch "
+                f"{self.batch}")

@@ -204,11 +204,20 @@ def _unknown_fit(q: _Question) -> Startup:
 
 
 def _concurrency_text(q: _Question, concurrency: float | None) -> str:
+    """'; at most 16 requests of 32768 tokens at once (vLLM logs "Maximum concurrency for 32,768 tokens per request:
+    16.46x")' (--capacity tables it per context and KV type)."""
     if concurrency is None:
         return ""
+    from qcheck.memory.capacity import engine_concurrency
+
     at_once = math.floor(concurrency)
-    short = f" (--batch {q.deploy.batch} asked: the rest wait)" if q.deploy.batch > at_once else ""
-    return f"; at most {at_once:,} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once{short}"
+    short = f"--batch {q.deploy.batch} asked: the rest wait" if q.deploy.batch > at_once else ""
+    own = engine_concurrency(q.memory)
+    logs = f'vLLM logs "Maximum concurrency for {q.memory.context:,} tokens per request: {own:.2f}x"' \
+        if own is not None else ""
+    said = "; ".join(x for x in (logs, short) if x)
+    return (f"; at most {at_once:,} request{'s' if at_once != 1 else ''} of {q.memory.context} tokens at once"
+            + (f" ({said})" if said else ""))
 
 
 def _vllm(q: _Question) -> Startup | None:
@@ -372,6 +381,8 @@ def apply_startup(verdicts: Iterable[Verdict], inspection: Inspection, request: 
         if startup is None:
             continue
         startup.judged = request.judges_startup
+        if not startup.judged:
+            startup.not_judged = "--kernels-only" if request.kernels_only else "no deployment setting asked"
         verdict.startup = startup
         if startup.fix and startup.judged and startup.fix not in verdict.suggestions:  # this deployment's fix first
             verdict.suggestions.insert(0, startup.fix)

@@ -61,14 +61,14 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
         if mem_gib is None and device != "RAM":
             est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                         "with its memory")
-        _speed(v, inspection, est, matrix, host_bandwidth_gbs)
+        _speed(v, inspection, est, matrix, host_bandwidth_gbs, asked_context=deploy.context is not None)
         v.memory = est
         if est.fits is False and warn_no_fit:
             v.warnings.append(_no_fit_warning(v, est))
 
 
 def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matrix,
-           host_bandwidth_gbs: float | None = None) -> None:
+           host_bandwidth_gbs: float | None = None, *, asked_context: bool = False) -> None:
     from qcheck.speed import estimate_speed
 
     perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
@@ -81,7 +81,7 @@ def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matr
         memory = None
     engines = matrix.gpus.speed_engines
     own = engines.get(memory.formula) if memory is not None else None
-    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines), host_bandwidth_gbs)
+    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines), host_bandwidth_gbs, asked_context)
 
 
 def _no_fit_warning(v: Verdict, est: MemoryEstimate) -> str:

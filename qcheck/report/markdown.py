@@ -125,8 +125,9 @@ def _check(data: dict[str, Any]) -> list[str]:
              f"**{cell(model, 200)}**: {cell(_inspection_line(insp), 200)}", ""]
     lines += _table(["Model", "Engine", "GPU", "Status", "Notes"], [_verdict_row(model, v, policy) for v in verdicts])
     from qcheck.report.capacity import markdown_lines
+    from qcheck.report.options import markdown_lines as option_lines
 
-    return lines + markdown_lines(verdicts, target_label, cell)
+    return lines + markdown_lines(verdicts, target_label, cell) + option_lines(verdicts, target_label, cell)
 
 
 def _num(x: Any, digits: int = 4) -> str:

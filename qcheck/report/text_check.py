@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qcheck.report.text_inspect import describe as describe_inspection
 
@@ -72,7 +72,7 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
                         and d.reasons][:1])
     field("requires", v.requires)
     if v.startup is not None:
-        field("start-up", [v.startup.message + ("" if v.startup.judged else " (not judged: --kernels-only)")])
+        field("start-up", [startup_line(v.startup.to_json())])
     field("why", [r for r in v.reasons if v.startup is None or not r.startswith("start-up: ")])
     field("warning", v.warnings)
     field("try", v.suggestions)
@@ -85,6 +85,10 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
             from qcheck.report.capacity import text_lines
 
             field("capacity", text_lines(v.memory.to_json()["concurrency"]))
+    if v.options:
+        from qcheck.report.options import text_lines as option_lines
+
+        field("options", option_lines([o.to_json() for o in v.options], v.gpu))
     elsewhere = _read_elsewhere(v)
     # a rule read at other releases decided: the sources read at the release judged, where there are any, first
     at_version = [s for s in v.sources if s.version == v.engine_version] if elsewhere else []
@@ -106,6 +110,18 @@ def _read_elsewhere(v: Verdict) -> list[str]:
         return []
     return [f"the weight-format rule was read at {v.engine} {', '.join(read)}, not at {v.engine_version}: it covers "
             f"{v.engine_version} by its version range"]
+
+
+def startup_line(startup: dict[str, Any]) -> str:
+    """The start-up line from its JSON (check and gate text alike), saying when it is reported, not judged: at the
+    engine's defaults for a plain question about a GPU product, or under --kernels-only."""
+    message = str(startup.get("message") or "")
+    if startup.get("judged", True):
+        return message
+    why = startup.get("not_judged")
+    if why == "no deployment setting asked":
+        return f"at the engine's defaults (reported; no setting asked, so not judged): {message}"
+    return f"{message} (not judged: {why or '--kernels-only'})"
 
 
 def _does_not_load(v: Verdict) -> bool:

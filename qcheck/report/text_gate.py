@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from qcheck.report.findings import target_label
+from qcheck.report.text_check import startup_line
 
 _WORDS = {"native": "NATIVE", "fallback": "FALLBACK", "unsupported": "UNSUPPORTED", "unknown": "UNKNOWN"}
 
@@ -35,8 +36,7 @@ def render(result: Any) -> str:
             lines.append(f"  {word:<11}  {target_label(v)}{mark}")
             startup = v.get("startup") or {}
             if startup.get("message"):
-                judged = "" if startup.get("judged", True) else " (not judged: kernels-only)"
-                lines.append(f"               start-up: {startup['message']}{judged}")
+                lines.append(f"               start-up: {startup_line(startup)}")
             if v.get("fails") or v.get("status") != "native":
                 shown = [r for r in v.get("reasons") or [] if not (startup and str(r).startswith("start-up: "))]
                 for reason in shown[:2]:

@@ -84,3 +84,12 @@ def manifest(run: dict[str, Any], container_model: str) -> str:
             f"      containers:\n        - name: server\n          image: {image}\n"
             f"          args: {json.dumps(words)}\n"
             f"          resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}\n")
+
+
+def awq_qwen7b(path: Path) -> Path:
+    """Qwen2.5-7B-Instruct-AWQ's shapes (28 layers, 28 heads, 4 KV heads of 128; AWQ GEMM W4 g128), sparse."""
+    shape = b.Shape(hidden=3584, intermediate=18944, layers=28, vocab=152064, heads=28, kv_heads=4)
+    fx = b.awq_fixture(shape)
+    fx.configs["config.json"].update(architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+                                     max_position_embeddings=32768, torch_dtype="float16")
+    return fx.write(path)
