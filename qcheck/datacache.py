@@ -11,7 +11,10 @@ the cached value as on a fresh parse.
 Safety: entries are plain JSON (no pickle, no marshal, no code), written to a temporary file and renamed into
 place (``os.replace``: a reader sees the old entry, the new one or none, never half of one), read only from a
 directory owned by this user and not writable by others, bounded in size, and checked on read (format, kind
-and key must match; anything else is a miss). Every failure to read or write is a miss, never an error: the
+and key must match; anything else is a miss). Whoever else can write the directory (a CI cache restored from
+another job) cannot forge one: each entry starts with an HMAC-SHA256 tag made with this user's key, which is kept
+outside every cache directory (``qcheck.cache_auth``), and an entry whose tag does not verify is a miss, never
+parsed. Callers still validate what they get back as strictly as a fresh parse (``qcheck.readers.gguf_cache``). Every failure to read or write is a miss, never an error: the
 cache can only make a run faster. ``QCHECK_CACHE=off`` turns it off (the benchmarks' cold runs, a read-only
 home); ``qcheck`` never needs it.
 """
@@ -27,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: bumped when the layout of an entry changes: older entries become misses
-FORMAT = 1
+#: bumped when the layout of an entry changes: older entries become misses (2: a tag line before the JSON)
+FORMAT = 2
 #: entries larger than this are not read (the biggest real one, transformers' architecture list, is ~0.2 MB)
 MAX_ENTRY_BYTES = 32 * 1024 * 1024
 #: entries kept per directory; past this the oldest are removed when a new one is written
@@ -70,18 +73,32 @@ def _private(folder: Path) -> bool:
     return getuid is None or info.st_uid == getuid()
 
 
+def entry_context(kind: str, key: str) -> str:
+    """What an entry's tag is bound to (``qcheck.cache_auth`` context): the format, the kind and the key."""
+    return f"datacache/{FORMAT}:{kind}:{key}"
+
+
 def load(kind: str, key: str) -> Any | None:
-    """The value stored for (``kind``, ``key``), or None on any miss."""
+    """The value stored for (``kind``, ``key``), or None on any miss (a missing or unreadable entry, a tag that
+    does not verify with this user's key, JSON of the wrong shape)."""
     folder = cache_dir()
     if folder is None or not _private(folder):
         return None
     try:
         with open(_entry_path(folder, kind, key), "rb") as fh:
             raw = fh.read(MAX_ENTRY_BYTES + 1)
-        if len(raw) > MAX_ENTRY_BYTES:
-            return None
-        entry = json.loads(raw)
-    except (OSError, ValueError, RecursionError):
+    except OSError:
+        return None
+    tag, newline, body = raw.partition(b"\n")
+    if len(raw) > MAX_ENTRY_BYTES or not newline:
+        return None
+    from qcheck import cache_auth
+
+    if not cache_auth.verify(entry_context(kind, key), body, tag.decode("ascii", "replace")):
+        return None
+    try:
+        entry = json.loads(body)
+    except (ValueError, RecursionError):
         return None
     if (not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("kind") != kind
             or entry.get("key") != key or "value" not in entry):
@@ -90,14 +107,20 @@ def load(kind: str, key: str) -> Any | None:
 
 
 def store(kind: str, key: str, value: Any) -> None:
-    """Keep ``value`` (plain JSON data) for (``kind``, ``key``); silently nothing when that cannot be done."""
+    """Keep ``value`` (plain JSON data) for (``kind``, ``key``), tagged with this user's key; silently nothing
+    when that cannot be done (no key, an unwritable directory, a value that is not plain data)."""
     folder = cache_dir()
     if folder is None:
         return
     try:
-        text = json.dumps({"format": FORMAT, "kind": kind, "key": key, "value": value}, separators=(",", ":"),
-                          ensure_ascii=False)
+        body = json.dumps({"format": FORMAT, "kind": kind, "key": key, "value": value}, separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):  # not plain data (a TOML date, say): not cached
+        return
+    from qcheck import cache_auth
+
+    tag = cache_auth.sign(entry_context(kind, key), body)
+    if tag is None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -107,8 +130,8 @@ def store(kind: str, key: str, value: Any) -> None:
 
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(tag.encode("ascii") + b"\n" + body)
             os.replace(tmp, _entry_path(folder, kind, key))
         except BaseException:
             with contextlib.suppress(OSError):

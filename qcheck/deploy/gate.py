@@ -58,7 +58,7 @@ def _one(policy: Policy, spec: DeploymentSpec, item: Any, limits: Limits, matrix
 
     name = f"{item.file}:{item.line} {item.name}"
     try:
-        cmd = parse_command(item.words)
+        cmd = parse_command(item.words, paths=policy.confinement())
     except UsageError as exc:  # e.g. a shell script around the engine: not a command line qcheck reads
         return _gap_outcome(policy, name, item.engine, f"{name}: {exc}")
     model = spec.models.get(cmd.model or "") or cmd.target() or spec.model or ""
