@@ -35,8 +35,8 @@ __all__ = ["KEY_BYTES", "key_path", "sign", "verify"]
 KEY_BYTES = 32
 #: domain separation: a tag of this module can never be mistaken for another HMAC made with the same key
 _DOMAIN = b"qcheck cache entry v1\0"
-_key: bytes | None = None
-_key_from: str | None = None
+#: (key path, the key read there or None): looked for once per process and path
+_cached: tuple[str, bytes | None] | None = None
 
 
 def state_dir() -> Path:
@@ -109,22 +109,19 @@ def _inside_a_cache(path: Path) -> bool:
 
 
 def _the_key() -> bytes | None:
-    """This user's key, created on first use; None when it cannot be had safely."""
-    global _key, _key_from
+    """This user's key, created on first use; None when it cannot be had safely (looked for once per process)."""
+    global _cached
     path = key_path()
-    if _key is not None and _key_from == str(path):
-        return _key
-    if _inside_a_cache(path):
-        return None
-    key = _read_key(path)
-    if key is None and not os.path.lexists(path):
-        try:
-            _create_key(path.parent, path)
-        except OSError:
-            return None
+    if _cached is not None and _cached[0] == str(path):
+        return _cached[1]
+    key = None
+    if not _inside_a_cache(path):
         key = _read_key(path)
-    if key is not None:
-        _key, _key_from = key, str(path)
+        if key is None and not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                _create_key(path.parent, path)
+            key = _read_key(path)
+    _cached = (str(path), key)
     return key
 
 

@@ -112,6 +112,11 @@ def test_an_error_line_masks_a_url_userinfo() -> None:
                  f"https://u:{S['url_user']}@host.example/x", matrix=False)
     assert res.returncode == 2 and res.stderr.startswith("qcheck: error: python -m https://***@host.example/x: ")
     _no_secret(res.stdout, res.stderr)
+    # not an environment assignment (a name cannot start with a digit): the program word, quoted masked
+    res = qcheck("check", str(EXAMPLES / "tiny-llama-bf16"), "--gpu", "h100", "--",
+                 f"1DB_PASSWORD={S['db_password']}", "vllm", "serve", matrix=False)
+    assert res.returncode == 2 and res.stderr.startswith("qcheck: error: 1DB_PASSWORD=*** vllm: not an engine")
+    _no_secret(res.stdout, res.stderr)
 
 
 MANIFEST_SECRETS = f"""services:

@@ -121,8 +121,14 @@ def _detect(words: list[str]) -> tuple[_Program, list[str]]:
            "trtllm-serve": _Program("trtllm-serve", "trtllm-serve"), "mlx_lm.server": _Program("mlx", "mlx_lm.server")}
     if head in one:
         return one[head], rest
-    raise UsageError(f"{mask(' '.join(words[:2]))}: not an engine command qcheck reads; give one of: "
+    raise UsageError(f"{' '.join(map(_word_shown, words[:2]))}: not an engine command qcheck reads; give one of: "
                      + "; ".join(PROGRAMS))
+
+
+def _word_shown(word: str) -> str:
+    """A word as a message may quote it: ``NAME=***`` when the name says it holds a secret, URL userinfo masked."""
+    name, eq, _value = word.partition("=")
+    return f"{name}={MASK}" if eq and secret_name(name) else mask(word)
 
 
 # ------------------------------------------------------------------------------------------ building
