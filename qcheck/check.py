@@ -1,8 +1,9 @@
 """``qcheck check``'s records and exit-code rule, and reading the models a target names.
 
 The pipeline (``qcheck.pipeline``) answers a ``CheckRequest`` with a ``CheckResult`` (one model) or a
-``ResultSet`` (several). Exit codes (docs/design.md): 0 all run, 1 any cannot run / unknown (unless allowed) /
-fallback when native is required, 2 input not judged (raised as QcheckError before any result exists).
+``ResultSet`` (several). Exit codes (docs/design.md, decided per verdict by ``qcheck.outcome``): 0 all run (and start with the settings
+asked), 1 any cannot run or does not start / unknown (unless allowed) / fallback when native is required, 2 input
+not judged (raised as QcheckError before any result exists).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from qcheck.errors import UnsafeFileError
 from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import CHECK_SCHEMA, Inspection, Verdict
+from qcheck.outcome import Outcome, StrictnessFlags, outcome, policy_json, verdict_record
 from qcheck.saved_inspection import inspection_from_json, load_saved_inspection
 
 if TYPE_CHECKING:
-    from qcheck.report import Result
     from qcheck.request import CheckRequest
+    from qcheck.result import Result
 
 __all__ = ["CHECK_SET_SCHEMA", "INSPECTION_SET_SCHEMA", "CheckResult", "ResultSet", "inspect_target",
            "inspection_from_json", "load_saved_inspection", "load_targets", "verdict_fails"]
@@ -29,26 +31,25 @@ INSPECTION_SET_SCHEMA = "qcheck.inspection-set/1"
 
 @dataclass
 class CheckResult:
-    """The result of ``qcheck check``: the inspection and one verdict per (engine, GPU)."""
+    """The result of ``qcheck check``: the inspection and one verdict per (engine, GPU), with the question it
+    answers (its strictness decides pass or fail through ``qcheck.outcome``)."""
 
     inspection: Inspection
     verdicts: list[Verdict]
-    require_native: bool = False
-    allow_unknown: bool = False
+    #: the question this answers (None for results not made by the pipeline: judged with the default strictness)
+    request: CheckRequest | None = None
     warnings: list[str] = field(default_factory=list)
     kind: str = "check"
     #: ``--gpu`` without ``--engine``: every engine was tried to explore, not to gate. Verdicts are sorted
     #: (native, fallback, unknown, unsupported) and the run exits 0 when any engine runs the checkpoint.
     explore: bool = False
-    #: the question this answers (None for results not made by the pipeline)
-    request: CheckRequest | None = None
-    #: a run-time risk of kind "kv-scales" (default KV-cache scales of 1.0) fails the verdict (issue #24)
-    require_kv_scales: bool = False
+
+    def outcome(self, verdict: Verdict) -> Outcome:
+        """Whether this verdict fails the run (exit 1) under the request's strictness, and why."""
+        return outcome(verdict, self.request)
 
     def fails(self, verdict: Verdict) -> bool:
-        """Whether this verdict makes the run fail (exit 1) under the chosen policy."""
-        return verdict_fails(verdict, require_native=self.require_native, allow_unknown=self.allow_unknown,
-                             require_kv_scales=self.require_kv_scales)
+        return self.outcome(verdict).fails
 
     @property
     def exit_code(self) -> int:
@@ -60,9 +61,8 @@ class CheckResult:
         return {
             "schema": CHECK_SCHEMA,
             "inspection": self.inspection.to_json(),
-            "verdicts": [v.to_json() for v in self.verdicts],
-            "policy": {"require_native": self.require_native, "allow_unknown": self.allow_unknown,
-                       "require_kv_scales": self.require_kv_scales},
+            "verdicts": [verdict_record(v, self.request) for v in self.verdicts],
+            "policy": policy_json(self.request),
             "warnings": list(self.warnings),
             "explore": self.explore,
             **({"deployment": self.request.origin.to_json()} if self.request and self.request.origin else {}),
@@ -96,19 +96,9 @@ class ResultSet:
 
 
 def verdict_fails(verdict: Verdict, *, require_native: bool = False, allow_unknown: bool = False,
-                  require_kv_scales: bool = False) -> bool:
-    """DESIGN exit-code rule for one verdict: unsupported fails; unknown fails unless allowed; fallback
-    fails only when native is required; a verdict that runs with default KV-cache scales (a "kv-scales" risk)
-    fails only when calibrated scales are required."""
-    if verdict.status == "unsupported":
-        return True
-    if verdict.status == "unknown":
-        return not allow_unknown
-    if require_kv_scales and any(r.kind == "kv-scales" for r in verdict.risks):
-        return True
-    if verdict.status == "fallback":
-        return require_native
-    return False
+                  require_kv_scales: bool = False, kernels_only: bool = False) -> bool:
+    """The DESIGN exit-code rule for one verdict under these flags (``qcheck.outcome.outcome``, the one rule)."""
+    return outcome(verdict, StrictnessFlags(require_native, allow_unknown, require_kv_scales, kernels_only)).fails
 
 
 def inspect_target(target: str, limits: Limits = DEFAULT_LIMITS) -> Inspection:

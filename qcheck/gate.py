@@ -102,9 +102,10 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
     Each model is inspected once; each (model, target) question is the policy's ``CheckRequest`` for it,
     answered by the same pipeline as ``qcheck check`` (``qcheck.pipeline.judge``).
     """
+    from qcheck.doors import build_request
     from qcheck.matrix import load_matrix
+    from qcheck.outcome import verdict_record
     from qcheck.pipeline import inspect, judge
-    from qcheck.request import CheckRequest
 
     check_quality_inputs(policy)  # before any model is read: a bad reference or task file is not found at the end
     matrix = matrix or load_matrix()
@@ -113,7 +114,7 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
     for spec in policy.models:
         shown = _display(spec.path, spec.hub)
         try:
-            inspection = inspect(CheckRequest(spec.path, limits=limits))[0]
+            inspection = inspect(build_request(policy.asked(None, limits), spec.path))[0]
         except LfsPointerError as exc:
             status = "skipped" if policy.lfs_pointers == "skip" else "error"
             outcomes.append(ModelOutcome(spec.name, shown, status, error=_relabel(str(exc), spec.path, shown),
@@ -130,16 +131,9 @@ def run_gate(policy: Policy, limits: Limits = DEFAULT_LIMITS, *, matrix: Matrix 
         for target in policy.targets:
             if not target.applies_to(spec):
                 continue
-            result = judge(inspection, policy.request_for(spec, target, limits), matrix)
-            for verdict in result.verdicts:
-                data = verdict.to_json()
-                memory_fails = bool(policy.memory and policy.memory.enforce and verdict.memory is not None
-                                    and verdict.memory.fits is False)
-                data["policy"] = {"require_native": target.require_native, "allow_unknown": target.allow_unknown,
-                                  "require_kv_scales": target.require_kv_scales, "target": target.key}
-                data["memory_fails"] = memory_fails
-                data["fails"] = result.fails(verdict) or memory_fails
-                outcome.verdicts.append(data)
+            request = build_request(policy.asked(target, limits), spec.path)
+            result = judge(inspection, request, matrix)
+            outcome.verdicts.extend(verdict_record(v, request, target=target.key) for v in result.verdicts)
         outcomes.append(outcome)
     if policy.deployments:
         from qcheck.deploy.gate import judge_deployments

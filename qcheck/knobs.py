@@ -16,7 +16,7 @@ from typing import Any
 
 from qcheck.errors import UsageError
 
-__all__ = ["KNOBS", "Knob", "parse_knob"]
+__all__ = ["KNOBS", "Knob", "parse_knob", "unread"]
 
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -35,39 +35,56 @@ class Knob:
     kind: str  # fraction | int | human-int | flag | on-off | ngl
     help: str
     metavar: str = "N"
+    #: the memory models (an engine's ``[memory] formula``) whose figures it changes; an engine whose model is not
+    #: listed reads nothing from it, and the setting is reported as not judged
+    formulas: tuple[str, ...] = ()
 
 
 KNOBS: tuple[Knob, ...] = (
     Knob("gpu_memory_utilization", "vLLM", ("--gpu-memory-utilization",), "gpu-memory-utilization", "fraction",
-         "vLLM: share of the GPU for weights, activations and KV cache (default 0.92; 1.0 from 0.34)", "F"),
+         "vLLM: share of the GPU for weights, activations and KV cache (default 0.92; 1.0 from 0.34)", "F",
+         formulas=('vllm',)),
     Knob("max_num_seqs", "vLLM", ("--max-num-seqs",), "max-num-seqs", "int",
-         "vLLM: sequences per step, the profile run's sampler rows (default by GPU memory: 256 or 1024)"),
+         "vLLM: sequences per step, the profile run's sampler rows (default by GPU memory: 256 or 1024)",
+         formulas=('vllm',)),
     Knob("max_num_batched_tokens", "vLLM", ("--max-num-batched-tokens",), "max-num-batched-tokens", "human-int",
-         "vLLM: tokens per step, the profile run's forward pass (default by GPU memory: 2048, 8192 or 16384)"),
+         "vLLM: tokens per step, the profile run's forward pass (default by GPU memory: 2048, 8192 or 16384)",
+         formulas=('vllm',)),
     Knob("enforce_eager", "vLLM", ("--enforce-eager",), "enforce-eager", "flag",
-         "vLLM: no CUDA graphs (their memory is not taken from the KV cache)"),
+         "vLLM: no CUDA graphs (their memory is not taken from the KV cache)", formulas=('vllm',)),
     Knob("kv_cache_memory", "vLLM", ("--kv-cache-memory-bytes", "--kv-cache-memory"), "kv-cache-memory", "human-int",
-         "vLLM: a fixed KV cache size in bytes (8G = 8 GiB), skipping gpu_memory_utilization", "BYTES"),
+         "vLLM: a fixed KV cache size in bytes (8G = 8 GiB), skipping gpu_memory_utilization", "BYTES",
+         formulas=('vllm',)),
     Knob("mem_fraction_static", "SGLang", ("--mem-fraction-static",), "mem-fraction-static", "fraction",
-         "SGLang: share of the free GPU memory for weights and KV cache (default: its heuristic by GPU)", "F"),
+         "SGLang: share of the free GPU memory for weights and KV cache (default: its heuristic by GPU)", "F",
+         formulas=('sglang',)),
     Knob("chunked_prefill_size", "SGLang", ("--chunked-prefill-size",), "chunked-prefill-size", "int",
-         "SGLang: prefill chunk in tokens (-1: off; default by GPU memory)"),
+         "SGLang: prefill chunk in tokens (-1: off; default by GPU memory)", formulas=('sglang',)),
     Knob("n_gpu_layers", "llama.cpp", ("-ngl", "--n-gpu-layers", "--gpu-layers"), "n-gpu-layers", "ngl",
          "llama.cpp: layers on the GPU, counted as the build counts them (all, auto, or N; default auto: --fit)",
-         "N|all|auto"),
+         "N|all|auto", formulas=('llama.cpp',)),
     Knob("n_parallel", "llama.cpp", ("-np", "--parallel"), "parallel", "int",
-         "llama.cpp: server slots; without it llama-server runs 4 slots on one KV pool, with it -c is split"),
+         "llama.cpp: server slots; without it llama-server runs 4 slots on one KV pool, with it -c is split",
+         formulas=('llama.cpp',)),
     Knob("n_ubatch", "llama.cpp", ("-ub", "--ubatch-size"), "ubatch-size", "int",
-         "llama.cpp: physical batch, the compute buffer's tokens (default 512)"),
-    Knob("n_batch", "llama.cpp", ("--batch-size",), "batch-size", "int", "llama.cpp: logical batch (-b, default 2048)"),
+         "llama.cpp: physical batch, the compute buffer's tokens (default 512)", formulas=('llama.cpp',)),
+    Knob("n_batch", "llama.cpp", ("--batch-size",), "batch-size", "int", "llama.cpp: logical batch (-b, default 2048)",
+         formulas=('llama.cpp',)),
     Knob("flash_attn", "llama.cpp", ("-fa", "--flash-attn"), "flash-attn", "on-off",
-         "llama.cpp: flash attention on, off or auto (default auto: on where the backend has it)", "on|off|auto"),
+         "llama.cpp: flash attention on, off or auto (default auto: on where the backend has it)", "on|off|auto",
+         formulas=('llama.cpp',)),
     Knob("no_mmap", "llama.cpp", ("--no-mmap",), "no-mmap", "flag",
-         "llama.cpp: read the weights into memory instead of mapping them (host RAM held, not page cache)"),
+         "llama.cpp: read the weights into memory instead of mapping them (host RAM held, not page cache)",
+         formulas=()),
     Knob("fit", "llama.cpp", ("--fit",), "fit", "on-off",
-         "llama.cpp: fit context and layers to free memory (default on from b7698)", "on|off"),
+         "llama.cpp: fit context and layers to free memory (default on from b7698)", "on|off",
+         formulas=('llama.cpp',)),
     Knob("n_cpu_moe", "llama.cpp", ("--n-cpu-moe", "-ncmoe"), "n-cpu-moe", "int",
-         "llama.cpp: keep the expert tensors of the first N layers in RAM"),
+         "llama.cpp: keep the expert tensors of the first N layers in RAM", formulas=('llama.cpp',)),
+    Knob("allow_long_context", "vLLM, SGLang", ("--allow-long-context",), "allow-long-context", "flag",
+         "vLLM VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: a context above "
+         "the model's own maximum starts (with a warning) instead of being refused at start-up",
+         formulas=('vllm', 'sglang')),
 )
 
 
@@ -125,3 +142,9 @@ def parse_knob(knob: Knob, value: Any) -> Any:
         return _human_int(text) if knob.kind == "human-int" else int(text)
     except (ValueError, OverflowError) as exc:
         raise UsageError(f"{name} {str(value)[:64]!r}: {exc}") from None
+
+
+def unread(given: dict[str, Any], formula: str | None) -> list[Knob]:
+    """The settings in ``given`` (EngineKnobs fields set) that an engine with this memory model does not read: they
+    change no figure, so they are reported as not judged."""
+    return [k for k in KNOBS if k.field in given and formula not in k.formulas]

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
-if TYPE_CHECKING:  # the record lives with its formulas; nothing here builds one
-    from qcheck.memory import MemoryEstimate
+if TYPE_CHECKING:  # the memory records sit below the code that computes them; nothing here builds one
+    from qcheck.memory.records import MemoryEstimate, Startup
 
 Container = Literal["gguf", "safetensors", "pickle"]
 Status = Literal["native", "fallback", "unsupported", "unknown"]
@@ -375,6 +375,9 @@ class ModelShape:
     #: True when the byte figures come from the tensor table (else the file size spread over the layers)
     from_tensors: bool = False
     attention: AttentionLayout = field(default_factory=AttentionLayout)
+    #: the RoPE scaling config.json declares (its ``rope_type``, e.g. ``yarn``; ``scaled`` when it names none);
+    #: None: none declared. Engines scale their context limit by its factor for some types (qcheck.memory.startup)
+    rope_scaling: str | None = None
 
     @property
     def moe(self) -> bool:
@@ -518,9 +521,14 @@ class Verdict:
     #: the dtype the engine holds the weights in after converting them at load (a dequantising fallback), as the
     #: deciding rule states it; None: kept as stored. Memory reads this, never the reason text.
     weights_loaded_as: str | None = None
+    #: what the engine does at start-up with the settings asked (qcheck.memory.startup), when memory was asked;
+    #: unless ``judged`` is off (--kernels-only) it is the ``start-up`` dimension too
+    startup: Startup | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.memory is not None:  # its own JSON: GiB figures and summary lines besides the fields
             data["memory"] = self.memory.to_json()
+        if self.startup is not None:
+            data["startup"] = self.startup.to_json()
         return data

@@ -147,7 +147,7 @@ def layout_from_gguf(metadata: Mapping[str, Any]) -> AttentionLayout:
     pattern = _pos(keys.sliding_window_pattern)
     if window and pattern:
         lay.full_layers = layers // pattern
-    elif window and keys.architecture == "gemma2":
+    elif window and keys.architecture in ("gemma2", "gpt-oss"):  # every other layer slides (set_swa_pattern(2))
         lay.full_layers = layers // 2
     elif window and keys.architecture == "gemma3":
         lay.full_layers = layers // 6
@@ -229,6 +229,21 @@ def _dims_from_config(s: ModelShape, cfg: Mapping[str, Any]) -> None:
     s.n_expert_used = s.n_expert_used or _pos(cfg.get("num_experts_per_tok")) or 0
     s.n_ff_exp = _pos(cfg.get("moe_intermediate_size")) or 0
     s.tied_output = cfg.get("tie_word_embeddings") is True
+    s.rope_scaling = _rope_scaling(cfg)
+
+
+def _rope_scaling(cfg: Mapping[str, Any]) -> str | None:
+    """The RoPE scaling a config declares (``rope_scaling``, or transformers 5's ``rope_parameters``), by type;
+    None for none or the plain ``default`` type."""
+    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(raw, dict) or not raw:
+        return None
+    kind = raw.get("rope_type", raw.get("type"))
+    if kind in (None, "default") and "factor" not in raw:
+        return None
+    if isinstance(kind, str) and kind.isascii() and kind.replace("_", "").isalnum() and len(kind) <= 32:
+        return kind
+    return "scaled"
 
 
 def _dims_from_gguf(s: ModelShape, metadata: Mapping[str, Any]) -> None:

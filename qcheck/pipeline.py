@@ -72,8 +72,9 @@ def inspect(request: CheckRequest) -> list[Inspection]:
 
 def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None = None,
           planned: Plan | None = None) -> CheckResult:
-    """One verdict per planned (engine, GPU), each with its memory estimate when the request asks a memory
-    question; engines implied by ``--gpu`` alone are judged only on the vendors they run on."""
+    """One verdict per planned (engine, GPU), each with its memory estimate and what the engine does at start-up
+    when the request asks a memory question (the ``start-up`` dimension unless ``kernels_only``); engines implied by
+    ``--gpu`` alone are judged only on the vendors they run on."""
     from qcheck.matrix import load_matrix
     from qcheck.matrix.verdicts import resolve
 
@@ -83,13 +84,19 @@ def judge(inspection: Inspection, request: CheckRequest, matrix: Matrix | None =
                        skip_foreign=not request.engines, deploy=request.deploy)
     if request.memory:
         from qcheck.memory import apply_memory
+        from qcheck.memory.startup import apply_startup
 
-        apply_memory(verdicts, inspection, request.deploy, matrix, request.memory_override)
+        apply_memory(verdicts, inspection, request.deploy, matrix, request.memory_override,
+                     host_bandwidth_gbs=request.host_bandwidth_gbs, warn_no_fit=not request.judges_startup)
+        apply_startup(verdicts, inspection, request, matrix)
+    if request.capacity:
+        from qcheck.memory.capacity import add_capacity
+
+        add_capacity(verdicts, inspection, request.deploy, matrix, (planned.engines, planned.targets),
+                     request.memory_override)
     if planned.explore:
         verdicts.sort(key=lambda v: EXPLORE_ORDER.get(v.status, 4))  # stable: engine order within a status
-    return CheckResult(inspection, verdicts, require_native=request.require_native,
-                       allow_unknown=request.allow_unknown, warnings=list(request.notes), explore=planned.explore,
-                       request=request, require_kv_scales=request.require_kv_scales)
+    return CheckResult(inspection, verdicts, request=request, warnings=list(request.notes), explore=planned.explore)
 
 
 def run(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult | ResultSet:
@@ -125,9 +132,15 @@ def answer(request: CheckRequest, matrix: Matrix | None = None) -> CheckResult |
         if not request.gpus or request.all_models:
             raise
         # several models and a GPU: which quant fits, one table (--all keeps the per-model detail)
-        table = run(request.replace(all_models=True, memory=True), matrix)
+        table = run(_tabled(request).replace(all_models=True), matrix)
         assert isinstance(table, ResultSet)
         return QuantTable.from_set(table)
+
+
+def _tabled(request: CheckRequest) -> CheckRequest:
+    """A which-quant-fits row's question: the memory figures are always shown; the start-up is judged when the user
+    named deployment settings (else it is reported, as --kernels-only reports it: a table explores which fits)."""
+    return request.replace(memory=True, kernels_only=request.kernels_only or not request.memory)
 
 
 def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branches: bool,
@@ -141,7 +154,7 @@ def _variant_table(request: CheckRequest, variants: Sequence[str], *, from_branc
     results: list[CheckResult] = []
     skipped: list[str] = []
     for v in variants:
-        one = request.replace(target=v, memory=True, all_models=from_branches)
+        one = _tabled(request).replace(target=v, all_models=from_branches)
         try:
             got = run(one, matrix)
         except QcheckError as exc:

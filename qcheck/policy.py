@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from qcheck import validate
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.request import EngineKnobs
+from qcheck.request import EngineKnobs, Parallel
 
 if TYPE_CHECKING:
+    from qcheck.doors import Asked
     from qcheck.matrix.loader import Matrix
     from qcheck.request import CheckRequest
 
@@ -44,12 +45,15 @@ REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
 WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
-TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "require-kv-scales", "lfs-pointers", "memory",
-            "quality", "deployments", "allow-nothing-judged")
+TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "require-kv-scales", "kernels-only",
+            "lfs-pointers", "memory", "quality", "deployments", "allow-nothing-judged")
 DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
-TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales")
-MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "enforce")  # + the engine settings of qcheck.knobs.KNOBS
+TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales", "kernels-only")
+MEMORY_KEYS = ("context", "batch", "kv-cache-dtype", "tp", "pp", "ep", "enforce")  # + qcheck.knobs.KNOBS
+#: [memory] keys that set how a model is deployed: a manifest's command line sets these itself, so a policy with
+#: deployments may not (its [memory] may hold the load, ``batch``, and ``enforce``)
+DEPLOYMENT_SETTING_KEYS = ("context", "kv-cache-dtype", "tp", "pp", "ep")
 QUALITY_KEYS = ("reference", "tasks", "backend", "models", "max-length", "stride", "windows", "max-items",
                 "reference-dtype", "device", "cache-dir", "tier", "use-intervals", "simulate-engine",
                 "kv-cache-dtype", "cache-type-k", "cache-type-v", "kv-split")
@@ -87,6 +91,8 @@ class TargetSpec:
     require_kv_scales: bool = False
     #: glob patterns of model names this target applies to (None: every model)
     models: list[str] | None = None
+    #: judge the kernels only: the engine's start-up with the [memory] settings is reported, not enforced
+    kernels_only: bool = False
 
     def applies_to(self, model: ModelSpec) -> bool:
         """Whether this target judges ``model`` (``models`` patterns match its name or its path)."""
@@ -102,10 +108,12 @@ class MemorySpec:
     context: int | None = None
     batch: int = 1
     kv_cache_dtype: str | None = None
-    #: a model that does not fit fails the gate (otherwise it is only reported)
+    #: what the engine does at start-up with these settings decides (false: reported only, as kernels-only = true)
     enforce: bool = True
     #: the engine settings (gpu-memory-utilization, n-gpu-layers ...), as qcheck check's flags give them
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
+    #: the parallel layout (``tp``, ``pp``, ``ep``: qcheck check's --tp/--pp/--ep)
+    parallel: Parallel = field(default_factory=Parallel)
 
 
 @dataclass
@@ -155,10 +163,38 @@ class Policy:
     lfs_pointers: str = "error"
     base_dir: str = "."
     deployments: list[DeploymentSpec] = dataclasses.field(default_factory=list)
+    #: the top-level strictness (require-native, allow-unknown, require-kv-scales, kernels-only): every target's
+    #: default, and what the deployments are judged with
+    require_native: bool = False
+    allow_unknown: bool = False
+    require_kv_scales: bool = False
+    kernels_only: bool = False
     #: ``--allow-outside``: paths (also those a deployment's manifest names) may leave the repository
     allow_outside: bool = False
     #: ``allow-nothing-judged``: a run that judged no combination (every model a skipped LFS pointer) may pass
     allow_nothing_judged: bool = False
+
+    def asked(self, target: TargetSpec | None = None, limits: Limits = DEFAULT_LIMITS) -> Asked:
+        """What this policy asks of one ``[[targets]]`` entry (its engines, GPUs and strictness, the ``[memory]``
+        settings), or with ``target`` None of its deployments (the top-level strictness, the ``[memory]`` batch;
+        a manifest's command line is the deployment): the input of ``qcheck.doors.build_request``, as ``qcheck
+        check``'s flags are."""
+        from qcheck.doors import Asked
+        from qcheck.request import Deploy, KVCacheTypes
+
+        mem = self.memory
+        relaxed = mem is not None and not mem.enforce  # enforce = false: the start-up is reported, not enforced
+        if target is None:
+            return Asked(deploy=Deploy(batch=mem.batch if mem else 1), settings_named=True,
+                         require_native=self.require_native, allow_unknown=self.allow_unknown,
+                         require_kv_scales=self.require_kv_scales, kernels_only=self.kernels_only or relaxed,
+                         limits=limits)
+        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), mem.parallel, mem.knobs) \
+            if mem else Deploy()
+        return Asked(tuple(target.engines), tuple(target.gpus), deploy, settings_named=mem is not None,
+                     require_native=target.require_native, allow_unknown=target.allow_unknown,
+                     require_kv_scales=target.require_kv_scales, kernels_only=target.kernels_only or relaxed,
+                     limits=limits)
 
     def confinement(self) -> Confinement:
         """Where paths read for this policy may lead: its repository unless ``allow_outside``."""
@@ -166,15 +202,10 @@ class Policy:
 
     def request_for(self, model: ModelSpec, target: TargetSpec, limits: Limits = DEFAULT_LIMITS) -> CheckRequest:
         """The question the gate asks for one model on one target: the same ``CheckRequest`` ``qcheck check``
-        builds from the equivalent flags (``[memory]`` gives the context, batch and KV cache)."""
-        from qcheck.request import CheckRequest, Deploy, KVCacheTypes
+        builds from the equivalent flags (``qcheck.doors.build_request``)."""
+        from qcheck.doors import build_request
 
-        mem = self.memory
-        deploy = Deploy(mem.context, mem.batch, KVCacheTypes.parse(mem.kv_cache_dtype), knobs=mem.knobs) if mem \
-            else Deploy()
-        return CheckRequest(model.path, tuple(target.engines), tuple(target.gpus), deploy,
-                            require_native=target.require_native, allow_unknown=target.allow_unknown,
-                            require_kv_scales=target.require_kv_scales, memory=mem is not None, limits=limits)
+        return build_request(self.asked(target, limits), model.path)
 
     def to_json(self) -> dict[str, Any]:
         """The policy as resolved (globs expanded), for the gate report."""
@@ -185,9 +216,11 @@ class Policy:
             quality["kv_cache"] = self.quality.kv_cache.to_json() if self.quality.kv_cache is not None else None
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
-                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json()} if self.memory
-                           else None), "quality": quality,
+                "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json(),
+                            "parallel": self.memory.parallel.to_json()} if self.memory else None), "quality": quality,
                 "lfs_pointers": self.lfs_pointers,
+                "require_native": self.require_native, "allow_unknown": self.allow_unknown,
+                "require_kv_scales": self.require_kv_scales, "kernels_only": self.kernels_only,
                 **({"deployments": [dataclasses.asdict(d) for d in self.deployments]} if self.deployments else {})}
 
 
@@ -264,14 +297,19 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     c.keys(data, TOP_KEYS, None)
     defaults = {"require_native": c.boolean(data, "require-native", None, False),
                 "allow_unknown": c.boolean(data, "allow-unknown", None, False),
-                "require_kv_scales": c.boolean(data, "require-kv-scales", None, False)}
+                "require_kv_scales": c.boolean(data, "require-kv-scales", None, False),
+                "kernels_only": c.boolean(data, "kernels-only", None, False)}
     lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
     nothing = c.boolean(data, "allow-nothing-judged", None, False)
     deployments = _deployments(c, data.get("deployments", []), base_dir, confine)
+    memory = _memory(c, data["memory"]) if "memory" in data else None
     if deployments and "models" not in data and "targets" not in data:
-        return Policy(file=file, models=[], targets=[], lfs_pointers=lfs, base_dir=str(base_dir),
-                      deployments=deployments, allow_outside=allow_outside, allow_nothing_judged=nothing,
-                      memory=_memory(c, data["memory"]) if "memory" in data else None)
+        _deployments_only(c, data, base_dir, confine)
+        return _with_strictness(Policy(file=file, models=[], targets=[], lfs_pointers=lfs, base_dir=str(base_dir),
+                                       deployments=deployments, memory=memory, allow_outside=allow_outside,
+                                       allow_nothing_judged=nothing), defaults)
+    if deployments and memory is not None:
+        _memory_for_deployments(c, data["memory"])
     if "models" not in data:
         raise PolicyError(file, "models", "missing: list the models to gate (paths, globs or Hub ids)",
                           'models = ["models/*.gguf", "org/name"]')
@@ -288,11 +326,44 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
     if unjudged:
         raise c.fail("targets", f"no target applies to {', '.join(unjudged[:10])}: add a [[targets]] without "
                      "models, or one whose models match them")
-    memory = _memory(c, data["memory"]) if "memory" in data else None
     quality = _quality(c, data["quality"], base_dir, models, confine) if "quality" in data else None
-    return Policy(file=file, models=models, targets=targets, memory=memory, quality=quality, lfs_pointers=lfs,
-                  base_dir=str(base_dir), deployments=deployments, allow_outside=allow_outside,
-                  allow_nothing_judged=nothing)
+    return _with_strictness(Policy(file=file, models=models, targets=targets, memory=memory, quality=quality,
+                                   lfs_pointers=lfs, base_dir=str(base_dir), deployments=deployments,
+                                   allow_outside=allow_outside, allow_nothing_judged=nothing), defaults)
+
+
+def _with_strictness(policy: Policy, defaults: dict[str, bool]) -> Policy:
+    """The policy with its top-level strictness (what the deployments are judged with)."""
+    return dataclasses.replace(policy, require_native=defaults["require_native"],
+                               allow_unknown=defaults["allow_unknown"],
+                               require_kv_scales=defaults["require_kv_scales"], kernels_only=defaults["kernels_only"])
+
+
+def _memory_for_deployments(c: _Checker, raw: dict[str, Any]) -> None:
+    """A manifest's command line sets how it is deployed: a ``[memory]`` context, KV type or engine setting could
+    not apply to the policy's deployments, so it is refused rather than silently judged for the models alone."""
+    from qcheck.knobs import KNOBS
+
+    for key in (*DEPLOYMENT_SETTING_KEYS, *(k.policy_key for k in KNOBS)):
+        if key in raw:
+            raise c.fail(f"memory.{key}", "cannot apply to the policy's deployments: a manifest's command line sets "
+                         "its own context, KV cache and engine settings; keep [memory] to batch and enforce here, "
+                         "or gate the deployments with a policy of their own")
+
+
+def _deployments_only(c: _Checker, data: dict[str, Any], base_dir: Path, confine: Confinement) -> None:
+    """A policy of deployments alone: every table is still checked, and a table no deployment can use is refused
+    (``[memory]`` settings a manifest sets itself, a ``[quality]`` gate with no models to evaluate)."""
+    if "memory" in data:
+        _memory_for_deployments(c, data["memory"])
+    if "quality" in data:
+        quality = _quality(c, data["quality"], base_dir, [], confine)  # unknown keys and bad values first
+        from qcheck.readers import looks_like_repo_id
+
+        if not os.path.exists(quality.reference) and not looks_like_repo_id(quality.reference):
+            raise c.fail("quality.reference", f"{quality.reference!r}: no such directory, and not a Hub repo id")
+        raise c.fail("quality", "a quality gate evaluates the policy's models, and this policy lists none (only "
+                     "deployments): add models = [...] and [[targets]], or remove [quality]")
 
 
 def _deployments(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) -> list[DeploymentSpec]:
@@ -606,7 +677,8 @@ def _targets(c: _Checker, raw: Any, defaults: dict[str, bool]) -> list[TargetSpe
                               allow_unknown=c.boolean(entry, "allow-unknown", key, defaults["allow_unknown"]),
                               key=key, models=patterns,
                               require_kv_scales=c.boolean(entry, "require-kv-scales", key,
-                                                          defaults["require_kv_scales"])))
+                                                          defaults["require_kv_scales"]),
+                              kernels_only=c.boolean(entry, "kernels-only", key, defaults["kernels_only"])))
     return out
 
 
@@ -621,9 +693,11 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
         if kv.lower() not in KV_DTYPE_BYTES:
             raise c.fail("memory.kv-cache-dtype", f"unknown KV cache dtype {kv!r}", ", ".join(sorted(KV_DTYPE_BYTES)))
         kv = kv.lower()
+    sizes = {k: c.integer(raw, k, "memory", minimum=1, maximum=1 << 16, default=None) for k in ("tp", "pp", "ep")}
     return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
                       batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
-                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw))
+                      kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw),
+                      parallel=Parallel(**sizes))
 
 
 def _knobs(c: _Checker, raw: dict[str, Any]) -> EngineKnobs:
@@ -828,6 +902,7 @@ def starter_policy(directory: str | Path = ".") -> str:
     lines += ["", "# Defaults for every target (each [[targets]] may override them):",
               "require-native = false   # true: a slower fallback kernel fails the gate",
               "allow-unknown = false    # true: a combination without a sourced answer passes",
+              "kernels-only = false     # true: the engine's start-up with [memory] is reported, not judged",
               'lfs-pointers = "error"   # "skip": Git LFS pointer files are reported and skipped', ""]
     lines += ["# Where the models must run: engine (name or name==version) x gpu (product, architecture, sm90);",
               "# `models` (globs of model names) limits a target to some models; without it, it judges all."]
@@ -838,7 +913,8 @@ def starter_policy(directory: str | Path = ".") -> str:
         lines += ["[[targets]]", 'engine = "vllm"', 'gpu = ["h100"]']
         st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
-    lines += ["# Optional: fail when a model does not fit in one GPU's memory at this context and batch.",
+    lines += ["# Optional: the deployment's settings; a model fails when the engine would not start with them",
+              "# (kernels-only = true, at the top or per target, reports that without failing).",
               "# [memory]", "# context = 8192", "# batch = 1", '# kv-cache-dtype = "fp8"', "# enforce = true",
               "# engine settings, named as qcheck check's flags: gpu-memory-utilization = 0.9, max-num-seqs = 256,",
               '# mem-fraction-static = 0.85, n-gpu-layers = 30, parallel = 1, flash-attn = "on", fit = "off" ...', "",

@@ -130,6 +130,9 @@ class EngineKnobs:
     no_mmap: bool | None = None
     fit: bool | None = None  # --fit on/off (None: the build's default)
     n_cpu_moe: int | None = None
+    #: vLLM ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` / SGLang ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``: a context
+    #: above the model's own maximum starts (with a warning) instead of being refused at start-up
+    allow_long_context: bool | None = None
     # every engine that has them (vLLM/SGLang --dtype, --quantization): carried as the engine spells them
     dtype: str | None = None  # the activation/weight dtype asked for (vLLM --dtype half)
     quantization: str | None = None  # a quantisation method forced over the checkpoint's own (vLLM -q fp8)
@@ -199,10 +202,14 @@ class Deploy:
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
     #: what the engine refuses (or qcheck cannot judge) in the deployment as written (an engine command line)
     findings: tuple[CommandFinding, ...] = ()
+    #: the GPUs the deployment gets on its node (a manifest's ``nvidia.com/gpu`` request, the GPUs ``--gpu auto``
+    #: found); None: not stated. An engine that needs more (vLLM's world size) does not start.
+    gpus_available: int | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.context, "--context", 1, 1 << 30)
         _check_int(self.batch, "--batch", 1, 1 << 20)
+        _check_int(self.gpus_available, "GPU count", 0, 1 << 16)
         if not isinstance(self.findings, tuple):
             object.__setattr__(self, "findings", tuple(self.findings))
 
@@ -210,11 +217,20 @@ class Deploy:
         """This deployment with another batch (a front end compares what was set apart from the batch)."""
         return dataclasses.replace(self, batch=batch)
 
+    @property
+    def named(self) -> bool:
+        """Whether any setting of the deployment was named (context, batch, KV types, a parallel size, a knob):
+        then the question is about a deployment, and its start-up is part of the answer."""
+        return (self.context is not None or self.batch > 1 or self.kv_cache.given or bool(self.parallel.sizes())
+                or bool(self.knobs.given()) or bool(self.findings))
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"context": self.context, "batch": self.batch, "kv_cache": self.kv_cache.to_json(),
                "parallel": self.parallel.to_json(), "knobs": self.knobs.to_json()}
         if self.findings:
             out["findings"] = [f.to_json() for f in self.findings]
+        if self.gpus_available is not None:
+            out["gpus_available"] = self.gpus_available
         return out
 
 
@@ -279,6 +295,9 @@ class CheckRequest:
     require_kv_scales: bool = False
     #: estimate memory (and speed) per verdict; the front ends turn it on when a memory question is asked
     memory: bool = False
+    #: per verdict, the concurrent sequences at 4k-128k context for each KV type the engine accepts on the GPU
+    #: (``--capacity``, qcheck.memory.capacity; implies ``memory``)
+    capacity: bool = False
     #: every model of a directory or repo (``--all``), not one
     all_models: bool = False
     #: per GPU id, the memory to judge against instead of the catalogue's (``--gpu auto``: what is free)
@@ -288,6 +307,13 @@ class CheckRequest:
     limits: Limits = DEFAULT_LIMITS
     #: an engine command line or manifest the request was read from (None: typed as qcheck flags)
     origin: Origin | None = None
+    #: judge the kernels only (``--kernels-only``, policy ``kernels-only``): what the engine does at start-up with
+    #: the settings asked (a refusal, a lowered context, layers moved to the CPU) is reported, not part of the
+    #: status; by default it is, whenever a memory question is asked
+    kernels_only: bool = False
+    #: the host's memory bandwidth in GB/s for layers llama.cpp keeps in RAM (``--host-bandwidth``); None: the
+    #: platform's default (``qcheck.speed.HOST_BANDWIDTH_GBS``)
+    host_bandwidth_gbs: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or not self.target:
@@ -296,9 +322,21 @@ class CheckRequest:
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))
+        if self.capacity and not self.memory:  # the capacity table is memory estimates: it asks a memory question
+            object.__setattr__(self, "memory", True)
         for gpu, gib in self.gpu_memory_gib:
             if not isinstance(gib, (int, float)) or not math.isfinite(gib) or gib <= 0:
                 raise UsageError(f"GPU memory for {gpu} must be a positive number of GiB, not {gib!r}")
+        bw = self.host_bandwidth_gbs
+        if bw is not None and (not isinstance(bw, (int, float)) or isinstance(bw, bool) or not math.isfinite(bw)
+                               or not 0 < bw <= 100_000):
+            raise UsageError(f"--host-bandwidth must be GB/s in (0, 100000], not {bw!r}")
+
+    @property
+    def judges_startup(self) -> bool:
+        """Whether the engine's start-up with the settings asked decides the status (a memory question was asked
+        and the user did not ask about kernels only)."""
+        return self.memory and not self.kernels_only
 
     def replace(self, **changes: Any) -> CheckRequest:
         """A copy with some fields changed (the same question about another target, say)."""
@@ -315,8 +353,8 @@ class CheckRequest:
         """The request as the JSON outputs echo it (``request``): what was asked, after defaults are applied."""
         return {"target": self.target, "engines": list(self.engines), "gpus": list(self.gpus),
                 **self.deploy.to_json(), "require_native": self.require_native, "allow_unknown": self.allow_unknown,
-                "require_kv_scales": self.require_kv_scales,
-                "memory": self.memory, "all_models": self.all_models}
+                "require_kv_scales": self.require_kv_scales, "kernels_only": self.kernels_only,
+                "memory": self.memory, "all_models": self.all_models, "host_bandwidth_gbs": self.host_bandwidth_gbs}
 
 
 def _check_int(value: Any, name: str, minimum: int, maximum: int) -> None:

@@ -96,7 +96,11 @@ def _shape(raw: Any, at: validate.At) -> ModelShape | None:
         return None
     if not isinstance(raw, dict):
         at.fail(f"must be an object, not {_json_type(raw)}")
-    values = _counts(ModelShape, raw, at, skip={"attention", "tied_output", "from_tensors"})
+    values = _counts(ModelShape, raw, at, skip={"attention", "tied_output", "from_tensors", "rope_scaling"})
+    rope = raw.get("rope_scaling")
+    if rope is not None and (not isinstance(rope, str) or len(rope) > 32 or not rope.isascii()):
+        at.key("rope_scaling").fail("must be null or a RoPE type name of at most 32 ASCII characters")
+    values["rope_scaling"] = rope
     attention_raw = raw.get("attention")
     attention = AttentionLayout()
     if attention_raw is not None:

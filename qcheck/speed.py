@@ -20,16 +20,17 @@ the ceiling, stated, never applied) are ``[[speed_engine]]`` entries. Ceilings, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qcheck.formats import REGISTRY
+from qcheck.memory.records import SpeedEstimate
 from qcheck.model import Inspection, Verdict
 
 if TYPE_CHECKING:
     from qcheck.matrix.gpu_perf import GpuPerf, SpeedEngine
     from qcheck.matrix.schema import Arch
-    from qcheck.memory import MemoryEstimate
+    from qcheck.memory.records import MemoryEstimate
 
 _WEIGHT_ONLY = ("w4a16", "w8a16", "weight-only", "weight only", "marlin", "dequant")
 #: GGUF tensor types llama.cpp multiplies as floats (cuBLAS / the float vector kernel), not with MMQ
@@ -70,34 +71,54 @@ def compute_format(verdict: Verdict, inspection: Inspection, native: frozenset[s
     return half, "16-bit tensor cores"
 
 
-@dataclass
-class SpeedEstimate:
-    """The JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
+#: host memory bandwidth (GB/s) for the layers llama.cpp keeps in RAM (-ngl, --n-cpu-moe, --fit): they run on the CPU,
+#: which reads them at the host's memory bandwidth. Without ``--host-bandwidth`` qcheck takes the theoretical peak of
+#: the memory a GPU of that class usually sits beside (docs/memory.md, "Layers in RAM"); a ceiling like the GPU's
+#: datasheet bandwidth, not a measurement.
+HOST_BANDWIDTH_GBS: dict[str, tuple[float, str]] = {
+    "desktop": (89.6, "dual-channel DDR5-5600 (2 x 64 bit x 5600 MT/s): a desktop beside a GeForce, Radeon or Arc "
+                      "card"),
+    "server": (307.2, "8-channel DDR5-4800 (8 x 64 bit x 4800 MT/s): a server beside a data-center GPU"),
+}
+#: product id prefixes of cards that sit in desktops and workstations
+_DESKTOP_PREFIXES = ("rtx-", "gtx-", "rx-", "arc-", "titan")
 
-    label: str
-    decode_tokens_per_s: float | None
-    prefill_tokens_per_s: int | None
-    bytes_per_step: int
-    batch: int
-    bandwidth_gbs: float
-    compute_format: str
-    compute_why: str
-    tflops: float | None
-    active_parameters: int | None
-    formula: str
-    source: str
-    calibration: str  # how far measured speeds stayed below such ceilings (stated, not applied)
-    summary: str = ""
-    #: the engine's least time per decode step and per prefill step (ms), what bounds decode, where they come from
-    floor_ms: float | None = None
-    prefill_floor_ms: float | None = None
-    decode_bound: str = "bandwidth"  # bandwidth | floor
-    bandwidth_tokens_per_s: float | None = None  # the decode ceiling from bandwidth alone
-    floor_basis: str | None = None
-    floor_source: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+def host_bandwidth(gpu: str | None, given: float | None = None) -> tuple[float, str]:
+    """The host memory bandwidth (GB/s) layers in RAM decode at, and where it comes from: ``--host-bandwidth``, else
+    the named default of the GPU's platform (``HOST_BANDWIDTH_GBS``)."""
+    if given is not None:
+        return float(given), "--host-bandwidth"
+    platform = "desktop" if (gpu or "").startswith(_DESKTOP_PREFIXES) else "server"
+    gbs, why = HOST_BANDWIDTH_GBS[platform]
+    return gbs, f"qcheck's {platform} default, {why} (--host-bandwidth sets yours)"
+
+
+@dataclass(frozen=True)
+class _DecodeStep:
+    """What one decode step reads, from the GPU and from RAM, and how long that takes at their bandwidths."""
+
+    gpu_bytes: float
+    ram_bytes: float
+    seconds: float
+    host_gbs: float | None = None
+    host_basis: str | None = None
+
+
+def _decode_step(memory: MemoryEstimate, bandwidth_gbs: float, batch: int, gpu: str | None,
+                 host_given: float | None) -> _DecodeStep:
+    """Weights read once per step (MoE: the active experts) and each sequence's KV cache at the context; under a
+    split that keeps layers in RAM (the user's -ngl/--n-cpu-moe, or the plan the engine applies when the model does
+    not fit), those layers' weights and KV are read from RAM at host bandwidth, the rest from the GPU."""
+    kv = batch * float(memory.kv_bytes_per_token or 0) * int(memory.context or 0)
+    weights = memory.active_weight_bytes if memory.active_weight_bytes is not None else memory.weights_bytes
+    plan = memory.offload
+    if plan is None or not (plan.user_set or memory.fits is False) or not (plan.ram_read_bytes or plan.ram_kv_share):
+        return _DecodeStep(weights + kv, 0.0, (weights + kv) / (bandwidth_gbs * 1e9))
+    host_gbs, basis = host_bandwidth(gpu, host_given)
+    on_gpu = plan.gpu_read_bytes + kv * (1 - plan.ram_kv_share)
+    in_ram = plan.ram_read_bytes + kv * plan.ram_kv_share
+    return _DecodeStep(on_gpu, in_ram, on_gpu / (bandwidth_gbs * 1e9) + in_ram / (host_gbs * 1e9), host_gbs, basis)
 
 
 def _floor(engine: SpeedEngine | None, engines: dict[str, SpeedEngine]) -> SpeedEngine | None:
@@ -108,7 +129,8 @@ def _floor(engine: SpeedEngine | None, engines: dict[str, SpeedEngine]) -> Speed
 
 
 def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstimate, perf: GpuPerf, arch: Arch,
-                   speed: tuple[SpeedEngine | None, dict[str, SpeedEngine]]) -> SpeedEstimate:
+                   speed: tuple[SpeedEngine | None, dict[str, SpeedEngine]],
+                   host_bandwidth_gbs: float | None = None) -> SpeedEstimate:
     """The ``speed`` record for one verdict: ``perf`` is the GPU's ``[[perf]]`` entry, ``arch`` its architecture,
     ``speed`` the engine's ``[[speed_engine]]`` entry (None: the engine has none) and all of them."""
     own, engines = speed
@@ -116,11 +138,9 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstim
     fmt, why = compute_format(verdict, inspection, arch.native_formats)
     batch = int(memory.batch or 1)
     layers = (inspection.shape.n_layers if inspection.shape is not None else 0) or inspection.num_layers or 1
-    per_token_kv = float(memory.kv_bytes_per_token or 0) * int(memory.context or 0)
-    weights_read = memory.active_weight_bytes if memory.active_weight_bytes is not None else memory.weights_bytes
-    step_bytes = weights_read + batch * per_token_kv
-    bw = perf.bandwidth_gbs * 1e9
-    ceiling = batch * bw / step_bytes if step_bytes else None
+    step = _decode_step(memory, perf.bandwidth_gbs, batch, verdict.gpu, host_bandwidth_gbs)
+    step_bytes = step.gpu_bytes + step.ram_bytes
+    ceiling = batch / step.seconds if step.seconds > 0 else None
     floor_ms = floor.decode_floor_ms(layers) if floor is not None else None
     decode = ceiling
     if ceiling is not None and floor_ms is not None:
@@ -139,14 +159,16 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstim
         prefill_tokens_per_s=None if prefill is None else round(prefill),
         bytes_per_step=int(step_bytes), batch=batch, bandwidth_gbs=perf.bandwidth_gbs,
         compute_format=fmt, compute_why=why, tflops=tflops, active_parameters=active_params,
-        formula="decode <= batch / max(bytes per step / bandwidth, step floor); prefill <= min(TFLOPS(format) / "
-                "(2 x active parameters), tokens per step / prefill step floor)",
+        formula="decode <= batch / max(GPU bytes per step / bandwidth + RAM bytes per step / host bandwidth, step "
+                "floor); prefill <= min(TFLOPS(format) / (2 x active parameters), tokens per step / prefill step "
+                "floor)",
         source=perf.source_of("bandwidth_gbs", *([flops_key] if flops_key else [])),
         calibration=own.calibration if own is not None else NO_CALIBRATION.format(engine=verdict.engine),
         floor_ms=None if floor_ms is None else round(floor_ms, 3),
         prefill_floor_ms=None if prefill_floor is None else round(prefill_floor, 3),
         decode_bound="floor" if decode is not None and ceiling is not None and decode < ceiling else "bandwidth",
         bandwidth_tokens_per_s=None if ceiling is None else round(ceiling, 1),
+        ram_bytes_per_step=int(step.ram_bytes), host_bandwidth_gbs=step.host_gbs, host_bandwidth_basis=step.host_basis,
         floor_basis=floor.floor_basis if floor is not None else None,
         floor_source=(floor.floor_source if own is not None else
                       f"{verdict.engine} has no floor of its own: {FAMILY_NAMES.get(floor.formula, floor.formula)}'s, "
@@ -154,6 +176,10 @@ def estimate_speed(verdict: Verdict, inspection: Inspection, memory: MemoryEstim
     )
     out.summary = _summary(out, verdict, memory, perf, step_bytes, layers, own, floor)
     return out
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.2f} MB"
 
 
 def _summary(out: SpeedEstimate, verdict: Verdict, memory: MemoryEstimate, perf: GpuPerf, step_bytes: float,
@@ -167,6 +193,12 @@ def _summary(out: SpeedEstimate, verdict: Verdict, memory: MemoryEstimate, perf:
                          "per-step floor "
                          f"{out.floor_ms:g} ms{f' x batch {batch}' if batch > 1 else ''}; bandwidth alone: "
                          f"{out.bandwidth_tokens_per_s:,.0f})")
+        elif out.ram_bytes_per_step and out.host_bandwidth_gbs:
+            on_gpu = step_bytes - out.ram_bytes_per_step
+            where = (f"{_gb(on_gpu)} on the GPU at {perf.bandwidth_gbs:g} GB/s + " if on_gpu >= 1e6 else "") + \
+                f"{_gb(out.ram_bytes_per_step)} in RAM at {out.host_bandwidth_gbs:g} GB/s host bandwidth"
+            parts.append(f"decode <= {out.decode_tokens_per_s:,.0f} tok/s ({where} per step"
+                         f"{f' x batch {batch}' if batch > 1 else ''})")
         else:
             parts.append(f"decode <= {out.decode_tokens_per_s:,.0f} tok/s ({perf.bandwidth_gbs:g} GB/s / {step} per "
                          f"step{f' x batch {batch}' if batch > 1 else ''})")

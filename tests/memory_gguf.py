@@ -61,9 +61,11 @@ def _vocab(writer: Any, n_vocab: int) -> None:
     writer.add_eos_token_id(2)
 
 
-def write_model(path: Path, a: Arch, wtype: str = "F16") -> Path:
-    """Write ``path``: a GGUF of architecture ``a.arch`` (llama, qwen2, qwen3, qwen3moe, gemma3), its matrices
-    in ``wtype`` (F16, or a block type gguf-py can quantise: Q8_0, Q4_0)."""
+def write_model(path: Path, a: Arch, wtype: str = "F16", expert_wtype: str | None = None) -> Path:
+    """Write ``path``: a GGUF of architecture ``a.arch`` (llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss: attention
+    sinks, biases, every other layer sliding), its matrices in ``wtype`` (F16, or a block type gguf-py can quantise:
+    Q8_0, Q4_0) and its routed experts in ``expert_wtype`` when given (any block type, e.g. MXFP4 as GPT-OSS ships
+    them: zero blocks written as raw bytes, so a full-width expert costs no quantising)."""
     import gguf
     import numpy as np
     from gguf.quants import quantize
@@ -91,10 +93,18 @@ def write_model(path: Path, a: Arch, wtype: str = "F16") -> Path:
         w.add_expert_feed_forward_length(a.n_ff_exp)
     if a.swa:
         w.add_sliding_window(a.swa)
+    if a.arch == "gpt-oss":  # attention sinks, biases everywhere, every other layer sliding (llama.cpp openai_moe)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
     _vocab(w, a.n_vocab)
 
     def t(name: str, *shape: int) -> None:
-        if len(shape) == 1:
+        if expert_wtype and "_exps.weight" in name:
+            etype = gguf.GGMLQuantizationType[expert_wtype]
+            block, size = gguf.GGML_QUANT_SIZES[etype]
+            w.add_tensor(name, np.zeros((*shape[:-1], shape[-1] // block * size), dtype=np.uint8), raw_dtype=etype)
+        elif len(shape) == 1:
             w.add_tensor(name, np.zeros(shape, dtype=np.float32))
         elif qtype == gguf.GGMLQuantizationType.F16 or shape[-1] % 32:
             w.add_tensor(name, np.zeros(shape, dtype=np.float16))
@@ -113,7 +123,11 @@ def write_model(path: Path, a: Arch, wtype: str = "F16") -> Path:
         t(p + "attn_k.weight", a.n_head_kv * hd, e)
         t(p + "attn_v.weight", a.n_head_kv * hd, e)
         t(p + "attn_output.weight", e, a.n_head * hd)
-        if a.arch == "qwen2":
+        if a.arch == "gpt-oss":
+            t(p + "attn_output.bias", e)
+            t(p + "attn_sinks.weight", a.n_head)
+            t(p + "post_attention_norm.weight", e)
+        if a.arch in ("qwen2", "gpt-oss"):
             t(p + "attn_q.bias", a.n_head * hd)
             t(p + "attn_k.bias", a.n_head_kv * hd)
             t(p + "attn_v.bias", a.n_head_kv * hd)
@@ -123,7 +137,13 @@ def write_model(path: Path, a: Arch, wtype: str = "F16") -> Path:
         if a.arch == "gemma3":
             t(p + "post_attention_norm.weight", e)
             t(p + "post_ffw_norm.weight", e)
-        t(p + "ffn_norm.weight", e)
+        if a.arch != "gpt-oss":
+            t(p + "ffn_norm.weight", e)
+        if a.arch == "gpt-oss":
+            t(p + "ffn_gate_inp.bias", a.n_expert)
+            t(p + "ffn_gate_exps.bias", a.n_expert, a.n_ff_exp)
+            t(p + "ffn_up_exps.bias", a.n_expert, a.n_ff_exp)
+            t(p + "ffn_down_exps.bias", a.n_expert, e)
         if a.n_expert:
             t(p + "ffn_gate_inp.weight", a.n_expert, e)
             t(p + "ffn_gate_exps.weight", a.n_expert, a.n_ff_exp, e)
@@ -177,13 +197,11 @@ def load_buffers(path: Path, n_ctx: int, n_ubatch: int = 512, n_batch: int | Non
 
     _KEEP.append(on_log)  # the C side holds the pointer for the process lifetime
     llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
-    from qcheck.eval.runners.llamacpp import without_weight_repacking
-
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
-    with without_weight_repacking():
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    mparams.use_extra_bufts = False  # --no-repack: no CPU_REPACK copies (MXFP4 experts are repacked otherwise)
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}: {''.join(lines)[-2000:]}")
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from qcheck.deploy.cmdline import parse_command
-from qcheck.deploy.front import QcheckFlags, request_from_command
+from qcheck.doors import Asked, build_request
 from qcheck.errors import UsageError
 from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 from support.contract import validate
@@ -36,7 +36,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def request(cmd: str, target: str | None = None):
-    return request_from_command([cmd], QcheckFlags(target, gpus=("h100",)))
+    return build_request(Asked(gpus=("h100",)), target, command=[cmd])
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -166,9 +166,9 @@ def test_library_name_needs_a_path() -> None:
 
 def test_qcheck_flags_beside_a_command_are_refused() -> None:
     with pytest.raises(UsageError, match="in the engine command"):
-        request_from_command(["vllm serve org/m"], QcheckFlags(gpus=("h100",), deploy=Deploy(context=5)))
+        build_request(Asked(gpus=("h100",), deploy=Deploy(context=5)), command=["vllm serve org/m"])
     with pytest.raises(UsageError, match="runs vllm"):
-        request_from_command(["vllm serve org/m"], QcheckFlags(engines=("sglang",), gpus=("h100",)))
+        build_request(Asked(engines=("sglang",), gpus=("h100",)), command=["vllm serve org/m"])
 
 
 # ------------------------------------------------------------------------------------------ whole CLI

@@ -2,8 +2,8 @@
 Through the real CLI, in a temporary git repository.
 
 - item 6: ``require-native``, ``require-kv-scales`` and ``[quality]`` must hold for ``deployments`` as for
-  ``models``. The fix belongs to issue #30 (the policy -> request -> outcome path); until it is on main these tests
-  are strict xfails that document the expected behaviour (the lead flips them at merge).
+  ``models``. Fixed by issue #30 (the policy -> request -> outcome path: ``Policy.asked``); these tests were strict
+  xfails until that fix reached main.
 - item 11: a gate that judged nothing (every model a skipped Git LFS pointer) fails unless the policy says
   ``allow-nothing-judged = true``.
 """
@@ -15,12 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from support.gate_helpers import LFS_POINTER, qcheck
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-FIXED_BY_30 = pytest.mark.xfail(strict=True, reason="fixed by issue 30")
 
 K8S = """apiVersion: apps/v1
 kind: Deployment
@@ -66,14 +63,12 @@ def test_control_a_fallback_deployment_passes_without_require_native(tmp_path: P
     assert data["models"][0]["verdicts"][0]["status"] == "fallback"
 
 
-@FIXED_BY_30
 def test_require_native_holds_for_deployments(tmp_path: Path) -> None:
     res, data = _gate(_repo(tmp_path, "NVIDIA-A100-SXM4-80GB"), "require-native = true")
     assert data["models"][0]["verdicts"][0]["status"] == "fallback"
     assert res.returncode == 1, "require-native = true, and the deployment only runs through a fallback"
 
 
-@FIXED_BY_30
 def test_require_kv_scales_holds_for_deployments(tmp_path: Path) -> None:
     """``--kv-cache-dtype fp8`` on a checkpoint without KV-cache scales: vLLM uses scales of 1.0; the policy
     requires real ones."""
@@ -83,7 +78,6 @@ def test_require_kv_scales_holds_for_deployments(tmp_path: Path) -> None:
     assert res.returncode == 1, "require-kv-scales = true, and the checkpoint ships no KV-cache scales"
 
 
-@FIXED_BY_30
 def test_quality_is_validated_when_only_deployments_are_given(tmp_path: Path) -> None:
     root = _repo(tmp_path, "NVIDIA-H100-80GB-HBM3")
     res, _ = _gate(root, "", '[quality]\nbogus-key = 1\nreference = "nowhere"\n')

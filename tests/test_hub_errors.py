@@ -219,17 +219,23 @@ def test_listing_and_headers_are_bounded_by_the_limits(hub, tmp_path):
 
 def test_cli_check_of_a_hub_repo_with_memory_fit(hub):
     sha = hub.add_repo("nvidia/tiny", sharded_repo(2))
-    proc = _run_cli("nvidia/tiny", "--engine", "vllm", "--gpu", "h100", "--context", "4096", "--json",
+    proc = _run_cli("nvidia/tiny", "--engine", "vllm", "--gpu", "h100", "--context", "2048", "--json",
                     env=_env(hub))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["inspection"]["revision"] == sha
     mem = data["verdicts"][0]["memory"]
-    # config.json: 6 layers x 1 KV head x head_dim 64/4 = 16, K+V, bfloat16, 4096 tokens
-    assert mem["kv_cache_bytes"] == 6 * 1 * 16 * 2 * 2 * 4096
+    # config.json: 6 layers x 1 KV head x head_dim 64/4 = 16, K+V, bfloat16, 2048 tokens
+    assert mem["kv_cache_bytes"] == 6 * 1 * 16 * 2 * 2 * 2048
     # the H100's memory as its driver reports it to vLLM (matrices/gpus.toml: 79.19 GiB), not the marketed 80
     assert mem["fits"] is True and mem["gpu_memory_bytes"] == int(79.19 * 1024**3)
     assert len(hub.requests(r"^/api/models/nvidia/tiny")) == 1  # the checkpoint is read once
+    # 4096 tokens is above the model's max_position_embeddings 2048: vLLM does not start with it
+    proc = _run_cli("nvidia/tiny", "--engine", "vllm", "--gpu", "h100", "--context", "4096", "--json",
+                    env=_env(hub))
+    startup = json.loads(proc.stdout)["verdicts"][0]["startup"]
+    assert proc.returncode == 1 and startup["outcome"] == "does-not-start", proc.stdout
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in startup["message"]
 
 
 def test_a_retry_says_so_on_stderr(hub, capsys):

@@ -1,7 +1,9 @@
-"""No import cycles inside the package: found statically (ast), so a lazy import inside a function counts too.
+"""No import cycles inside the package: found statically (ast), every import counted: at module level, inside a
+function, and under ``if TYPE_CHECKING:``.
 
-A cycle means two modules cannot be understood (or loaded) one without the other; a function-level import
-that closes a cycle only hides it. ``if TYPE_CHECKING:`` imports are left out: they never run.
+A cycle means two modules cannot be understood (or loaded) one without the other; a function-level import that
+closes a cycle only hides it, and a ``TYPE_CHECKING`` import that closes one is the same knot in the types (records
+belong below the code that computes them, so the code imports the records and never the other way).
 """
 
 from __future__ import annotations
@@ -20,25 +22,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(path: Path, modules: set[str]) -> set[str]:
     """The package modules ``path`` imports (``from a import b`` counts ``a.b`` when that is a module)."""
     name = _module_name(path)
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(tree):  # every import: module level, in functions, under TYPE_CHECKING
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -117,3 +107,5 @@ def test_the_finder_finds_a_cycle():
     assert find_cycles({"a": {"b"}, "b": set()}) == []
     graph = import_graph()
     assert "qcheck.hub.target" in graph["qcheck.readers"]  # the graph sees real imports, lazy ones included
+    assert "qcheck.memory.records" in graph["qcheck.model"]  # and imports for the types only (TYPE_CHECKING)
+    assert "qcheck.matrix.deployment" in graph["qcheck.matrix.parallel"]

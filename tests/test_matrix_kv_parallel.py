@@ -177,9 +177,15 @@ def test_kv_and_layout_through_qcheck_check(files, monkeypatch, capsys) -> None:
                         "--kv-cache-dtype", "nvfp4")
     assert code == 0 and doc["verdicts"][0]["status"] == "native"
     code, doc = run_cli(monkeypatch, capsys, files["exl2"], "--engine", "exllamav2", "--gpu", "rtx-4090",
-                        "--kv-cache-dtype", "q6")
+                        "--kv-cache-dtype", "q6", "--kernels-only")
     assert code == 0 and [d["status"] for d in doc["verdicts"][0]["dimensions"] if d["dimension"] == "kv-cache"] \
         == ["native"]
+    # without --kernels-only the KV type is a deployment setting: exllamav2 has no memory data, so whether it starts
+    # is unknown, never "it runs"
+    code, doc = run_cli(monkeypatch, capsys, files["exl2"], "--engine", "exllamav2", "--gpu", "rtx-4090",
+                        "--kv-cache-dtype", "q6")
+    startup = doc["verdicts"][0]["startup"]
+    assert code == 1 and startup["outcome"] == "unknown" and "no memory data" in startup["message"]
 
 
 # ------------------------------------------------------------------------------ parallel layouts

@@ -195,6 +195,17 @@ def test_dequantising_fallback_counts_bf16_weights():
     assert deq.weights_bytes == int(4_920_000_000 * 16 / 4.89)
 
 
+def _vllm_peak(tokens: int, rows: int, hidden: int, ff: int, vocab: int) -> int:
+    """vLLM 0.21+'s profile peak written out from its operations (qcheck/memory/vllm_profile.py derives the same):
+    the sampler run holds the BF16 logits of ``rows`` rows, their FP32 copy and FlashInfer's top-k mask and
+    probabilities (2 + 4 + 4 + 4 B per vocabulary entry) beside the forward pass's hidden states and the sampled
+    rows' two copies; the forward pass holds 4 hidden-sized and 3 feed-forward-sized BF16 activations per token; the
+    cuBLAS workspace adds 32 MiB."""
+    sampler = rows * vocab * 14 + tokens * hidden * 2 + 2 * rows * hidden * 2
+    forward = tokens * (4 * hidden + 3 * ff) * 2
+    return max(sampler, forward) + 32 * 2**20
+
+
 def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     ins = _ins(LLAMA_70B, size=141_100_000_000, params=70_550_000_000)
     # an H100 as CUDA reports it (gpus.toml capacity), vLLM 0.33's defaults
@@ -204,21 +215,26 @@ def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     kv = 2 * 80 * 8 * 128 * 2 * 8192  # 2.5 GiB
     assert est.kv_cache_bytes == kv
     parts = {p.name: p.bytes for p in est.parts}
-    # the profile run at the >= 70 GiB defaults (8192 tokens, 1024 sequences): the sampler's 1024 rows x vocab, or the
-    # forward pass at 8192 tokens when larger (here: ff 4 x 8192 = 32768 at one GPU)
-    sampler = int(1024 * 128256 * vllm.get("sampler_bytes_per_row"))
-    forward = int(8192 * (vllm.get("forward_bytes_per_token_hidden") * 8192
-                          + vllm.get("forward_bytes_per_token_ff") * 32768))
-    assert parts["activation peak"] == max(sampler, forward) == est.activation_bytes
+    # the profile run at the >= 70 GiB defaults (8192 tokens, 1024 sequences): on one GPU the forward pass (no
+    # intermediate_size in this config: ff 4 x 8192) beats the sampler's 1024 rows
+    peak = _vllm_peak(8192, 1024, 8192, 4 * 8192, 128256)
+    assert peak == 8192 * (4 * 8192 + 3 * 4 * 8192) * 2 + 32 * 2**20
+    assert parts["activation peak"] == peak == est.activation_bytes
     assert parts["non-torch"] == vllm.get("non_torch_mib") * 2**20
-    assert parts["CUDA graphs"] == 80 * vllm.get("graph_mib_per_layer") * 2**20
+    # vLLM's CUDA-graph estimate: 51 capture sizes (1, 2, 4, 8 ... 248, 256 ... 512) at 80 layers
+    assert parts["CUDA graphs"] == int((119 + 0.404 * 50 * 80) * 2**20)
     assert est.fixed_bytes == parts["non-torch"] + parts["CUDA graphs"]
-    # at 2 GPUs each holds half the weights and KV heads, the sampler's peak and the all-reduce buffers: 1.3 GiB
-    # short of gpu_memory_utilization 0.92, so 4 (vLLM 0.33 would log a KV pool smaller than one 8k request)
-    assert est.fits is False and est.gpus_needed == 4 and est.parallelism == "tensor"
+    assert est.fits is False and est.parallelism == "tensor"
+    # at 2 GPUs each holds half the weights and KV heads and half the MLP, so the sampler's peak (logits are
+    # gathered whole on every rank) takes over; an H100 adds 2.2 GiB of NCCL NVLink SHARP and all-reduce buffers
     two = estimate(ins, context=8192, config=LLAMA_70B, engine="vllm", gpu_memory_gib=H100, tp=2)
-    at2 = 141_100_000_000 // 2 + kv // 2 + sampler + vllm.get("non_torch_mib_multi_gpu") * 2**20 + parts["CUDA graphs"]
-    assert two.per_gpu_bytes == at2 and two.fits is False
+    peak2 = _vllm_peak(8192, 1024, 8192, 2 * 8192, 128256)
+    assert peak2 == 1024 * 128256 * 14 + 8192 * 8192 * 2 + 2 * 1024 * 8192 * 2 + 32 * 2**20
+    assert vllm.get("non_torch_mib_multi_gpu") == 2250 and "h100" in vllm.get("nvls_gpus")
+    at2 = 141_100_000_000 // 2 + kv // 2 + peak2 + 2250 * 2**20 + parts["CUDA graphs"]
+    assert two.per_gpu_bytes == at2
+    # 72.75 GiB of 72.85 usable at 0.92: two GPUs do
+    assert at2 <= two.usable_bytes and two.fits is True and est.gpus_needed == 2
     # with --gpu-memory-utilization 0.95 two GPUs do
     from qcheck.request import EngineKnobs
 
@@ -228,10 +244,7 @@ def test_fit_and_tensor_parallel_count_for_llama_70b_bf16_on_h100():
     # 4 KV heads only: tensor parallelism stops at 4 GPUs, which is not enough on a 24 GiB card
     few_heads = dict(LLAMA_70B, num_key_value_heads=4)
     est = estimate(ins, context=8192, config=few_heads, engine="vllm", gpu_memory_gib=24)
-    small_forward = int(2048 * (vllm.get("forward_bytes_per_token_hidden") * 8192
-                                + vllm.get("forward_bytes_per_token_ff") * 32768))
-    small_sampler = int(256 * 128256 * vllm.get("sampler_bytes_per_row"))
-    assert est.activation_bytes == max(small_forward, small_sampler)  # 2048 tokens, 256 sequences below 70 GiB
+    assert est.activation_bytes == _vllm_peak(2048, 256, 8192, 4 * 8192, 128256)  # 2048 tokens, 256 rows below 70 GiB
     assert est.fits is False and est.gpus_needed is None and est.max_gpus == 4
     assert "not even on 4" in est.summary()
 
@@ -290,11 +303,11 @@ def test_apply_memory_fills_each_verdict_on_hardware():
     apply_memory(verdicts, ins, Deploy(context=8192), load_matrix(), {"h100": 80.0}.get)
     h100, ampere, hosted, marlin = verdicts
     # the H100 as the CUDA driver reports it (79.19 GiB), vLLM 0.33's gpu_memory_utilization 0.92 of that: at 2 GPUs
-    # the per-GPU weights, KV heads, sampler peak, all-reduce buffers and CUDA graphs are 0.3 GiB too many
-    assert h100.memory.gpus_needed == 4 and h100.memory.fits is False
+    # the per-GPU weights, KV heads, sampler peak, NVLink SHARP buffers and CUDA graphs take 72.7 of 72.9 GiB
+    assert h100.memory.gpus_needed == 2 and h100.memory.fits is False
     assert h100.memory.kv_cache_bytes == 2 * 80 * 8 * 128 * 2 * 8192
-    assert "memory: needs 138.3 GiB, more than one h100 (72.9 GiB usable); 4 GPUs would (tensor)" in h100.warnings
-    assert h100.memory.summary().startswith("needs 138.3 GiB on one GPU")
+    assert "memory: needs 137.9 GiB, more than one h100 (72.9 GiB usable); 2 GPUs would (tensor)" in h100.warnings
+    assert h100.memory.summary().startswith("needs 137.9 GiB on one GPU")
     assert h100.memory.capacity.startswith("79.19 GiB as the driver reports a h100 (81,559 MiB in nvidia-smi)")
     assert h100.memory.capacity_basis == "driver" and h100.memory.engine_version == "0.33.0"
     assert ampere.memory.fits is None and "GPU product" in ampere.memory.note

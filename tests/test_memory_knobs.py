@@ -114,9 +114,11 @@ def test_vllm_enforce_eager_and_batch_settings_change_the_overhead() -> None:
     fewer = estimate(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=H100,
                      knobs=EngineKnobs(max_num_seqs=64))
     act = next(p.bytes for p in fewer.parts if p.name == "activation peak")
-    forward = int(8192 * (mem.get("forward_bytes_per_token_hidden") * 4096 + mem.get("forward_bytes_per_token_ff")
-                          * 14336))
-    assert act == max(int(64 * 128256 * mem.get("sampler_bytes_per_row")), forward)  # 64 rows: the forward pass
+    # 64 rows: the forward pass (4 hidden-sized and 3 feed-forward-sized BF16 activations per token) sets the peak
+    forward = 8192 * (4 * 4096 + 3 * 14336) * 2
+    sampler = 64 * 128256 * 14 + 8192 * 4096 * 2 + 2 * 64 * 4096 * 2
+    assert forward > sampler
+    assert act == forward + int(mem.get("cublas_workspace_mib")) * 2**20
     roomy = estimate(_ins(), context=8192, config=LLAMA_8B, engine="vllm", gpu_memory_gib=H100,
                      knobs=EngineKnobs(gpu_memory_utilization=0.95))
     assert roomy.usable_bytes == math.ceil(int(H100 * GIB) * 0.95)

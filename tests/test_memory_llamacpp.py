@@ -1,7 +1,8 @@
 """qcheck's llama.cpp memory formula against llama.cpp's own buffer log.
 
 Tiny GGUFs of several architectures (llama GQA/MHA, qwen2 with biases, qwen3 with head_dim != n_embd/n_head,
-qwen3moe, gemma3 with sliding-window layers and tied output), vocabularies and sizes are loaded on the CPU by
+qwen3moe, gemma3 with sliding-window layers and tied output, gpt-oss with attention sinks, biases and every other
+layer sliding), vocabularies and sizes are loaded on the CPU by
 llama-cpp-python at several contexts and ubatch sizes; llama.cpp logs its model, KV cache, compute and output
 buffers. The stated tolerance (docs/memory.md):
 
@@ -42,6 +43,8 @@ ARCHS = [
          n_expert_used=2, n_ff_exp=64),
     Arch("gemma3", n_embd=128, n_layer=6, n_head=4, n_head_kv=1, n_ff=256, n_vocab=2000, head_dim=64, swa=512,
          tied=True),
+    Arch("gpt-oss", n_embd=128, n_layer=4, n_head=8, n_head_kv=2, n_ff=96, n_vocab=2000, head_dim=32, n_expert=8,
+         n_expert_used=2, n_ff_exp=96, swa=128),
 ]
 LOADS = [(1024, 512, True), (4096, 512, False), (4096, 128, True), (2000, 256, False), (2048, 2048, True)]
 
@@ -163,3 +166,36 @@ def test_llama_server_reserves_fewer_output_rows_than_the_library(tmp_path):
     old = _predict(path, 2048, 512, True)[1]
     for got, want in ((new["compute buffer"], server.compute), (old["compute buffer"], library.compute)):
         assert abs(got / MIB - want) <= COMPUTE_REL * want + COMPUTE_ABS, (got / MIB, want)
+
+
+#: GPT-OSS's attention and MoE shapes (2880 hidden, 64 x 64 query heads, 8 KV heads, 4 experts of 2880 routed per
+#: token, a 128-token window on every other layer), experts in MXFP4 as the published GGUFs hold them; two layers (one
+#: sliding, one full) and a small vocabulary keep the file at 175 MB: the compute buffer depends on neither
+GPT_OSS_SHAPED = Arch("gpt-oss", n_embd=2880, n_layer=2, n_head=64, n_head_kv=8, n_ff=2880, n_vocab=2000, head_dim=64,
+                      n_expert=4, n_expert_used=4, n_ff_exp=2880, swa=128, n_ctx_train=131072)
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_shaped(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("oss") / "gpt-oss-shaped.gguf", GPT_OSS_SHAPED, wtype="Q8_0",
+                       expert_wtype="MXFP4")
+
+
+@pytest.mark.parametrize("n_ctx", [4096, 16384, 31744])
+def test_gpt_oss_compute_buffer_as_llama_server_builds_it(gpt_oss_shaped, n_ctx):
+    """llama-server's defaults (4 slots on one pool, one output row each, no repacking, flash attention): the FFN
+    stage holds the 4 routed experts' gate, up and activated product (3 x 4 x 2880), three hidden-sized tensors and
+    the attention output (64 x 64) per ubatch token in F32, beside both attention masks (the full one over n_ctx
+    cells, the sliding one over 4 x 128 + 512). At 31744 cells llama.cpp logs 124.39 MiB (the figure a user's
+    gpt-oss-20b log shows: 124.4); the formula before it counted 4 hidden-sized tensors and no attention output."""
+    measured = load_buffers(gpt_oss_shaped, n_ctx=n_ctx, n_ubatch=512, flash_attn=True, n_seq=4, kv_unified=True,
+                            n_outputs_max=4)
+    est, parts = _predict_server(gpt_oss_shaped, n_ctx, EngineKnobs(flash_attn=True))
+    t, mask = 512, (n_ctx * 512 + (4 * 128 + 512) * 512) * 2
+    assert parts["compute buffer"] == t * (3 * 4 * 2880 + 3 * 2880 + 64 * 64) * 4 + mask
+    assert parts["compute buffer"] / MIB == pytest.approx(measured.compute, abs=0.02)
+    # one full layer over n_ctx cells and one sliding layer over 4 x 128 + 512 cells, 8 x 64 K and V in F16
+    assert est.kv_cache_bytes == (n_ctx + 4 * 128 + 512) * 8 * 64 * 2 * 2
+    assert est.kv_cache_bytes / MIB == pytest.approx(measured.kv, abs=0.01)
+    assert parts["output buffer"] / MIB == pytest.approx(measured.output, abs=0.01)
+    assert est.weights_bytes / MIB == pytest.approx(measured.model, rel=0.005, abs=1.0)

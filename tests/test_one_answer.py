@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,249 @@ def test_engine_settings_reach_the_pipeline_alike_from_every_front_end(models: d
         plain = pipeline.run(CheckRequest(str(model), (engine,), (gpu,), Deploy(context=CONTEXT, batch=1), memory=True))
         rec.take()
         assert _answer(plain) != _answer(a_api), (name, engine)  # the settings changed the estimate
+
+
+# ------------------------------------------------------------------------------------------ every door
+# The definition of "one answer" (issue 30): questions generated over models (GGUF and safetensors; dense, MoE, MLA,
+# sliding window), engines and versions, GPUs, deployment settings and strictness, each asked through every door
+# that can express it; every door must give the same status, start-up, memory figures, fit and pass/fail. In
+# process (CliRunner), so the whole grid runs in seconds.
+
+@dataclass(frozen=True)
+class Question:
+    model: str  # a key of the ``models`` fixture
+    engine: str  # name==version (the manifests name the release by their image tag)
+    gpu: str
+    context: int | None = None
+    kv: str | None = None
+    tp: int | None = None
+    batch: int = 1
+    knobs: tuple[tuple[str, Any], ...] = ()  # (EngineKnobs field, value as the flag takes it)
+    strict: tuple[str, ...] = ()  # policy keys: require-native, require-kv-scales, allow-unknown, kernels-only
+
+    @property
+    def engine_id(self) -> str:
+        return self.engine.split("==")[0]
+
+    @property
+    def version(self) -> str | None:
+        return self.engine.partition("==")[2] or None
+
+
+QUESTIONS = [
+    Question("gqa-bf16", "vllm==0.34.0", "h100", context=32768, knobs=(("gpu_memory_utilization", 0.85),)),
+    Question("gqa-bf16", "vllm==0.11.0", "a100", context=131072, tp=2, knobs=(("max_num_seqs", 64),),
+             strict=("require-native",)),
+    Question("mla-fp8-block", "vllm==0.34.0", "h100", context=65536, kv="fp8", strict=("require-kv-scales",)),
+    Question("mla-fp8-block", "sglang==0.5.23", "h100", context=16384, tp=2, strict=("allow-unknown",)),
+    Question("swa-moe-mxfp4", "vllm==0.34.0", "h100", context=131072, batch=4, knobs=(("max_num_seqs", 16),)),
+    Question("swa-moe-mxfp4", "sglang==0.5.23", "a100", context=8192, knobs=(("mem_fraction_static", 0.8),),
+             strict=("require-native",)),
+    Question("gqa-bf16", "vllm==0.34.0", "h100", context=262144),  # above the model's 131072: refused
+    Question("gqa-bf16", "vllm==0.34.0", "a100", context=16384, knobs=(("kv_cache_memory", 1048576),)),  # KV pool
+    Question("mla-fp8-block", "sglang==0.5.23", "h100", context=200000, tp=2),  # above the model's 163840
+    Question("gqa-bf16", "vllm==0.34.0", "hopper", context=8192),  # no product: the start-up is unknown
+    Question("gqa-bf16", "vllm==0.34.0", "hopper", context=8192, strict=("kernels-only",)),
+    Question("gguf-llama", "llama.cpp==b11312", "rtx-4090", context=32768, kv="q8_0", knobs=(("n_gpu_layers", 2),)),
+    Question("gguf-llama-q8", "llama.cpp==b8895", "h100", context=16384, knobs=(("n_gpu_layers", 0),),
+             strict=("require-native",)),
+    Question("gguf-qwen3moe", "llama.cpp==b11312", "rtx-4090", context=4096, knobs=(("n_cpu_moe", 1),)),
+    Question("gguf-gemma3-swa", "llama.cpp==b11312", "h100", batch=2, kv="q4_0"),
+    Question("gguf-gemma3-swa", "ollama", "rtx-4090", context=32768, knobs=(("n_gpu_layers", 3),)),
+    Question("gguf-llama", "ollama", "h100", context=8192, strict=("kernels-only", "allow-unknown")),
+]
+
+#: GPU feature discovery's product labels (Kubernetes node selectors) of the GPUs asked about
+K8S_LABELS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB"}
+#: how each engine's own command line spells a setting (a value of None: a switch)
+ENGINE_FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {"context": "--max-model-len", "kv": "--kv-cache-dtype", "tp": "--tensor-parallel-size",
+             "gpu_memory_utilization": "--gpu-memory-utilization", "max_num_seqs": "--max-num-seqs",
+             "kv_cache_memory": "--kv-cache-memory-bytes"},
+    "sglang": {"context": "--context-length", "kv": "--kv-cache-dtype", "tp": "--tp",
+               "mem_fraction_static": "--mem-fraction-static"},
+    "llama.cpp": {"context": "-c", "kv": "-ctk {v} -ctv {v}", "n_gpu_layers": "-ngl", "n_cpu_moe": "--n-cpu-moe"},
+}
+
+
+def _flags(q: Question) -> list[str]:
+    """The question as qcheck's own flags (check, hook)."""
+    from qcheck.knobs import KNOBS
+
+    out = ["-e", q.engine, "-g", q.gpu]
+    out += ["--context", str(q.context)] if q.context else []
+    out += ["--kv-cache-dtype", q.kv] if q.kv else []
+    out += ["--tp", str(q.tp)] if q.tp else []
+    out += ["--batch", str(q.batch)] if q.batch > 1 else []
+    flag = {k.field: k.flags[0] for k in KNOBS}
+    for name, value in q.knobs:
+        out += [flag[name], str(value)]
+    return out + [f"--{s}" for s in q.strict]
+
+
+def _engine_words(q: Question, model: str) -> list[str]:
+    """The question as the engine's own command line (its model first), or [] when it has none here."""
+    table = ENGINE_FLAGS.get(q.engine_id)
+    if table is None:
+        return []
+    words = {"vllm": ["vllm", "serve", model], "sglang": ["python", "-m", "sglang.launch_server", "--model-path",
+                                                          model], "llama.cpp": ["llama-server", "-m", model]}
+    out = list(words[q.engine_id])
+    for name, value in (("context", q.context), ("kv", q.kv), ("tp", q.tp), *q.knobs):
+        if value is not None:
+            spelled = table[name]
+            out += spelled.format(v=value).split() if "{v}" in spelled else [spelled, str(value)]
+    return out
+
+
+def _policy_strict(q: Question) -> str:
+    return "".join(f"{s} = true\n" for s in q.strict)
+
+
+def _target_policy(q: Question, model: Path) -> str:
+    from qcheck.knobs import KNOBS
+
+    key = {k.field: k.policy_key for k in KNOBS}
+    memory = ([f"context = {q.context}"] if q.context else []) + [f"batch = {q.batch}"] + \
+        ([f'kv-cache-dtype = "{q.kv}"'] if q.kv else []) + ([f"tp = {q.tp}"] if q.tp else []) + \
+        [f"{key[n]} = {v}" for n, v in q.knobs]
+    return (f'models = [{{ path = "{model}" }}]\n[[targets]]\nengine = "{q.engine}"\ngpu = "{q.gpu}"\n'
+            f"{_policy_strict(q)}[memory]\n" + "\n".join(memory) + "\n")
+
+
+def _manifest(q: Question, model: Path, tmp: Path) -> Path | None:
+    """The question as a deployment manifest: Kubernetes for vLLM and SGLang, compose for llama.cpp, a Modelfile
+    for Ollama; None when it cannot say it (a --tp without a command flag, an Ollama question without a GGUF)."""
+    gpus = q.tp or 1
+    if q.engine_id == "ollama":
+        lines = [f"FROM {model}"] + ([f"PARAMETER num_ctx {q.context}"] if q.context else []) + \
+            [f"PARAMETER num_gpu {v}" for n, v in q.knobs if n == "n_gpu_layers"]
+        if q.kv or any(n != "n_gpu_layers" for n, _ in q.knobs):
+            return None
+        path = tmp / "Modelfile"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+    args = _engine_words(q, "/models/m")
+    if q.engine_id == "llama.cpp":
+        path = tmp / "compose.yaml"
+        path.write_text(f"services:\n  llm:\n    image: ghcr.io/ggml-org/llama.cpp:server-cuda-{q.version}\n"
+                        f"    command: {json.dumps(args[1:])}\n    deploy:\n      resources:\n        reservations:\n"
+                        f"          devices:\n            - {{driver: nvidia, count: {gpus}, capabilities: [gpu]}}\n")
+        return path
+    image = {"vllm": f"vllm/vllm-openai:v{q.version}", "sglang": f"lmsysorg/sglang:v{q.version}-cu126"}[q.engine_id]
+    key, words = ("args", args[2:]) if q.engine_id == "vllm" else ("command", args)
+    label = K8S_LABELS.get(q.gpu)
+    if label is None:  # an architecture has no node label: a compose file, whose GPU the policy names
+        path = tmp / "compose.yaml"
+        path.write_text(f"services:\n  llm:\n    image: {image}\n    command: {json.dumps(words)}\n    deploy:\n"
+                        "      resources:\n        reservations:\n          devices:\n"
+                        f"            - {{driver: nvidia, count: {gpus}, capabilities: [gpu]}}\n")
+        return path
+    path = tmp / "k8s.yaml"
+    path.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m}\nspec:\n  template:\n    spec:\n"
+                    f"      nodeSelector: {{nvidia.com/gpu.product: {label}}}\n"
+                    f"      containers:\n        - name: server\n          image: {image}\n"
+                    f"          {key}: {json.dumps(words)}\n"
+                    f"          resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}\n")
+    return path
+
+
+def _deployment_policy(q: Question, manifest: Path, model: Path) -> str:
+    mapping = "" if manifest.name == "Modelfile" else f', models = {{ "/models/m" = "{model}" }}'
+    return (f"{_policy_strict(q)}deployments = [{{ file = \"{manifest}\"{mapping}, gpu = \"{q.gpu}\" }}]\n"
+            f"[memory]\nbatch = {q.batch}\n")
+
+
+def _outcomes(result: Any) -> list[tuple[Any, ...]]:
+    """What every door must agree on, per verdict: the memory answer, the status, the start-up, pass or fail."""
+    out = []
+    for (v, memory), o in zip(zip(result.verdicts, _answer(result), strict=True),
+                              [result.outcome(v) for v in result.verdicts], strict=True):
+        s = v.startup
+        out.append((*memory, v.engine_version, s and (s.outcome, s.context, s.max_concurrency, s.judged), o.fails,
+                    o.because))
+    return out
+
+
+def _ask_every_door(q: Question, model: Path, saved: Path, tmp: Path, rec: Recorder) -> dict[str, tuple[int, Any]]:
+    """(exit code, result) of the question through each door that can say it."""
+    got: dict[str, tuple[int, Any]] = {}
+
+    def take(door: str, code: int) -> None:
+        [(request, result)] = rec.take()
+        got[door] = (code, (request, result))
+
+    take("check", _cli("check", str(model), *_flags(q), "--json")[0])
+    take("saved inspection", _cli("check", str(saved), *_flags(q), "--json")[0])
+    take("hook", _cli("hook", str(model), *_flags(q))[0])
+    policy = tmp / "targets.toml"
+    policy.write_text(_target_policy(q, model))
+    take("gate targets", _cli("gate", "--policy", str(policy), "--allow-outside", "--json")[0])
+    from qcheck.doors import Asked, build_request
+    from qcheck.outcome import StrictnessFlags
+    from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
+
+    strictness = StrictnessFlags(*(s in q.strict for s in ("require-native", "allow-unknown", "require-kv-scales",
+                                                            "kernels-only")))
+    deploy = Deploy(q.context, q.batch, KVCacheTypes.parse(q.kv), Parallel(tp=q.tp), EngineKnobs(**dict(q.knobs)))
+    result = pipeline.run(build_request(Asked((q.engine,), (q.gpu,), deploy, True).judged_by(strictness), str(model)))
+    take("python api", result.exit_code)
+    words = _engine_words(q, str(model))
+    if words:
+        batch = ["--batch", str(q.batch)] if q.batch > 1 else []
+        take("engine command", _cli("check", "-e", q.engine, "-g", q.gpu, *[f"--{s}" for s in q.strict], *batch,
+                                    "--json", "--", *words)[0])
+    manifest = _manifest(q, model, tmp)
+    if manifest is not None:
+        policy = tmp / "deployments.toml"
+        policy.write_text(_deployment_policy(q, manifest, model))
+        door = {"Modelfile": "gate Modelfile", "compose.yaml": "gate compose"}.get(manifest.name, "gate Kubernetes")
+        take(door, _cli("gate", "--policy", str(policy), "--allow-outside", "--json")[0])
+    return got
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: f"{q.model}-{q.engine}-{q.gpu}-{'-'.join(q.strict) or 'default'}")
+def test_every_door_gives_one_answer(q: Question, models: dict[str, Path], tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder(monkeypatch)
+    model = models[q.model]
+    code, out = _cli("inspect", str(model), "--json")
+    assert code == 0, out
+    saved = tmp_path / "saved.json"
+    saved.write_text(out)
+    rec.take()
+    got = _ask_every_door(q, model, saved, tmp_path, rec)
+    assert {"check", "hook", "gate targets", "python api", "saved inspection"} <= set(got)
+    if q.engine_id in ENGINE_FLAGS:
+        assert {"engine command"} <= set(got) and any(d.startswith("gate ") and d != "gate targets" for d in got)
+    reference = _outcomes(got["python api"][1][1])
+    exit_code = got["python api"][0]
+    for door, (code, (request, result)) in got.items():
+        assert _outcomes(result) == reference, (door, q)
+        assert code == exit_code, (door, q, code, exit_code)
+        assert (request.require_native, request.allow_unknown, request.require_kv_scales, request.kernels_only) == \
+            tuple(s in q.strict for s in ("require-native", "allow-unknown", "require-kv-scales", "kernels-only"))
+    startup = [v.startup for v in got["python api"][1][1].verdicts]
+    assert all(s is not None and s.judged is ("kernels-only" not in q.strict) for s in startup), q
+
+
+def test_the_questions_cover_every_outcome(models: dict[str, Path]) -> None:
+    """The grid asks questions whose answers differ in every way the doors could disagree on: each start-up outcome
+    and each reason a verdict fails (a strictness flag that changes nothing would test nothing)."""
+    from qcheck.doors import Asked, build_request
+    from qcheck.outcome import StrictnessFlags
+    from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
+
+    outcomes: set[str] = set()
+    because: set[str] = set()
+    for q in QUESTIONS:
+        strict = StrictnessFlags(*(s in q.strict for s in ("require-native", "allow-unknown", "require-kv-scales",
+                                                            "kernels-only")))
+        deploy = Deploy(q.context, q.batch, KVCacheTypes.parse(q.kv), Parallel(tp=q.tp), EngineKnobs(**dict(q.knobs)))
+        result = pipeline.run(build_request(Asked((q.engine,), (q.gpu,), deploy, True).judged_by(strict),
+                                            str(models[q.model])))
+        for v in result.verdicts:
+            outcomes.add(v.startup.outcome if v.startup else "none")
+            because.update(result.outcome(v).because)
+    assert {"starts", "offloaded", "does-not-start", "unknown"} <= outcomes
+    assert {"does-not-start", "start-up-unknown", "fallback", "kv-scales"} <= because

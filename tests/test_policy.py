@@ -29,7 +29,7 @@ def _load(project: Path, text: str):
 
 @pytest.mark.parametrize("text, key, problem, allowed", [
     ('models = ["models/q4.gguf"]\nmodel = 1\n' + GOOD_TARGET, "model", "unknown key; did you mean 'models'?",
-     "models, targets, require-native, allow-unknown, require-kv-scales, lfs-pointers, memory, quality"),
+     "models, targets, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, memory, quality"),
     ('models = ["models/q4.gguf"]\nrequire_native = true\n' + GOOD_TARGET, "require_native",
      "unknown key; did you mean 'require-native'?", "models, targets"),
     ('models = ["models/q4.gguf"]\n[[targets]]\nengine = "tinycpp"\ngpus = ["cpu"]\n', "targets[0].gpus",
@@ -150,7 +150,8 @@ def test_cli_policy_error_is_one_line_exit_2(project):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == ("qcheck: error: qcheck.toml: targets[0].engin: unknown key; did you mean 'engine'? "
-                           "(allowed: engine, gpu, models, require-native, allow-unknown, require-kv-scales)\n")
+                           "(allowed: engine, gpu, models, require-native, allow-unknown, require-kv-scales, "
+                           "kernels-only)\n")
 
 
 def test_starter_policy_lists_found_models(project):
@@ -172,7 +173,9 @@ def test_the_docs_example_uses_only_known_keys():
     assert set(data) <= set(TOP_KEYS)
     assert all(set(m) <= set(MODEL_KEYS) for m in data["models"] if isinstance(m, dict))
     assert all(set(t) <= set(TARGET_KEYS) for t in data["targets"])
-    assert set(data["memory"]) <= set(MEMORY_KEYS)
+    from qcheck.knobs import KNOBS
+
+    assert set(data["memory"]) <= set(MEMORY_KEYS) | {k.policy_key for k in KNOBS}
     thresholds = {n.replace("_", "-") for n in Thresholds.names()}
     assert set(data["quality"]) <= set(QUALITY_KEYS) | thresholds
     for name in thresholds:  # every threshold the policy accepts is documented

@@ -125,7 +125,8 @@ def test_hostile_strings_stay_well_formed_xml(tmp_path):
     data = {"schema": "qcheck.check/1", "policy": {},
             "inspection": {"path": f"models/{hostile}.gguf", "container": "gguf", "quantization": {}},
             "verdicts": [{"engine": "e<1>", "engine_version": "1&2", "gpu": "g]]>", "arch": "x", "status": "unsupported",
-                          "reasons": [hostile], "requires": [], "suggestions": [], "sources": []}],
+                          "reasons": [hostile], "requires": [], "suggestions": [], "sources": [], "fails": True,
+                          "outcome": {"fails": True, "because": ["unsupported"], "reasons": [hostile]}}],
             "exit_code": 1}
     text = junit.render(data)
     cases = _cases(text, tmp_path)  # junitparser (lxml or etree) accepts it

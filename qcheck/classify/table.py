@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 
-from qcheck.classify.params import is_side_tensor
+from qcheck.classify.side import is_side_tensor
 from qcheck.model import TensorInfo, tensor_columns
 
 _DTYPE = attrgetter("dtype")

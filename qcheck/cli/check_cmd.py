@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from qcheck.cli.common import OutputSpec, deploy_options, finish, limit_options, output_options
+from qcheck.cli.common import (
+    OutputSpec,
+    deploy_options,
+    finish,
+    limit_options,
+    output_options,
+    strictness_options,
+)
 from qcheck.limits import Limits
+from qcheck.outcome import StrictnessFlags
 from qcheck.request import Deploy
 
 
@@ -31,21 +39,20 @@ class _CheckCommand(click.Command):
               help="GPU to judge on, repeatable: a product (h100, rtx-4090, mi300x, m3-max, cpu), an architecture "
                    "(ampere, hopper, cdna3, ...), a compute capability (sm90, 8.9), or auto: the GPUs of this "
                    "machine (nvidia-smi, rocm-smi, macOS sysctl), judged against their free memory.")
-@click.option("--require-native", is_flag=True, help="Treat a fallback (slower substitute kernel) as a failure.")
-@click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer.")
-@click.option("--require-kv-scales", is_flag=True,
-              help="Fail a verdict whose quantised KV cache runs with default scales of 1.0 (the checkpoint ships "
-                   "no k_scale/v_scale, or q/prob scales where FP8 attention needs them).")
+@strictness_options
 @deploy_options
+@click.option("--capacity", is_flag=True,
+              help="Add a capacity table to each verdict: concurrent sequences at 4k, 8k, 32k and 128k context "
+                   "(and --context) for each KV cache type the engine accepts on the GPU, with vLLM's own "
+                   "'maximum concurrency' figure (docs/memory.md).")
 @click.option("--all", "all_models", is_flag=True,
               help="Judge every GGUF model of a directory or Hub repo (files or split sets) instead of asking "
                    "for one; the JSON is then a qcheck.check-set/1 object and the exit code the worst.")
 @output_options
 @limit_options
-def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, require_kv_scales: bool, deploy: Deploy, memory_asked: bool, all_models: bool,
-            output_spec: OutputSpec,
-            limits: Limits) -> int:
+def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...], strictness: StrictnessFlags,
+            deploy: Deploy, memory_asked: bool, capacity: bool, host_bandwidth_gbs: float | None, all_models: bool,
+            output_spec: OutputSpec, limits: Limits) -> int:
     """Judge PATH on every ENGINE x GPU combination, from headers only.
 
     PATH is a .gguf file (or the first shard of a split GGUF), a .safetensors file, a model directory,
@@ -65,12 +72,17 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
 
     \b
     Exit codes:
-      0  every combination runs it (natively or through a fallback)
-      1  a combination cannot run it, or its status is unknown (unless
-         --allow-unknown), or it runs only through a fallback and
-         --require-native is given
+      0  every combination runs it (natively or through a fallback), and
+         when deployment settings are named (--context, --batch, a KV type,
+         --tp, an engine setting, an engine command line) the engine starts
+         with them
+      1  a combination cannot run it, or the engine does not start with the
+         settings asked (vLLM's KV check, SGLang's pool, llama.cpp -ngl ...),
+         or its status is unknown (unless --allow-unknown), or it runs only
+         through a fallback and --require-native is given
       2  the input could not be judged (unreadable or hostile file, usage error)
-    With --all: the worst over the models (2 > 1 > 0).
+    With --all: the worst over the models (2 > 1 > 0). --kernels-only judges
+    the kernels only: the start-up is reported, not part of the exit code.
 
     \b
     Engine command lines (docs/deploy.md):
@@ -91,27 +103,23 @@ def command(target: str | None, engines: tuple[str, ...], gpus: tuple[str, ...],
         click.echo("qcheck: no --engine or --gpu given, so this is the inspection; to judge it add --gpu G "
                    "(every engine on that GPU, e.g. --gpu h100) or --engine E --gpu G", err=True)
         return code
+    from qcheck.doors import Asked, build_request
     from qcheck.pipeline import answer
-    from qcheck.request import CheckRequest
 
     detected: tuple[tuple[str, float], ...] = ()
     notes: list[str] = []
     if any(g.strip().lower() == "auto" for g in gpus):
+        from dataclasses import replace
+
         from qcheck.gpu_detect import auto_gpus
         from qcheck.matrix import load_matrix
 
         ids, free, notes = auto_gpus(load_matrix().gpus)
         gpus = tuple([g for g in gpus if g.strip().lower() != "auto"] + ids)
         detected = tuple(free.items())
-    if engine_command is not None:
-        from qcheck.deploy.front import QcheckFlags, request_from_command
-
-        request = request_from_command(engine_command, QcheckFlags(
-            target, tuple(engines), tuple(gpus), deploy, require_native, allow_unknown, limits, detected, tuple(notes),
-            require_kv_scales))
-        return finish(answer(request), output_spec)
-    assert target is not None
-    request = CheckRequest(target, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
-                           require_kv_scales=require_kv_scales, memory=memory_asked or bool(detected),
-                           all_models=all_models, gpu_memory_gib=detected, notes=tuple(notes), limits=limits)
+        deploy = replace(deploy, gpus_available=len(ids) or None)
+    asked = Asked(tuple(engines), tuple(gpus), deploy, memory_asked, gpu_memory_gib=detected,
+                  notes=tuple(notes), limits=limits, host_bandwidth_gbs=host_bandwidth_gbs,
+                  capacity=capacity).judged_by(strictness)
+    request = build_request(asked, target, command=engine_command, all_models=all_models)
     return finish(answer(request), output_spec)

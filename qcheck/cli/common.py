@@ -91,7 +91,7 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, context: int | None, batch: int | None, kv_cache_dtype: str | None,
                 cache_type_k: str | None, cache_type_v: str | None, tp: int | None, pp: int | None,
-                ep: int | None, **kwargs: Any) -> Any:
+                ep: int | None, host_bandwidth: float | None, **kwargs: Any) -> Any:
         from qcheck.request import Deploy, EngineKnobs, KVCacheTypes, Parallel
 
         given: dict[str, Any] = {}
@@ -104,7 +104,8 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         kv = KVCacheTypes.parse(kv_cache_dtype, cache_type_k, cache_type_v)
         kwargs["deploy"] = Deploy(context, batch or 1, kv, Parallel(tp, pp, ep), EngineKnobs(**given))
         kwargs["memory_asked"] = bool(given) or any(x is not None for x in (context, batch, kv_cache_dtype,
-                                                                             cache_type_k, cache_type_v))
+                                                                             cache_type_k, cache_type_v, tp, pp, ep))
+        kwargs["host_bandwidth_gbs"] = host_bandwidth
         return func(*args, **kwargs)
 
     options = [
@@ -130,6 +131,10 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Pipeline-parallel size to judge."),
         click.option("--ep", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Expert-parallel size to judge (needs a MoE model)."),
+        click.option("--host-bandwidth", type=click.FloatRange(min=0, min_open=True, max=100_000), default=None,
+                     metavar="GB/S",
+                     help="Host memory bandwidth in GB/s for the layers llama.cpp keeps in RAM (-ngl, --n-cpu-moe, "
+                          "--fit): they decode at this speed (default by platform: docs/memory.md)."),
     ]
     for knob in KNOBS:
         if knob.kind == "flag":
@@ -138,6 +143,36 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         else:
             options.append(click.option(*knob.flags, f"knob_{knob.field}", default=None, metavar=knob.metavar,
                                         help=knob.help + "."))
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def strictness_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """How strictly the verdicts are judged, as every judging command asks it: ``--require-native``,
+    ``--allow-unknown``, ``--require-kv-scales`` and ``--kernels-only``. The command gets them as ``strictness``
+    (a ``qcheck.outcome.StrictnessFlags``)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, require_native: bool, allow_unknown: bool, require_kv_scales: bool, kernels_only: bool,
+                **kwargs: Any) -> Any:
+        from qcheck.outcome import StrictnessFlags
+
+        kwargs["strictness"] = StrictnessFlags(require_native, allow_unknown, require_kv_scales, kernels_only)
+        return func(*args, **kwargs)
+
+    options = [
+        click.option("--require-native", is_flag=True,
+                     help="Treat a fallback (slower substitute kernel, layers moved to the CPU) as a failure."),
+        click.option("--allow-unknown", is_flag=True, help="Do not fail when the matrix has no sourced answer."),
+        click.option("--require-kv-scales", is_flag=True,
+                     help="Fail a verdict whose quantised KV cache runs with default scales of 1.0 (the checkpoint "
+                          "ships no k_scale/v_scale, or q/prob scales where FP8 attention needs them)."),
+        click.option("--kernels-only", is_flag=True,
+                     help="Judge the kernels only: what the engine does at start-up with the settings asked (refuses "
+                          "for memory, lowers the context, moves layers to the CPU) is reported but does not set the "
+                          "status or the exit code."),
+    ]
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper

@@ -29,10 +29,12 @@ def command(policy_path: str | None, init: bool, force: bool, allow_outside: boo
 
     \b
     Exit codes:
-      0  every model runs on every target (and fits, and passes the quality gate)
-      1  a model cannot run on a target, or its status is unknown (unless
+      0  every model runs on every target (and starts with the [memory]
+         settings or the manifest's command line, and passes the quality gate)
+      1  a model cannot run on a target, or the engine would not start with
+         the settings (unless kernels-only), or its status is unknown (unless
          allow-unknown), or it needs a fallback when native is required,
-         or it does not fit in memory, or a quality threshold failed
+         or a quality threshold failed
       2  a model or the policy could not be read (malformed or hostile file,
          unknown policy key, bad value), or the quality gate could not run
 

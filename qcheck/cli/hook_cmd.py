@@ -12,9 +12,9 @@ import os
 
 import click
 
-from qcheck.cli.common import deploy_options, limit_options
+from qcheck.cli.common import deploy_options, limit_options, strictness_options
 from qcheck.limits import Limits
-from qcheck.model import Verdict
+from qcheck.outcome import StrictnessFlags
 from qcheck.request import Deploy
 
 
@@ -42,32 +42,34 @@ def _lfs_note(path: str) -> str | None:
 @click.option("--engine", "-e", "engines", multiple=True, metavar="ENGINE",
               help="Also judge each file on this engine (repeatable, as for `qcheck check`).")
 @click.option("--gpu", "-g", "gpus", multiple=True, metavar="GPU", help="... on this GPU (repeatable).")
-@click.option("--require-native", is_flag=True, help="A fallback kernel fails the hook.")
-@click.option("--allow-unknown", is_flag=True, help="A combination without a sourced answer passes.")
+@strictness_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only files that fail or were not judged.")
 @deploy_options
 @limit_options
-def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], require_native: bool,
-            allow_unknown: bool, quiet: bool, deploy: Deploy, memory_asked: bool, limits: Limits) -> int:
+def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, ...], strictness: StrictnessFlags,
+            quiet: bool, deploy: Deploy, memory_asked: bool, host_bandwidth_gbs: float | None, limits: Limits) -> int:
     """Check staged checkpoint files, headers only (the pre-commit hook).
 
-    With --context/--batch/--kv-cache-dtype a file that does not fit a GPU (the same estimate `qcheck check`
-    and `qcheck gate` give) fails too.
+    With deployment settings (--context, --batch, --kv-cache-dtype, --tp, an engine setting) a file the engine
+    would not start with them fails too (the same judgement `qcheck check` and `qcheck gate` give; --kernels-only
+    reports it without failing).
 
     \b
     Exit codes: 0 every file is a readable checkpoint (and runs on every
-      --engine x --gpu, and fits when asked); 1 a combination fails; 2 a file
-      is malformed, hostile, a pickle, or not a checkpoint. Git LFS pointers
-      are skipped.
+      --engine x --gpu, and starts with the settings asked); 1 a combination
+      fails; 2 a file is malformed, hostile, a pickle, or not a checkpoint.
+      Git LFS pointers are skipped.
     """
+    from qcheck.doors import Asked, build_request
     from qcheck.errors import LfsPointerError, QcheckError
     from qcheck.pipeline import inspect, judge, plan
     from qcheck.report.text_check import describe
-    from qcheck.request import CheckRequest
 
     judging = bool(engines or gpus)
+    asked = Asked(tuple(engines), tuple(gpus), deploy, memory_asked, limits=limits,
+                  host_bandwidth_gbs=host_bandwidth_gbs).judged_by(strictness)
     if judging:
-        plan(CheckRequest("-", engines, gpus))  # usage errors before any file is read
+        plan(build_request(asked, "-"))  # usage errors before any file is read
     worst = 0
     counts = {"ok": 0, "failed": 0, "skipped": 0, "error": 0}
     for path in files:
@@ -84,8 +86,7 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
             if not quiet:
                 _say(f"{path}: skipped: {note}")
             continue
-        request = CheckRequest(path, engines, gpus, deploy, require_native=require_native, allow_unknown=allow_unknown,
-                               memory=memory_asked, limits=limits)
+        request = build_request(asked, path)
         try:
             inspection = inspect(request)[0]
         except LfsPointerError as exc:
@@ -107,18 +108,16 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         from qcheck.report.text_check import engine_label, target_label
 
         result = judge(inspection, request)
-        failing = [v for v in result.verdicts if result.fails(v) or _does_not_fit(v)]
+        failing = [(v, result.outcome(v)) for v in result.verdicts]
+        failing = [(v, o) for v, o in failing if o.fails]
         if failing:
             counts["failed"] += 1
             worst = max(worst, 1)
             _say(f"{line}: fails")
-            for v in failing:
-                if result.fails(v):
-                    reason = f": {v.reasons[0]}" if v.reasons else ""
-                    _say(f"  {v.status} on {engine_label(v)} x {target_label(v)}{reason}")
-                else:
-                    summary = v.memory.summary() if v.memory is not None else ""
-                    _say(f"  does not fit on {engine_label(v)} x {target_label(v)}: {summary}")
+            for v, decided in failing:
+                word = "does not start" if "does-not-start" in decided.because else v.status
+                reason = f": {decided.reasons[0]}" if decided.reasons else ""
+                _say(f"  {word} on {engine_label(v)} x {target_label(v)}{reason}")
         else:
             counts["ok"] += 1
             if not quiet:
@@ -127,11 +126,6 @@ def command(files: tuple[str, ...], engines: tuple[str, ...], gpus: tuple[str, .
         _say(f"qcheck hook: {counts['ok']} ok, {counts['failed']} failing, {counts['error']} not judged, "
                    f"{counts['skipped']} skipped (LFS pointers)")
     return worst
-
-
-def _does_not_fit(verdict: Verdict) -> bool:
-    """A memory question was asked and the answer is no (as a gate with ``[memory] enforce`` fails it)."""
-    return verdict.memory is not None and verdict.memory.fits is False
 
 
 def _links_out(path: str) -> bool:

@@ -16,18 +16,14 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from qcheck.deploy.argv import Occurrence, read_argv, secret_option
 from qcheck.deploy.flags import FlagSpec, FlagTable, flag_table
 from qcheck.deploy.meanings import MEANINGS, Refused
-from qcheck.deploy.paths import confine_path, is_local
+from qcheck.deploy.paths import PathRule, confine_path, is_local
 from qcheck.errors import UsageError
 from qcheck.report.sanitize import MASK, mask, secret_name
 from qcheck.request import CommandFinding, Deploy, EngineKnobs, KVCacheTypes, Origin, Parallel, SettingRead
-
-if TYPE_CHECKING:
-    from qcheck.policy import Confinement
 
 __all__ = ["PROGRAMS", "EngineCommand", "parse_command"]
 
@@ -44,6 +40,11 @@ PROGRAMS = ("vllm serve MODEL", "python -m vllm.entrypoints.openai.api_server --
 #: options naming a file of further settings (vLLM and SGLang ``--config`` YAML, trtllm-serve's
 #: ``--extra_llm_api_options``): qcheck does not read it, so what it sets is unknown, not assumed default
 _SETTINGS_FILES = {"vllm": "config", "sglang": "config", "trtllm-serve": "extra_llm_api_options"}
+
+#: environment variables vLLM and SGLang read at start-up that change whether they start: a context above the
+#: model's maximum is allowed (vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN at 0.11.0 and 0.34.0; sglang/srt/environ.py
+#: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN at 0.5.23); qcheck.memory.startup reads the knob
+_START_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "vllm", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "sglang"}
 
 #: Ollama's server environment (envconfig/config.go:215-336 at v0.33.0-rc2) -> what it sets
 _OLLAMA_ENV = {"OLLAMA_CONTEXT_LENGTH": "context", "OLLAMA_NUM_PARALLEL": "knobs.n_parallel",
@@ -69,7 +70,7 @@ class EngineCommand:
     origin: Origin
     notes: list[str] = field(default_factory=list)
     #: where a local model path may lead (a manifest's command: inside the policy's repository); None: anywhere
-    paths: Confinement | None = None
+    paths: PathRule | None = None
 
     def target(self) -> str | None:
         """The model as a qcheck target (Hub id, ``repo:QUANT``, a path), or None when the command names a model
@@ -143,7 +144,7 @@ class SettingsBuilder:
         #: secret values read so far (masked wherever they are quoted)
         self.secrets: list[str] = []
         #: where local paths (a Modelfile, its FROM) may lead; None: anywhere
-        self.paths: Confinement | None = None
+        self.paths: PathRule | None = None
 
     def scrub(self, text: str) -> str:
         """``text`` as it may be shown: every secret read so far and every URL's userinfo masked."""
@@ -228,6 +229,12 @@ def _apply_env(builder: SettingsBuilder, env: dict[str, str], program: _Program)
                 continue
         if program.table.startswith("ollama") and name in _OLLAMA_ENV:
             _ollama_env(builder, name, value)
+            continue
+        if _START_ENV.get(name) == builder.table.engine:
+            word = value.strip().lower()  # vLLM: value.lower() in ("1", "true"); SGLang EnvBool: also yes, y
+            on = word in ("1", "true") or (builder.table.engine == "sglang" and word in ("yes", "y"))
+            builder.values["knobs.allow_long_context"] = on
+            builder.note(name, value, "env", "knobs.allow_long_context")
             continue
         builder.note(name, mask(value), "env", None)
 
@@ -321,7 +328,7 @@ def _quantization_finding(builder: SettingsBuilder) -> None:
         builder.values.pop("knobs.quantization")
 
 
-def parse_command(words: Sequence[str], *, paths: Confinement | None = None) -> EngineCommand:
+def parse_command(words: Sequence[str], *, paths: PathRule | None = None) -> EngineCommand:
     """Read an engine command line (a list of words, as after ``--``; one string is split like a shell). ``paths``
     confines the local files the command names (a manifest's: inside the policy's repository)."""
     words = list(words)

@@ -10,12 +10,27 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from qcheck.errors import InputError, UsageError
 
 if TYPE_CHECKING:
-    from qcheck.deploy.cmdline import SettingsBuilder
+    from qcheck.deploy.paths import PathRule
+
+
+class SettingsBuilder(Protocol):
+    """What a Modelfile writes into: the settings ``qcheck.deploy.cmdline`` collects for a command line (its
+    ``SettingsBuilder``), named here so this module does not import the command-line reader that calls it."""
+
+    values: dict[str, object]
+    #: where the Modelfile may be (a manifest's command: inside the policy's repository); None: anywhere
+    paths: PathRule | None
+
+    def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False,
+               status: str = "unsupported") -> None: ...
+
+    def note(self, flag: str, value: str | None, where: str, judged_as: str | None) -> None: ...
+
 
 __all__ = ["MAX_MODELFILE_BYTES", "ModelfileLine", "apply_modelfile", "read_modelfile"]
 

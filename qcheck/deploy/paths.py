@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qcheck.errors import InputError
 from qcheck.report.sanitize import mask
 
-if TYPE_CHECKING:
-    from qcheck.policy import Confinement
+__all__ = ["PathRule", "confine_path", "is_local"]
 
-__all__ = ["confine_path", "is_local"]
+
+class PathRule(Protocol):
+    """Where paths may lead (``qcheck.policy.Confinement``; a protocol here, so the deploy modules and the doors
+    need not import the policy)."""
+
+    def problem(self, text: str, local: Path, *, walk: bool = True) -> str | None: ...
 
 
 def is_local(model: str) -> bool:
@@ -26,7 +30,7 @@ def is_local(model: str) -> bool:
             or os.path.lexists(model))
 
 
-def confine_path(paths: Confinement, path: str, what: str, *, walk: bool, hint: str = "") -> None:
+def confine_path(paths: PathRule, path: str, what: str, *, walk: bool, hint: str = "") -> None:
     """Raise an InputError when ``path`` leaves ``paths``' root (worded the same whether or not it exists, so a
     refusal does not tell what is on the runner); ``walk`` also refuses a symlink out of a model directory."""
     problem = paths.problem(path, Path(os.path.expanduser(path) if path.startswith("~") else path), walk=walk)

@@ -24,8 +24,7 @@ from qcheck.model import Judgement, Source
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from qcheck.matrix.dimensions import Deployment
-    from qcheck.matrix.loader import Matrix
+    from qcheck.matrix.deployment import Deployment, MatrixFiles
     from qcheck.model import Inspection
 
 __all__ = ["ArchData", "ArchList", "ArchName", "architecture_names", "judge_architecture", "load_architectures",
@@ -762,7 +761,7 @@ def arch_support(root: Path, engines: list[str], name: str) -> list[ArchSupport]
     return out
 
 
-def validate_all(matrix: Matrix) -> str:
+def validate_all(matrix: MatrixFiles) -> str:
     """Load and validate every architecture file; each must be named for an engine of the matrix. A summary."""
     files = all_architecture_files(matrix.root)
     names = 0

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.model import Inspection
 
 DIMENSION = "attention"

@@ -16,7 +16,7 @@ from qcheck.matrix.versions import contains, parse_cc
 from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.matrix.schema import Build
 
 DIMENSION = "build"

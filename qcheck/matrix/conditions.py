@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from qcheck.matrix.schema import FORMATS, VENDORS, Target, type_name
 from qcheck.matrix.versions import parse_cc, parse_specifier
+from qcheck.matrix.vocab import FORMATS, VENDORS, type_name
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -129,6 +129,31 @@ class MatchCondition:
         return bool(outside), outside or None
 
 
+class _Arch(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def native_formats(self) -> frozenset[str]: ...
+
+
+class _Target(Protocol):
+    """What a hardware condition reads of a ``qcheck.matrix.schema.Target`` (named by its attributes: the schema's
+    records hold compiled conditions, so this module does not import them back)."""
+
+    @property
+    def vendor(self) -> str: ...
+
+    @property
+    def arch(self) -> _Arch: ...
+
+    @property
+    def gpu(self) -> str | None: ...
+
+    @property
+    def cc(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class HardwareCondition:
     """One key of a rule's ``hardware`` table, compiled."""
@@ -137,7 +162,7 @@ class HardwareCondition:
     values: frozenset[str] = frozenset()
     spec: SpecifierSet | None = None
 
-    def test(self, target: Target) -> bool:
+    def test(self, target: _Target) -> bool:
         if self.key == "vendor":
             return target.vendor in self.values
         if self.key == "arch":

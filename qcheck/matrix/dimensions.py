@@ -15,47 +15,18 @@ keeps its own reasons, so a deployment every other dimension accepts reads exact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
+from qcheck.matrix.deployment import Deployment, Dimension
 from qcheck.model import Judgement, Status, Verdict
-from qcheck.request import Deploy
 
-if TYPE_CHECKING:
-    from packaging.version import Version
-
-    from qcheck.matrix.loader import Matrix
-    from qcheck.matrix.resolve import EngineRequest
-    from qcheck.matrix.schema import Target
-    from qcheck.model import Inspection
-
-__all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "judge_dimensions",
+__all__ = ["DIMENSIONS", "WEIGHTS", "Deployment", "Dimension", "Judgement", "combine", "fold", "judge_dimensions",
            "without_architecture", "worst"]
 
 #: the name of the weight-format dimension (the matrix rules' own verdict)
 WEIGHTS = "weights"
 #: worst first; ``worst()`` picks the lowest index
 SEVERITY: tuple[Status, ...] = ("unsupported", "unknown", "fallback", "native")
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What a dimension gets to judge: the checkpoint, the engine at a version, the GPU (None for a provider)."""
-
-    matrix: Matrix
-    inspection: Inspection
-    request: EngineRequest
-    target: Target | None
-    #: the engine version as reported (the request's, or the newest the data knows) and as evaluated
-    version: str
-    at: Version
-    #: how it is deployed (KV-cache types, parallel sizes, engine knobs): the request's ``deploy``
-    deploy: Deploy = field(default_factory=Deploy)
-
-
-Dimension = Callable[[Deployment], "Judgement | None"]
-
 
 
 def _architecture(d: Deployment) -> Judgement | None:
@@ -112,6 +83,25 @@ def combine(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
     weights = Judgement(WEIGHTS, verdict.status, list(verdict.reasons), list(verdict.sources),
                         list(verdict.suggestions), list(verdict.requires))
     verdict.dimensions = [weights, *judgements]
+    return _fold_in(verdict, judgements)
+
+
+def fold(verdict: Verdict, judgement: Judgement) -> Verdict:
+    """Add one dimension judged after the others (the engine's start-up, which needs the memory estimate) to a
+    verdict ``combine`` has built, in place: the status and reasons are decided again from the weight format's
+    judgement and every dimension, as ``combine`` decides them (the suggestions found since are kept)."""
+    if not verdict.dimensions:
+        return combine(verdict, [judgement])
+    weights = verdict.dimensions[0]
+    verdict.status = weights.status
+    verdict.reasons = list(weights.reasons)
+    verdict.dimensions = [*verdict.dimensions, judgement]
+    return _fold_in(verdict, verdict.dimensions[1:])
+
+
+def _fold_in(verdict: Verdict, judgements: Sequence[Judgement]) -> Verdict:
+    """The worst dimension decides the status, its reasons first; every dimension's sources, requirements,
+    warnings and risks are kept (once)."""
     if not judgements:
         return verdict
     status = worst([verdict.status, *(j.status for j in judgements)])

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from qcheck.matrix.schema import Where, check_keys, require_str, type_name
+from qcheck.matrix.vocab import Where, check_keys, require_str, type_name
 
 CAPACITY_KEYS = {"runtime_total_gib", "smi_total_mib", "source", "note"}
 RULE_KEYS = {"smi_gap_min_mib", "smi_gap_max_mib", "datasheet_ratio", "source", "note"}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 from qcheck.model import Judgement, Risk, Source, Status
 
 if TYPE_CHECKING:
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.matrix.schema import KnownIssue
 
 DIMENSION = "known-issues"

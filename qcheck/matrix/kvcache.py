@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from qcheck.model import Judgement, Risk, Source
 
 if TYPE_CHECKING:
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.matrix.schema import Engine, KvCache, KvRule, SourceSpec
     from qcheck.request import EngineKnobs
 

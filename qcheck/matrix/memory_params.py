@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from qcheck.matrix.schema import SOURCE_KEYS, SourceSpec, Where, check_keys, require_str, type_name
+from qcheck.matrix.vocab import SOURCE_KEYS, SourceSpec, Where, check_keys, require_str, type_name
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -23,7 +23,7 @@ FORMULAS = ("llama.cpp", "vllm", "sglang", "tensorrt-llm", "transformers", "mlx"
 PLACEMENTS = ("layer-split", "tensor")
 
 #: key -> (kind, meaning); kinds: int, number, fraction (0 < x <= 1), flag (0 or 1), string, strings (list of
-#: strings), buckets (list of number lists, the first column strictly increasing)
+#: strings), names (list of strings, possibly empty: "none of them"), buckets (list of number lists, the first column strictly increasing)
 MEMORY_KEYS: dict[str, tuple[str, str]] = {
     "formula": ("string", "which formula family combines these parameters"),
     "placement": ("string", "how the model is spread over several GPUs: layer-split or tensor"),
@@ -58,17 +58,29 @@ MEMORY_KEYS: dict[str, tuple[str, str]] = {
     "extensible_kv": ("flag", "1 when the KV cache is sized after warmup from measured free memory "
                               "(vLLM 0.34 extensible KV cache), 0 for profile-and-subtract"),
     "batch_defaults": ("buckets", "[[below_gib, max_num_batched_tokens, max_num_seqs], ...] by GPU memory"),
-    "batch_small_gpus": ("strings", "products kept on the first batch_defaults row whatever their memory"),
-    "sampler_bytes_per_row": ("number", "profile-run peak per sampled row per vocabulary entry (logits and the "
-                                        "sampler's FP32 copies)"),
-    "forward_bytes_per_token_hidden": ("number", "profile-run forward peak per token per hidden unit"),
-    "forward_bytes_per_token_ff": ("number", "profile-run forward peak per token per feed-forward unit"),
-    "moe_bytes_per_routed_ff": ("number", "fused-MoE workspace per token x experts used x 2 x expert width"),
+    "batch_small_gpus": ("names", "products kept on the first batch_defaults row whatever their memory"),
+    "sampler_sort": ("flag", "1 when the sampler's top-k/top-p step sorts the logits (torch.sort: 32 B per entry), "
+                             "0 for an in-place kernel (Triton, FlashInfer: 8 B)"),
+    "sampler_buffer_rows": ("int", "rows of the Triton top-k/top-p kernel's per-SM buffer (0: none)"),
+    "cublas_workspace_mib": ("number", "the cuBLAS workspace PyTorch allocates through its caching allocator"),
+    "forward_hidden_tensors": ("int", "hidden-sized activations alive per token at the forward pass's MLP"),
+    "forward_ff_tensors": ("int", "feed-forward-sized activations alive per token at the MLP (per rank)"),
+    "moe_workspace_persistent": ("flag", "1 when the fused-MoE workspace stays allocated after the forward pass "
+                                         "(vLLM's WorkspaceManager)"),
     "non_torch_mib": ("number", "memory outside torch created after the engine's snapshot, one GPU"),
-    "non_torch_mib_multi_gpu": ("number", "the same under tensor parallelism (all-reduce buffers)"),
+    "non_torch_mib_multi_gpu": ("number", "the same under tensor parallelism on an NVSwitch system (NCCL NVLink "
+                                          "SHARP buffers)"),
+    "non_torch_mib_multi_gpu_no_nvls": ("number", "the same under tensor parallelism without NVLink SHARP (PCIe, "
+                                                  "NVLink bridges, Ampere)"),
+    "nvls_gpus": ("names", "products NCCL sets up NVLink SHARP buffers on (NVSwitch systems)"),
+    "context_in_budget": ("flag", "1 when the CUDA context counts in the non-torch memory inside the budget "
+                                  "(vLLM before 0.9)"),
     "graphs_subtracted": ("flag", "1 when the CUDA-graph estimate is taken from the KV budget"),
-    "graph_mib_per_layer": ("number", "CUDA graph estimate per decoder layer (dense)"),
-    "graph_mib_per_layer_moe": ("number", "CUDA graph estimate per decoder layer (MoE)"),
+    "graph_capture_max": ("int", "the largest CUDA-graph capture size (min(2 x max_num_seqs, this))"),
+    "graph_first_mib": ("number", "CUDA graph estimate: the first capture of each mode"),
+    "graph_mib_per_size_layer": ("number", "CUDA graph estimate per further capture size per decoder layer"),
+    "mxfp4_moe_backends": ("strings", "'arch:backend' (or 'vendor:backend', '*:backend'): the MXFP4 MoE kernel "
+                                      "and so the weight layout (qcheck.memory.held)"),
     "warmup_margin_min_mib": ("number", "extensible KV: the least kept free beside the activation peak"),
     "warmup_margin_fraction": ("number", "extensible KV: the margin as a share of the activation peak"),
     "kv_fraction_of_free": ("fraction", "share of the memory left after weights and activations the KV gets"),
@@ -96,6 +108,8 @@ MEMORY_KEYS: dict[str, tuple[str, str]] = {
 }
 #: the values a string key may take
 STRING_CHOICES = {"ngl_rule": ("output-first", "output-last", "either")}
+#: the MXFP4 MoE kernel layouts qcheck/memory/held.py knows (the part after the colon of mxfp4_moe_backends)
+MXFP4_BACKENDS = ("marlin", "triton", "triton-strided", "flashinfer-trtllm", "flashinfer-cutlass", "rocm")
 #: keys a [[memory.versions]] entry may not change
 FIXED_KEYS = ("formula", "placement")
 
@@ -208,7 +222,7 @@ def _values(body: dict[str, Any], ctx: Where) -> tuple[dict[str, Any], dict[str,
         kind = MEMORY_KEYS[key][0]
         if kind == "buckets":
             buckets[key] = _buckets(key, value, ctx)
-        elif kind in ("string", "strings"):
+        elif kind in ("string", "strings", "names"):
             params[key] = _text(key, kind, value, ctx)
         else:
             params[key] = _number(key, kind, value, ctx)
@@ -216,13 +230,18 @@ def _values(body: dict[str, Any], ctx: Where) -> tuple[dict[str, Any], dict[str,
 
 
 def _text(key: str, kind: str, value: Any, ctx: Where) -> Any:
-    items = value if kind == "strings" else [value]
-    if not isinstance(items, list) or not items or not all(isinstance(v, str) and v for v in items):
-        ctx.fail("bad-type", f"{key} must be {'a non-empty list of strings' if kind == 'strings' else 'a string'}")
+    items = value if kind in ("strings", "names") else [value]
+    if not isinstance(items, list) or (not items and kind != "names") or not all(isinstance(v, str) and v
+                                                                                  for v in items):
+        want = {"strings": "a non-empty list of strings", "names": "a list of strings"}.get(kind, "a string")
+        ctx.fail("bad-type", f"{key} must be {want}")
     choices = STRING_CHOICES.get(key)
+    if key == "mxfp4_moe_backends" and any(v.partition(":")[2] not in MXFP4_BACKENDS for v in items):
+        ctx.fail("bad-value", f"{key} = {value!r}: each entry is 'arch:backend' with a backend of "
+                              f"{', '.join(MXFP4_BACKENDS)}")
     if choices and any(v not in choices for v in items):
         ctx.fail("bad-value", f"{key} = {value!r} is not one of {', '.join(choices)}")
-    return tuple(items) if kind == "strings" else value
+    return tuple(items) if kind in ("strings", "names") else value
 
 
 def _number(key: str, kind: str, value: Any, ctx: Where) -> int | float:

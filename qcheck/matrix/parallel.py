@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from qcheck.model import Judgement, Source
 
 if TYPE_CHECKING:
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.matrix.schema import ParallelSpec
     from qcheck.model import Inspection
 

@@ -7,10 +7,10 @@ collect the rules that hold, let the most specific one decide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qcheck.errors import UsageError
+from qcheck.matrix.deployment import EngineRequest
 from qcheck.matrix.rules import (
     decide,
     dedupe,
@@ -27,27 +27,8 @@ from qcheck.request import Deploy
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from qcheck.matrix.installed import InstalledEngine
     from qcheck.matrix.loader import Matrix
     from qcheck.model import Inspection
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    """One ``--engine`` value: ``name``, ``name==version``, ``name:backend`` or ``name:backend==version``."""
-
-    engine: Engine
-    version: str | None = None
-    backend: str | None = None
-    #: ``NAME=installed``: the engine found in this Python, with its own registry (qcheck.matrix.installed)
-    installed: InstalledEngine | None = None
-
-    @property
-    def label(self) -> str:
-        text = self.engine.id + (f":{self.backend}" if self.backend else "")
-        if self.installed is not None:
-            return text + "=installed"
-        return text + (f"=={self.version}" if self.version else "")
 
 
 def parse_engine_spec(text: str, matrix: Matrix) -> EngineRequest:

@@ -45,6 +45,7 @@ from qcheck.matrix.vocab import (
     SUGGESTIONS_FILE_KEYS,
     VENDORS,
     MatrixDataError,
+    SourceSpec,
     Where,
     check_keys,
     require_str,
@@ -65,7 +66,8 @@ __all__ = ["ARCH_KEYS", "ATTENTION_KEYS", "ATTENTION_KINDS", "ATTENTION_RULE_KEY
            "KV_CACHE_KEYS", "KV_PAIR_KEYS", "KV_PLACEHOLDERS", "KV_RULE_KEYS", "KV_SCALE_MISSING",
            "KV_SCALE_PLACEHOLDERS", "KV_SCALE_RULE_KEYS", "LOADED_DTYPES", "METHODS", "MODIFIER_KEYS",
            "PARALLEL_KEYS", "PLACEHOLDERS", "RULE_KEYS", "SOURCE_KEYS", "STATUSES", "SUGGESTIONS_FILE_KEYS",
-           "SUGGESTION_KEYS", "SUGGESTION_PLACEHOLDERS", "VENDORS", "MatrixDataError", "Where", "check_keys",
+           "SUGGESTION_KEYS", "SUGGESTION_PLACEHOLDERS", "VENDORS", "MatrixDataError", "SourceSpec", "Where",
+           "check_keys",
            "require_str", "type_name"]
 
 
@@ -122,16 +124,6 @@ class Target:
     @property
     def sm(self) -> str | None:
         return "sm" + self.cc.replace(".", "") if self.cc else None
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where a fact was read: a reference and the version it was read at."""
-
-    name: str
-    ref: str
-    version: str
-    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def build_matrix(matrix: Matrix, *, method: str | None = None, inspection: Inspe
 def kv_grid(matrix: Matrix, targets: list[Target]) -> list[tuple[str, str, dict[str, Judgement | None]]]:
     """Every engine's ruled KV-cache dtypes judged on each target at its newest version, for the docs page:
     (engine label, dtype, column -> judgement; None where the engine does not run on the target's vendor)."""
-    from qcheck.matrix.dimensions import Deployment
+    from qcheck.matrix.deployment import Deployment
     from qcheck.matrix.kvcache import judge_kv_cache
     from qcheck.matrix.resolve import select_version
     from qcheck.model import Inspection, Quantization

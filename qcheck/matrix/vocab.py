@@ -9,6 +9,7 @@ so whoever edits the data sees exactly what to fix. The typed records the data i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from qcheck import validate
@@ -70,6 +71,17 @@ KV_SCALE_MISSING = ("kv", "qp")
 #: placeholders of a [[kv_scale_rule]] message: the KV placeholders, the layers covered and an example layer
 KV_SCALE_PLACEHOLDERS = (*KV_PLACEHOLDERS, "covered", "layers", "example")
 SUGGESTIONS_FILE_KEYS = {"sources", "suggestion"}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a fact was read: a reference and the version it was read at (a record every data file's parser makes,
+    so it sits with the vocabulary, below them all)."""
+
+    name: str
+    ref: str
+    version: str
+    note: str | None = None
 
 
 class MatrixDataError(QcheckError):

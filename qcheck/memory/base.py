@@ -16,8 +16,11 @@ from typing import ClassVar
 from qcheck.matrix.memory_params import EngineMemory
 from qcheck.memory.device import DeviceMemory
 from qcheck.memory.records import GIB, MIB, OffloadPlan, Part, Reserve
-from qcheck.model import AttentionLayout, ModelShape
+from qcheck.model import AttentionLayout, Inspection, ModelShape
 from qcheck.request import EngineKnobs
+
+#: bytes per activation element of the dtypes models compute in (quantised models compute in BF16/FP16)
+ACT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def pad(n: int, to: int) -> int:
@@ -62,6 +65,9 @@ class EngineFamily:
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
     #: the tensor-parallel size asked for (1: none)
     tp: int = 1
+    #: the inspection judged (its dtype and quantisation decide activation sizes and kernel layouts); None: a
+    #: BF16 model of this shape
+    model: Inspection | None = None
 
     #: the ``formula`` value of ``[memory]`` this family implements
     formula: ClassVar[str] = ""
@@ -71,6 +77,12 @@ class EngineFamily:
     @property
     def layout(self) -> AttentionLayout:
         return self.shape.attention
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element: the model's dtype (FP32 models compute in FP32, the rest in 16 bits)."""
+        dtype = (self.model.dtype or "").lower() if self.model is not None else ""
+        return ACT_BYTES.get(dtype, 2)
 
     @property
     def gpu_gib(self) -> float | None:
@@ -98,6 +110,15 @@ class EngineFamily:
     def host_weight_bytes(self, scale: float) -> int:
         """Weight bytes the engine keeps in host memory instead of on the device."""
         return 0
+
+    def weights_on(self, n: int) -> int | None:
+        """Weight bytes the engine holds on one of n devices when that is not the file's bytes over n (kernel
+        layouts, tensors every tensor-parallel rank keeps whole); None: the stored bytes split evenly."""
+        return None
+
+    def weights_how(self, n: int) -> str:
+        """How ``weights_on(n)`` differs from the file, for ``assumptions`` (empty: it does not)."""
+        return ""
 
     # -- overhead and usable memory
     def overhead(self, ctx: int, batch: int, tp: int = 1) -> list[Part]:

@@ -37,6 +37,8 @@ class DeviceMemory:
     basis: str = "none"
     #: one phrase for people: "79.19 GiB as CUDA reports an H100 (81,559 MiB in nvidia-smi)"
     text: str = ""
+    #: the product's architecture id (gpus.toml), which decides the kernels an engine picks (MoE layouts)
+    arch: str | None = None
 
     @property
     def gib(self) -> float | None:
@@ -52,6 +54,7 @@ def device_memory(gpus: GpuTable, gpu_id: str | None, vendor: str | None, kind: 
     """The device's memory from the catalogue (and a measured free figure, ``--gpu auto``)."""
     gpu = gpus.gpus.get(gpu_id) if gpu_id else None
     datasheet = gpu.memory_gib if gpu is not None else None
+    arch = gpu.arch if gpu is not None else None
     if kind == "unified" or gpu is None:
         # unified memory: the engines' own wired limit applies to the whole pool (families); an architecture or a
         # measured device without a catalogue entry: what was measured, else nothing to compare with
@@ -60,7 +63,7 @@ def device_memory(gpus: GpuTable, gpu_id: str | None, vendor: str | None, kind: 
         basis = "measured" if measured_gib is not None else ("datasheet" if gib else "none")
         text = f"{gib:g} GiB" + (" free, measured on this machine" if measured_gib is not None else "") if gib else ""
         return DeviceMemory(kind, total, None, total if measured_gib is not None else None, vendor, gpu_id,
-                            datasheet, basis, text)
+                            datasheet, basis, text, arch)
     rules = gpus.capacity_rules
     cap = gpu.capacity
     runtime = cap.runtime_total_gib if cap is not None else None
@@ -78,7 +81,7 @@ def device_memory(gpus: GpuTable, gpu_id: str | None, vendor: str | None, kind: 
         text = (f"{total / GIB:.2f} GiB for a {name}: {rules.datasheet_ratio:g} x its {datasheet:g} GB datasheet "
                 "size, the smallest ratio measured (no driver figure for this product; an estimate)")
     else:
-        return DeviceMemory(kind, None, None, None, vendor, gpu_id, None, "none", "")
+        return DeviceMemory(kind, None, None, None, vendor, gpu_id, None, "none", "", arch)
     smi = int(smi_mib * MIB) if smi_mib is not None else int(total + rules.smi_gap_min_mib * MIB)
     if smi_mib is not None and runtime is not None:
         text += f" ({smi_mib:,.0f} MiB in nvidia-smi)"
@@ -86,7 +89,7 @@ def device_memory(gpus: GpuTable, gpu_id: str | None, vendor: str | None, kind: 
     if measured_gib is not None:
         free = int(measured_gib * GIB)
         text += f"; {measured_gib:g} GiB free, measured on this machine"
-    return DeviceMemory(kind, total, smi, free, vendor, gpu_id, datasheet, basis, text)
+    return DeviceMemory(kind, total, smi, free, vendor, gpu_id, datasheet, basis, text, arch)
 
 
 def plain_device(kind: str, gib: float | None, vendor: str | None = None) -> DeviceMemory:

@@ -110,7 +110,7 @@ def _engine_data(engine: str | None) -> Engine | None:
     """The engine's data in the shipped matrix (None: no engine, or one the matrix does not know)."""
     if not engine:
         return None
-    from qcheck.matrix import load_matrix
+    from qcheck.matrix.loader import load_matrix
 
     try:
         return load_matrix().engine(engine)
@@ -205,6 +205,8 @@ class _Estimator:
     scale: float  # weights as held / weights as stored
     kv_scale: float = 1.0
     assumptions: list[str] = field(default_factory=list)
+    #: the context before --fit lowered it (None: not lowered)
+    lowered_from: int | None = None
 
     @property
     def dev_weights(self) -> int:
@@ -236,14 +238,22 @@ class _Estimator:
         """The KV bytes one device holds at (context, batch, n devices)."""
         return _per_gpu(0, self.kv_at(ctx, batch), self.lay, n, self.placement)
 
+    def on_device(self, kv: int, n: int = 1) -> int:
+        """Weights and KV bytes on one of n devices: the family's tensor-parallel split of the weights as held
+        (kernel layouts, tensors every rank keeps whole) when it has one, else the stored bytes over n."""
+        held = None
+        if n > 1 and self.family is not None and self.placement == "tensor" and not self.host:
+            held = self.family.weights_on(n) if self.target.weights_loaded_as is None else None
+        if held is None:
+            return _per_gpu(self.dev_weights, kv, self.lay, n, self.placement)
+        return held + _per_gpu(0, kv, self.lay, n, self.placement)
+
     def need(self, ctx: int, batch: int, n: int = 1) -> int:
         kv = math.ceil(self.kv_at(ctx, batch) * self.kv_scale)
         limit = self.family.kv_limit() if self.family is not None else None
         if limit is not None:  # a pool the user fixed is allocated whatever the context
-            return _per_gpu(self.dev_weights, 0, self.lay, n, self.placement) + limit + sum(
-                p.bytes for p in self.overhead(ctx, batch, n))
-        return _per_gpu(self.dev_weights, kv, self.lay, n, self.placement) + sum(
-            p.bytes for p in self.overhead(ctx, batch, n))
+            return self.on_device(0, n) + limit + sum(p.bytes for p in self.overhead(ctx, batch, n))
+        return self.on_device(kv, n) + sum(p.bytes for p in self.overhead(ctx, batch, n))
 
     def fits(self, ctx: int, batch: int, n: int, usable: int) -> bool:
         """Whether (context, batch) fits n devices: the need within the usable memory, and the context's KV within
@@ -301,12 +311,13 @@ def estimate_memory(inspection: Inspection, deploy: Deploy | None = None,
     shape = shape_of(inspection)
     mem = target.params_at()
     tp = deploy.parallel.tp or 1
-    family = family_for(mem, shape, target.memory(), deploy.knobs, tp) if mem is not None else None
+    family = family_for(mem, shape, target.memory(), deploy.knobs, tp, inspection) if mem is not None else None
     ctx, notes = _context(inspection, family, deploy)
     est = _estimator(inspection, shape, deploy, target, family, notes)
     if family is not None:
         est.assumptions.extend(family.notes())
-        ctx = _fit_context(est, ctx, deploy)
+        fitted = _fit_context(est, ctx, deploy)
+        est.lowered_from, ctx = (ctx if fitted < ctx else None), fitted
     return _finish(est, ctx, deploy.batch)
 
 
@@ -336,6 +347,10 @@ def _estimator(inspection: Inspection, shape: ModelShape, deploy: Deploy, target
     llamacpp = family is not None and family.formula == "llama.cpp"
     notes = [*notes, *shape.attention.notes]
     weights, basis, wnotes = _weights(inspection, shape, target.weights_loaded_as)
+    held = family.weights_on(1) if family is not None and target.weights_loaded_as is None else None
+    if family is not None and held is not None and held != weights:
+        weights = held
+        wnotes.append(f"weights as {target.engine} holds them: {family.weights_how(1)}")
     notes += wnotes
     scale = weights / shape.total_bytes if shape.total_bytes else 1.0
     kv = kv_sizing(inspection, shape.attention, deploy, llamacpp)
@@ -391,7 +406,13 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
     fixed = sum(p.bytes for p in over) - activation
     total = est.need(ctx, batch) if kv_bytes is not None else est.dev_weights + activation + fixed
     fit = _fit(est, ctx, batch, total, reserve, kv_bytes)
+    host = est.host
+    if fit.offload is not None and fit.offload.user_set:  # the split the user set is the deployment: its figures
+        total, host = fit.offload.gpu_bytes, fit.offload.ram_bytes
+        parts = _plan_parts(est, fit.offload, over)
+        _user_split_limits(est, fit, ctx, batch, reserve.usable_bytes)
     pool = _kv_pool(est, ctx, batch, reserve, fit, per_token)
+    concurrency = _concurrency(est, ctx, fit, pool[0])
     active_bytes, active_params = _active(est)
     mem = target.params
     return MemoryEstimate(
@@ -402,13 +423,23 @@ def _finish(est: _Estimator, ctx: int, batch: int) -> MemoryEstimate:
         per_gpu_bytes=fit.per_gpu, max_gpus=fit.max_gpus, formula=FORMULA,
         overhead_source=mem.source_text() if mem is not None else "none: the engine has no [memory] data",
         assumptions=est.assumptions, ignored=list(IGNORED), parts=parts, overhead_known=family is not None,
-        engine=target.engine, device=target.device, host_bytes=est.host,
+        engine=target.engine, device=target.device, host_bytes=host,
         reserve=reserve.text, max_context=fit.max_ctx, max_batch=fit.max_batch, max_context_gpus=fit.max_ctx_gpus,
         model_context=ins.context_length, offload=fit.offload, tp=fit.n_dev if fit.n_dev > 1 else None,
         active_weight_bytes=active_bytes, active_parameters=active_params, kv_cache_type_k=est.kv.k,
         kv_cache_type_v=est.kv.v, weights_loaded_as=target.weights_loaded_as, engine_version=target.engine_version,
-        kv_available_bytes=pool[0], kv_available_tokens=pool[1], refusal=reserve.refusal,
-        capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None)
+        kv_available_bytes=pool[0], kv_available_tokens=pool[1], max_concurrency=concurrency, refusal=reserve.refusal,
+        capacity=device.text or None, capacity_basis=device.basis if device.kind != "RAM" else None,
+        context_lowered_from=est.lowered_from, fit_active=_fit_active(family),
+        weights_device_bytes=est.on_device(0, fit.n_dev))
+
+
+def _fit_active(family: EngineFamily | None) -> bool | None:
+    """Whether llama.cpp's --fit places the model by itself (None: an engine without --fit)."""
+    active = getattr(family, "fit_active", None)
+    if active is None:
+        return None
+    return bool(active()) and not family.user_layers()  # type: ignore[union-attr]
 
 
 def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit, per_token: float | None
@@ -423,13 +454,57 @@ def _kv_pool(est: _Estimator, ctx: int, batch: int, reserve: Reserve, fit: _Fit,
     if limit is not None:
         pool = limit
     else:
-        used = _per_gpu(est.dev_weights, 0, est.lay, n, est.placement) + sum(p.bytes for p in est.overhead(ctx, batch, n))
+        used = est.on_device(0, n) + sum(p.bytes for p in est.overhead(ctx, batch, n))
         pool = int((usable - used) / est.kv_scale)
     tokens = None
     if per_token:
         share = _per_gpu(0, 1 << 30, est.lay, n, est.placement) / (1 << 30)
         tokens = max(0, int(pool / (per_token * share))) if pool > 0 else 0
     return pool, tokens
+
+
+def _concurrency(est: _Estimator, ctx: int, fit: _Fit, pool: int | None) -> float | None:
+    """How many requests of ``ctx`` tokens the KV pool holds at once, per GPU at the plan's device count (vLLM's
+    "Maximum concurrency for N tokens per request", kv_cache_utils.py at 0.11.0 and 0.34.0); None without a pool
+    or a KV size."""
+    if pool is None or est.kv.per_layer is None:
+        return None
+    one = est.kv_device(ctx, 1, fit.n_dev if fit.n_dev > 1 else 1)
+    if one <= 0:
+        return None
+    return round(max(pool, 0) / one, 2)
+
+
+def _plan_parts(est: _Estimator, plan: OffloadPlan, over: list[Part]) -> list[Part]:
+    """The parts of a split the user set (-ngl, --n-cpu-moe): on the GPU its layers' weights and KV cache and the
+    engine's buffers (they add up to ``total_bytes``), then what stays in RAM."""
+    split = (f"--n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe else f"-ngl {plan.ngl} of {plan.n_layers + 1}")
+    ram_weights = plan.ram_bytes - plan.ram_kv_bytes
+    return [Part("weights", plan.gpu_weights_bytes, "header", f"{split}: the tensors of the layers on the GPU"),
+            Part("KV cache", plan.gpu_kv_bytes, "formula", f"{split}: the KV cache of the layers on the GPU "
+                 f"({est.kv.label})"),
+            *over,
+            Part("weights in host memory", ram_weights, "header",
+                 f"{split}: the layers on the CPU" + (" and the token embeddings" if est.host else "")),
+            Part("KV cache in host memory", plan.ram_kv_bytes, "formula", f"{split}: the KV cache of the layers on "
+                 "the CPU")]
+
+
+def _user_split_limits(est: _Estimator, fit: _Fit, ctx: int, batch: int, usable: int | None) -> None:
+    """Under a split the user set, the largest context and batch are those its GPU part fits (not the whole model's);
+    no GPU count applies (llama.cpp places layers, not tensor-parallel ranks)."""
+    family, plan = est.family, fit.offload
+    user = getattr(family, "user_plan", None)
+    if user is None or plan is None or usable is None or est.kv.per_layer is None:
+        return
+    fit.per_gpu, fit.needed, fit.max_ctx_gpus = plan.gpu_bytes, None, 1
+
+    def fits(c: int, b: int) -> bool:
+        got = user(est.scale, est.kv_at(c, b), est.overhead(c, b), usable)
+        return bool(got is not None and got.fits)
+
+    fit.max_ctx = search_max(lambda c: fits(c, batch), 1, max(est.inspection.context_length or (1 << 20), 1))
+    fit.max_batch = search_max(lambda b: fits(ctx, b), 1, 4096)
 
 
 def _kv_unknown_note(est: _Estimator) -> str:
@@ -448,8 +523,17 @@ def _parts(est: _Estimator, kv_bytes: int | None, per_token: float | None, batch
                   + (" (token embeddings in host memory excluded)" if host else ""))]
     if host:
         parts.append(Part("weights in host memory", host, "header", "token_embd stays in RAM (llama.cpp input layer)"))
-    parts.append(Part("KV cache", kv_bytes or 0, "formula",
-                      f"batch {batch} x cached tokens x {per_token or 0:g} B per token ({est.kv.label})"))
+    kv_how = f"batch {batch} x cached tokens x {per_token or 0:g} B per token ({est.kv.label})"
+    limit = est.family.kv_limit() if est.family is not None else None
+    if limit is not None and kv_bytes is not None:  # the pool the user fixed is what the device holds (need())
+        parts.append(Part("KV cache", limit, "source", f"--kv-cache-memory-bytes: the pool allocated whatever the "
+                          f"context; this context and batch use {kv_bytes / GIB:.2f} GiB of it ({kv_how})"))
+    else:
+        parts.append(Part("KV cache", kv_bytes or 0, "formula", kv_how))
+        if kv_bytes and est.kv_scale != 1.0:  # TensorRT-LLM gives the KV cache a fraction of what is left
+            parts.append(Part("KV headroom", math.ceil(kv_bytes * est.kv_scale) - kv_bytes, "source",
+                              f"the free memory the KV cache is not given (the engine's KV share is "
+                              f"{1 / est.kv_scale:g} of it)"))
     parts.extend(over)
     return parts
 
@@ -482,6 +566,9 @@ def _fit(est: _Estimator, ctx: int, batch: int, total: int, reserve: Reserve, kv
         fit.per_gpu = est.need(ctx, batch, fit.n_dev)
         fit.fits = est.fits(ctx, batch, fit.n_dev, usable)
         est.assumptions.append(f"--tp {fit.n_dev}: {fit.per_gpu / GIB:.1f} GiB per GPU ({est.placement})")
+        how = est.family.weights_how(fit.n_dev) if est.family is not None and est.placement == "tensor" else ""
+        if how:
+            est.assumptions.append(f"weights per GPU at --tp {fit.n_dev}: {how}")
     candidates = _device_counts(est)
     fit.max_gpus = candidates[-1]
     if est.target.device == "GPU" and known:

@@ -16,7 +16,7 @@ from qcheck.memory.device import DeviceMemory
 from qcheck.memory.llamacpp import LlamaCppFamily, llamacpp_compute_bytes
 from qcheck.memory.records import Part
 from qcheck.memory.servers import SGLangFamily, TensorRTFamily, VLLMFamily
-from qcheck.model import ModelShape
+from qcheck.model import Inspection, ModelShape
 from qcheck.request import EngineKnobs
 
 __all__ = ["FAMILIES", "EngineFamily", "family_for", "llamacpp_compute_bytes", "search_max"]
@@ -50,7 +50,7 @@ FAMILIES: dict[str, type[EngineFamily]] = {
 
 
 def family_for(mem: EngineMemory, shape: ModelShape, device: DeviceMemory, knobs: EngineKnobs | None = None,
-               tp: int = 1) -> EngineFamily:
+               tp: int = 1, model: Inspection | None = None) -> EngineFamily:
     """The memory model of an engine's ``[memory]`` table at a version (the loader accepts only formulas listed
-    here)."""
-    return FAMILIES[mem.formula](mem, shape, device, knobs or EngineKnobs(), tp)
+    here); ``model`` is the inspection judged (its dtype and quantisation)."""
+    return FAMILIES[mem.formula](mem, shape, device, knobs or EngineKnobs(), tp, model)

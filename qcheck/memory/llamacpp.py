@@ -23,13 +23,16 @@ def llamacpp_compute_bytes(shape: ModelShape, n_ctx: int, n_ubatch: int, flash_a
     three stages (t = min(n_ubatch, n_ctx), F32 activations, q = n_head x head_dim, kv = n_kv_heads x head_dim):
 
     * output: the logits and the final hidden state of the output rows, ``rows x (n_vocab + 2 n_embd) x 4``;
-    * FFN: gate, up and their product plus the residual stream, ``t x (3 n_ff + 4 n_embd) x 4`` (at least
-      ``8 n_embd``; MoE: n_ff = experts used x expert width), with the attention mask(s) alive beside it;
+    * FFN: gate, up and their product, three hidden-sized tensors (residual, normed input, FFN output) and the
+      attention output, ``t x (3 n_ff + 3 n_embd + q) x 4`` (at least ``8 n_embd``; MoE: n_ff = experts used x
+      expert width), with the attention masks (the sliding-window cache's too) alive beside it;
     * attention: the masks (F16 ``n_kv x t x 2`` with flash attention, F32 without; a second one for the
       sliding-window layers) plus ``t x (3 n_embd + 2 q + 2 kv) x 4`` of projections, and without flash
       attention the F32 scores ``n_kv x t x n_head x 4``.
 
-    Fitted to llama.cpp b11312's buffer log (tests/test_memory_llamacpp.py, bench/bench_memory.py); the
+    Fitted to llama.cpp b11312's buffer log (tests/test_memory_llamacpp.py, bench/bench_memory.py), the FFN stage
+    to a GPT-OSS-shaped model (2880 hidden, 64 x 64 query heads, 4 of 32 experts of 2880, attention sinks, every
+    other layer a 128-token window: llama-server's 4 slots at 16384 cells log 109.39 MiB, the formula 109.38); the
     allocator sometimes cannot reuse a freed block, and then reports a little more (docs/memory.md).
     """
     t = max(1, min(n_ubatch, n_ctx))
@@ -44,7 +47,7 @@ def llamacpp_compute_bytes(shape: ModelShape, n_ctx: int, n_ubatch: int, flash_a
     elem = 2 if flash_attn else 4
     mask = n_kv * t * elem + (min(swa_kv, n_kv) * t * elem if swa_kv else 0)
     out_stage = rows * (vocab + 2 * e) * 4
-    ffn_stage = t * max(3 * ff + 4 * e, 8 * e) * 4 + mask
+    ffn_stage = t * max(3 * ff + 3 * e + q, 8 * e) * 4 + mask
     attn_stage = mask + t * (3 * e + 2 * q + 2 * kv) * 4
     if not flash_attn:
         attn_stage += n_kv * t * n_head * 4

@@ -38,7 +38,8 @@ def gpu_layers(ngl: int, n_layer: int, rule: str) -> tuple[list[int], bool]:
 
 @dataclass(frozen=True)
 class _Split:
-    """A model's bytes as llama.cpp places them: per repeating layer (with its KV cache), the output layer."""
+    """A model's bytes as llama.cpp places them: per repeating layer (with its KV cache), the output layer; and
+    what one decode step reads of each (``active``: MoE layers read only their active experts)."""
 
     layers: list[int]
     kv_layer: float
@@ -46,6 +47,22 @@ class _Split:
     buffers: int
     total_weights: int
     kv: int
+    active: list[int]
+    experts_active: list[int]  # per layer, the routed experts one token reads (0 for dense layers)
+
+    def placed(self, ngl: int, rule: str, worse_for: str = "gpu") -> tuple[list[int], bool]:
+        """The repeating layers on the GPU and whether the output layer is, as the build counts -ngl; for an unknown
+        build, the counting that is worse for the GPU's memory (``worse_for`` "gpu": more on it) or for the speed
+        ("speed": more read from RAM)."""
+        if rule != "either":
+            return gpu_layers(ngl, len(self.layers), rule)
+        placements = [gpu_layers(ngl, len(self.layers), r) for r in RULES]
+        if worse_for == "gpu":
+            return max(placements, key=lambda got: self.gpu_weights(*got) + self.kv_layer * len(got[0]))
+        return min(placements, key=lambda got: sum(self.active[i] for i in got[0]) + (self.output if got[1] else 0))
+
+    def gpu_weights(self, on: list[int], out: bool) -> int:
+        return sum(self.layers[i] for i in on) + (self.output if out else 0)
 
     def gpu(self, ngl: int, rule: str) -> int:
         if rule == "either":
@@ -53,14 +70,6 @@ class _Split:
         on, out = gpu_layers(ngl, len(self.layers), rule)
         return int(sum(self.layers[i] for i in on) + self.kv_layer * len(on) + (self.output if out else 0)
                    + self.buffers)
-
-    def ram(self, ngl: int, rule: str) -> int:
-        """Weights and KV the plan leaves in RAM (the more of the two countings when the build is unknown)."""
-        if rule == "either":
-            return max(self.ram(ngl, r) for r in RULES)
-        on, out = gpu_layers(ngl, len(self.layers), rule)
-        gpu_weights = sum(self.layers[i] for i in on) + (self.output if out else 0)
-        return int(self.total_weights - gpu_weights + self.kv_layer * (len(self.layers) - len(on)))
 
 
 def _split(shape: ModelShape, scale: float, kv: int, over: list[Part]) -> _Split | None:
@@ -71,7 +80,38 @@ def _split(shape: ModelShape, scale: float, kv: int, over: list[Part]) -> _Split
     output = int((shape.output_bytes + shape.other_bytes + (shape.embed_bytes if shape.tied_output else 0)) * scale)
     total = (sum(layers) + output + int(shape.embed_bytes * scale * (0 if shape.tied_output else 1))
              + int(shape.vision_bytes * scale))
-    return _Split(layers, kv / n, output, sum(p.bytes for p in over), total, kv)
+    experts = [int(b * scale) for b in shape.expert_bytes] if len(shape.expert_bytes) == n else [0] * n
+    used = min(shape.n_expert_used, shape.n_expert) / shape.n_expert if shape.moe and shape.n_expert_used else 1.0
+    experts_active = [int(e * used) for e in experts]
+    active = [layer - e + a for layer, e, a in zip(layers, experts, experts_active, strict=True)]
+    return _Split(layers, kv / n, output, sum(p.bytes for p in over), total, kv, active, experts_active)
+
+
+def _ngl_parts(plan: OffloadPlan, split: _Split, ngl: int, rule: str) -> None:
+    """The plan's parts under ``-ngl ngl``: weights and KV on the GPU, KV in RAM, and what a decode step reads
+    from each (the layers in RAM run on the CPU, at host memory bandwidth)."""
+    on, out = split.placed(ngl, rule, "gpu")
+    n = len(split.layers)
+    plan.gpu_weights_bytes = split.gpu_weights(on, out)
+    plan.gpu_kv_bytes = int(split.kv_layer * len(on))
+    plan.ram_kv_bytes = split.kv - plan.gpu_kv_bytes
+    plan.gpu_bytes = plan.gpu_weights_bytes + plan.gpu_kv_bytes + split.buffers
+    plan.ram_bytes = split.total_weights - plan.gpu_weights_bytes + plan.ram_kv_bytes
+    on, out = split.placed(ngl, rule, "speed")
+    plan.gpu_read_bytes = sum(split.active[i] for i in on) + (split.output if out else 0)
+    plan.ram_read_bytes = sum(split.active) + split.output - plan.gpu_read_bytes
+    plan.ram_kv_share = (n - len(on)) / n if n else 0.0
+
+
+def _moe_parts(plan: OffloadPlan, split: _Split, cpu_layers: int) -> None:
+    """The parts when every layer is on the GPU but the experts of the first ``cpu_layers`` are in RAM."""
+    experts = [layer - active + moe for layer, active, moe in
+               zip(split.layers, split.active, split.experts_active, strict=True)]
+    in_ram = sum(experts[:cpu_layers])
+    plan.gpu_weights_bytes = sum(split.layers) + split.output - in_ram
+    plan.gpu_kv_bytes, plan.ram_kv_bytes, plan.ram_kv_share = split.kv, 0, 0.0
+    plan.ram_read_bytes = sum(split.experts_active[:cpu_layers])
+    plan.gpu_read_bytes = sum(split.active) + split.output - plan.ram_read_bytes
 
 
 def _rule_text(rule: str) -> str:
@@ -82,9 +122,10 @@ def _rule_text(rule: str) -> str:
 def _ngl_plan(split: _Split, ngl: int, rule: str, usable: int, *, user: bool) -> OffloadPlan:
     n = len(split.layers)
     shown = n + 1 if ngl < 0 or ngl > n + 1 else ngl
-    gpu, ram = split.gpu(shown, rule), split.ram(shown, rule)
-    plan = OffloadPlan(n_layers=n, ngl=shown, gpu_bytes=gpu, ram_bytes=ram, rule=rule, user_set=user,
-                       fits=gpu <= usable)
+    plan = OffloadPlan(n_layers=n, ngl=shown, gpu_bytes=0, ram_bytes=0, rule=rule, user_set=user)
+    _ngl_parts(plan, split, shown, rule)
+    gpu, ram = plan.gpu_bytes, plan.ram_bytes
+    plan.fits = gpu <= usable
     if rule != "either":
         plan.output_on_gpu = gpu_layers(shown, n, rule)[1]
     on_gpu = f"-ngl {shown} of {n + 1} ({_rule_text(rule)}): {gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in RAM"
@@ -115,6 +156,7 @@ def _with_moe(plan: OffloadPlan, shape: ModelShape, scale: float, split: _Split,
     plan.override_tensor = f"blk\\.({layers_re})\\.ffn_(up|down|gate)_exps\\.=CPU" if cpu_layers else None
     plan.summary = (f"MoE: -ngl {n + 1} --n-cpu-moe {cpu_layers} keeps the experts of {cpu_layers} of {n} layers "
                     f"in RAM ({gpu / GIB:.1f} GiB on the GPU, {ram / GIB:.1f} GiB in RAM)")
+    _moe_parts(plan, split, cpu_layers)
 
 
 def plan_offload(shape: ModelShape, scale: float, kv: int, over: list[Part], usable: int,

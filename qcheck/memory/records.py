@@ -9,13 +9,12 @@ constant read in its code), ``estimate`` (qcheck's stated guess, no engine const
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from qcheck.speed import SpeedEstimate
+from typing import Any
 
 GIB = 1024**3
 MIB = 1024**2
+#: the parts held in host memory, apart from the device total (llama.cpp's token embeddings, layers kept on the CPU)
+HOST_PARTS = ("weights in host memory", "KV cache in host memory")
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,16 @@ class OffloadPlan:
     user_set: bool = False
     #: whether the plan's GPU part fits the usable memory
     fits: bool | None = None
+    #: the plan's parts: weights and KV cache on the GPU (``gpu_bytes`` adds the engine's buffers) and the KV cache
+    #: in RAM (``ram_bytes`` holds it beside the weights in RAM)
+    gpu_weights_bytes: int = 0
+    gpu_kv_bytes: int = 0
+    ram_kv_bytes: int = 0
+    #: weight bytes one decode step reads from the GPU and from RAM under this plan (MoE: the active experts'
+    #: share), and the share of the KV cache in RAM: what the speed estimate reads (qcheck.speed)
+    gpu_read_bytes: int = 0
+    ram_read_bytes: int = 0
+    ram_kv_share: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -71,6 +80,117 @@ class OffloadPlan:
             for key in ("n_cpu_moe", "moe_gpu_bytes", "moe_ram_bytes", "override_tensor"):
                 del data[key]
         return data
+
+
+@dataclass
+class SpeedEstimate:
+    """The speed estimate of one verdict (computed by ``qcheck.speed``): the JSON ``verdicts[].memory.speed``: decode and prefill ceilings and what they were computed from."""
+
+    label: str
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: int | None
+    bytes_per_step: int
+    batch: int
+    bandwidth_gbs: float
+    compute_format: str
+    compute_why: str
+    tflops: float | None
+    active_parameters: int | None
+    formula: str
+    source: str
+    calibration: str  # how far measured speeds stayed below such ceilings (stated, not applied)
+    summary: str = ""
+    #: the engine's least time per decode step and per prefill step (ms), what bounds decode, where they come from
+    floor_ms: float | None = None
+    prefill_floor_ms: float | None = None
+    decode_bound: str = "bandwidth"  # bandwidth | floor
+    bandwidth_tokens_per_s: float | None = None  # the decode ceiling from bandwidth alone
+    floor_basis: str | None = None
+    floor_source: str | None = None
+    #: of ``bytes_per_step``, what layers kept in RAM (-ngl, --n-cpu-moe, --fit) read at the host's bandwidth
+    ram_bytes_per_step: int = 0
+    host_bandwidth_gbs: float | None = None
+    host_bandwidth_basis: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: a start-up outcome -> the status of the ``start-up`` dimension it gives: layers moved to the CPU are a slower
+#: substitute path (docs/design.md: CPU offload is a fallback)
+STARTUP_STATUS = {"starts": "native", "context-lowered": "native", "offloaded": "fallback",
+                  "does-not-start": "unsupported", "unknown": "unknown"}
+
+
+@dataclass
+class Startup:
+    """What the engine does at start-up with the settings asked (JSON ``verdicts[].startup``): it ``starts``, starts
+    serving a shorter context than asked (``context-lowered``: llama.cpp ``--fit``, SGLang's pool cap), starts with
+    layers in RAM (``offloaded``), refuses (``does-not-start``), or qcheck cannot tell (``unknown``). ``judged`` is
+    False under ``--kernels-only``: then it is reported beside a status it did not set."""
+
+    outcome: str
+    message: str
+    #: the context the engine serves per request (lowered when it lowers it)
+    context: int | None = None
+    #: requests of that context the KV pool holds at once (vLLM's "Maximum concurrency"); None: not a pool engine
+    max_concurrency: float | None = None
+    source: str | None = None
+    #: the engine version the source was read at
+    version: str | None = None
+    judged: bool = True
+
+    def __post_init__(self) -> None:
+        if self.outcome not in STARTUP_STATUS:
+            raise ValueError(f"start-up outcome {self.outcome!r}")
+
+    @property
+    def status(self) -> str:
+        return STARTUP_STATUS[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status}
+
+
+@dataclass
+class CapacityCell:
+    """One context of one KV type."""
+
+    context: int
+    #: whole sequences of this context held at once; None: beyond the model's context, or the estimate cannot
+    #: say (no device size, no KV size)
+    sequences: int | None
+    #: on how many GPUs (tensor parallel or layer split) the count holds
+    gpus: int = 1
+    #: ``sequences`` reached the search bound: at least that many
+    at_least: bool = False
+    #: the engine's own figure (vLLM: "Maximum concurrency for N tokens per request")
+    engine_concurrency: float | None = None
+    #: the KV pool's tokens per GPU (vLLM's "GPU KV cache size")
+    kv_pool_tokens: int | None = None
+
+
+@dataclass
+class CapacityRow:
+    """One KV-cache type the engine accepts on this GPU, and its cells."""
+
+    kv_cache_dtype: str  # the type as the estimate names it (the model's own for the default)
+    asked: str  # what was asked: "auto" (the default) or the --kv-cache-dtype value
+    status: str  # the verdict with this KV type: native | fallback | unknown
+    cells: list[CapacityCell] = field(default_factory=list)
+    #: other accepted types with the same verdict and the same figures (fp8_e4m3 beside fp8, float16 beside
+    #: bfloat16)
+    same_as: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CapacityTable:
+    """``Verdict.memory.concurrency``: rows per KV type, and the types left out with why."""
+
+    rows: list[CapacityRow]
+    left_out: list[str] = field(default_factory=list)
+    #: what the counts mean for this engine (scheduler limits, the figure it prints)
+    note: str = ""
 
 
 @dataclass
@@ -131,17 +251,32 @@ class MemoryEstimate:
     kv_available_bytes: int | None = None
     #: tokens that pool holds (vLLM's "GPU KV cache size: N tokens")
     kv_available_tokens: int | None = None
+    #: requests of ``context`` tokens the pool holds at once, per GPU (vLLM's "Maximum concurrency for N tokens
+    #: per request: X"); None for engines that allocate the context's KV up front
+    max_concurrency: float | None = None
     #: why the engine refuses to start on this device whatever the model (vLLM: utilization above free memory)
     refusal: str | None = None
+    #: the context before llama.cpp's --fit lowered it to ``context`` (None: not lowered)
+    context_lowered_from: int | None = None
+    #: llama.cpp's --fit runs (on in this build or asked for, no -ngl given): it lowers the context and moves layers
+    #: to the CPU by itself; None for engines without --fit
+    fit_active: bool | None = None
     #: the device memory used and where it comes from: "79.19 GiB as the driver reports a h100 (...)"
     capacity: str | None = None
     capacity_basis: str | None = None  # driver | estimate | measured | datasheet | given | none
+    #: weight bytes on one GPU as the engine holds them at the GPU count judged (``tp``, else one): kernel layouts
+    #: and tensors every tensor-parallel rank keeps whole included (vLLM's "Model loading took")
+    weights_device_bytes: int | None = None
+    #: ``--capacity``: concurrent sequences per context for each KV type the engine accepts (qcheck.memory.capacity)
+    concurrency: CapacityTable | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``verdicts[].memory``: the fields, each byte count in GiB too, the summary line, then the note
         and the speed record (with its summary line) when there are any."""
         data = asdict(self)
         del data["note"], data["speed"]
+        if self.concurrency is None:  # asked for with --capacity only
+            del data["concurrency"]
         if self.offload is not None:
             data["offload"] = self.offload.to_json()
         for key in ("weights_bytes", "kv_cache_bytes", "total_bytes", "gpu_memory_bytes", "usable_bytes",
@@ -163,12 +298,19 @@ class MemoryEstimate:
             return "?" if b is None else f"{b / GIB:.1f}"
 
         where = {"RAM": "in RAM", "unified": "in unified memory"}.get(self.device, "on one GPU")
-        terms = [f"weights {g(self.weights_bytes)}", f"KV {g(self.kv_cache_bytes)}"]
+        plan = self.offload
+        if plan is not None and plan.user_set:
+            where = "on the GPU with " + (f"--n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe else
+                                          f"-ngl {plan.ngl} of {plan.n_layers + 1}")
+        # the parts on the device, as the total adds them (token embeddings and layers kept in RAM are apart)
+        on_device = {p.name: p.bytes for p in self.parts if p.name not in HOST_PARTS}
+        weights = on_device.get("weights", self.weights_bytes)
+        kv = on_device.get("KV cache", self.kv_cache_bytes) if self.kv_cache_bytes is not None else None
+        terms = [f"weights {g(weights)}", f"KV {g(kv)}"]
         if self.overhead_known:
-            terms += [f"{p.name} {g(p.bytes)}" for p in self.parts
-                      if p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB]
-            if not any(p.name not in ("weights", "KV cache", "weights in host memory") and p.bytes >= 0.05 * GIB
-                       for p in self.parts):
+            extra = [p for p in self.parts if p.name not in ("weights", "KV cache", *HOST_PARTS)]
+            terms += [f"{p.name} {g(p.bytes)}" for p in extra if p.bytes >= 0.05 * GIB]
+            if not any(p.bytes >= 0.05 * GIB for p in extra):
                 terms.append(f"buffers {g(self.activation_bytes + self.fixed_bytes)}")
         text = f"needs {g(self.total_bytes)} GiB {where} ({' + '.join(terms)} GiB)"
         if not self.overhead_known:

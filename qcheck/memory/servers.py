@@ -21,15 +21,37 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+from qcheck.matrix.memory_params import EngineMemory
 from qcheck.memory.base import EngineFamily, activation_part, fixed_parts, gib
+from qcheck.memory.device import DeviceMemory
+from qcheck.memory.held import MXFP4_LAYOUTS, TensorSplit, mxfp4_backend
 from qcheck.memory.records import GIB, MIB, Part, Reserve
+from qcheck.memory.vllm_profile import ProfileRun, capture_sizes
+from qcheck.model import Inspection, ModelShape
 
 
-def _ff(shape_ff: int, hidden: int) -> int:
-    return shape_ff or 4 * hidden
+class TensorParallelWeights:
+    """Weights as a tensor-parallel server engine holds them (qcheck.memory.held), shared by vLLM and SGLang."""
+
+    mem: EngineMemory
+    shape: ModelShape
+    device: DeviceMemory
+    model: Inspection | None
+
+    def split(self) -> TensorSplit:
+        backend = mxfp4_backend(self.mem.get("mxfp4_moe_backends"), self.device.arch, self.device.vendor)
+        return TensorSplit(self.shape, self.model, MXFP4_LAYOUTS.get(backend) if backend else None)
+
+    def weights_on(self, n: int) -> int | None:
+        if not self.shape.from_tensors:
+            return None
+        return self.split().on_rank(n)
+
+    def weights_how(self, n: int) -> str:
+        return self.split().how(n) if self.shape.from_tensors else ""
 
 
-class VLLMFamily(EngineFamily):
+class VLLMFamily(TensorParallelWeights, EngineFamily):
     """vLLM: the profile run's peak, non-torch memory and CUDA graphs come out of the KV budget."""
 
     formula = "vllm"
@@ -64,52 +86,62 @@ class VLLMFamily(EngineFamily):
         return bool(self.knobs.enforce_eager)
 
     # -- overhead
+    def profile(self, tp: int) -> ProfileRun:
+        """The profile run at this release's defaults (or the user's batch settings) on one of tp ranks."""
+        tokens, seqs, _ = self.batch()
+        layout = self.split().layout
+        monolithic = self.split().mxfp4_moe and layout is not None and layout.name.startswith("triton")
+        return ProfileRun(self.shape, self.mem, tokens, seqs, tp, self.act_bytes, monolithic)
+
     def activation(self, tp: int) -> Part:
-        """The profile run's peak: the sampler over the logits rows, or the forward pass if that is larger."""
-        s = self.shape
+        """The profile run's peak: the sampler run or the forward pass, whichever is larger (vllm_profile)."""
         tokens, seqs, why = self.batch()
-        rows = min(seqs, tokens)
-        per_row = float(self.mem.get("sampler_bytes_per_row", 15.5))
-        sampler = int(rows * s.vocab * per_row)
-        ff = _ff(s.n_ff, s.hidden)
-        if s.n_expert and s.n_ff_exp:
-            ff = s.n_ff if s.n_ff and s.n_ff != s.n_ff_exp else 0  # the dense MLP; the routed part is the workspace
-        forward = int(tokens * (float(self.mem.get("forward_bytes_per_token_hidden", 8.9)) * s.hidden
-                                + float(self.mem.get("forward_bytes_per_token_ff", 5.85)) * ff / tp))
-        moe = 0
-        if s.n_expert and s.n_ff_exp and s.n_expert_used:
-            moe = int(tokens * s.n_expert_used * 2 * s.n_ff_exp / tp * float(self.mem.get("moe_bytes_per_routed_ff", 20)))
-        peak = max(sampler, forward + moe)
-        which = "sampler" if sampler >= forward + moe else "forward pass"
-        how = (f"profile run ({why}: max_num_batched_tokens {tokens}, max_num_seqs {seqs}); the {which} sets the "
-               f"peak: sampler {rows} rows x vocab {s.vocab} x {per_row:g} B = {gib(sampler)} GiB, forward "
-               f"{tokens} tokens = {gib(forward + moe)} GiB" + (" incl. the fused-MoE workspace" if moe else ""))
-        return Part("activation peak", peak, "measured", how)
+        peak, how = self.profile(tp).peak()
+        return Part("activation peak", peak, "formula",
+                    f"profile run ({why}: max_num_batched_tokens {tokens}, max_num_seqs {seqs}); {how}")
+
+    def nvls(self) -> bool:
+        """Whether NCCL sets up NVLink SHARP buffers: an NVSwitch system (``nvls_gpus``); a GPU known only by its
+        size counts as one (the larger figure)."""
+        return self.device.gpu is None or self.device.gpu in (self.mem.get("nvls_gpus") or ())
 
     def non_torch(self, tp: int) -> Part:
-        key = "non_torch_mib_multi_gpu" if tp > 1 else "non_torch_mib"
-        mib = float(self.mem.get(key, self.mem.get("non_torch_mib", 256)))
+        if tp > 1:
+            key = "non_torch_mib_multi_gpu" if self.nvls() else "non_torch_mib_multi_gpu_no_nvls"
+        else:
+            key = "non_torch_mib"
+        mib = float(self.mem.get(key, self.mem.get("non_torch_mib_multi_gpu" if tp > 1 else "non_torch_mib", 256)))
+        where = ("" if tp == 1 else ", NCCL and all-reduce buffers" + (" with NVLink SHARP (NVSwitch)" if self.nvls()
+                                                                         else " without NVLink SHARP"))
         return Part("non-torch", int(mib * MIB), "measured",
-                    "memory outside torch created after vLLM's startup snapshot (attention workspaces"
-                    + (", custom all-reduce buffers" if tp > 1 else "") + "), as measured in published logs")
+                    f"memory outside torch created after vLLM's startup snapshot (kernel images, attention "
+                    f"workspaces{where}): {mib:g} MiB, fitted to published logs of this release")
 
     def graphs(self) -> Part | None:
         if self.eager():
             return None
         if not (self.extensible() or self.mem.get("graphs_subtracted")):
             return None
-        moe = bool(self.shape.n_expert and self.shape.n_ff_exp)
-        per = float(self.mem.get("graph_mib_per_layer_moe" if moe else "graph_mib_per_layer", 27))
+        tokens, seqs, _ = self.batch()
+        largest = min(2 * seqs, int(self.mem.get("graph_capture_max", 512)), tokens)
+        sizes = capture_sizes(largest)
         layers = max(1, self.shape.n_layers or self.layout.full_layers + self.layout.window_layers)
-        return Part("CUDA graphs", int(layers * per * MIB), "estimate",
-                    f"vLLM's CUDA-graph estimate, {layers} layers x {per:g} MiB ({'MoE' if moe else 'dense'}; fitted "
-                    "to the estimates vLLM 0.19 logged: 0.52-1.85 GiB)")
+        first = float(self.mem.get("graph_first_mib", 119))
+        per = float(self.mem.get("graph_mib_per_size_layer", 0.404))
+        mib = first + per * max(0, sizes - 1) * layers
+        return Part("CUDA graphs", int(mib * MIB), "measured",
+                    f"vLLM's CUDA-graph estimate: {sizes} capture sizes up to {largest} (min(2 x max_num_seqs, "
+                    f"512, max_num_batched_tokens)): {first:g} MiB first captures + {per:g} MiB x {sizes - 1} sizes "
+                    f"x {layers} layers (fitted to the estimates vLLM 0.19 logged)")
 
     def overhead(self, ctx: int, batch: int, tp: int = 1) -> list[Part]:
         parts = [self.activation(tp), self.non_torch(tp)]
         graphs = self.graphs()
         if graphs is not None:
             parts.append(graphs)
+        if self.mem.get("context_in_budget") and self.device.kind == "GPU":
+            parts.append(Part("CUDA context", self.context_bytes(), "measured",
+                              "this release counts the CUDA context in its non-torch memory, inside the budget"))
         return parts
 
     def kv_limit(self) -> int | None:
@@ -149,7 +181,7 @@ class VLLMFamily(EngineFamily):
                                                                       if self.eager() else "")]
 
 
-class SGLangFamily(EngineFamily):
+class SGLangFamily(TensorParallelWeights, EngineFamily):
     """SGLang: weights + KV cache fit in ``mem_fraction_static`` of the memory free before the weights load."""
 
     formula = "sglang"

@@ -31,12 +31,14 @@ def device_of(matrix: Matrix, gpu_id: str | None, arch_id: str | None) -> str:
 
 
 def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: Deploy, matrix: Matrix,
-                 gpu_memory_gib: Callable[[str], float | None] | None = None) -> None:
+                 gpu_memory_gib: Callable[[str], float | None] | None = None, *,
+                 host_bandwidth_gbs: float | None = None, warn_no_fit: bool = True) -> None:
     """Fill ``Verdict.memory`` for every verdict on hardware (hosted providers have none).
 
     A product's memory comes from ``matrices/gpus.toml`` unless ``gpu_memory_gib(gpu_id)`` says otherwise (``--gpu
     auto``: what is free); for an architecture or a compute capability there is no product, so the need is
-    reported without a fit.
+    reported without a fit. ``warn_no_fit``: a model that does not fit gets a warning (off when the start-up is
+    judged: the ``start-up`` dimension says it).
     """
     from qcheck.memory.device import device_memory
 
@@ -57,13 +59,14 @@ def apply_memory(verdicts: Iterable[Verdict], inspection: Inspection, deploy: De
         if mem_gib is None and device != "RAM":
             est.note = ("name a GPU product (e.g. h100, rtx-4090) rather than an architecture to compare "
                         "with its memory")
-        _speed(v, inspection, est, matrix)
+        _speed(v, inspection, est, matrix, host_bandwidth_gbs)
         v.memory = est
-        if est.fits is False:
+        if est.fits is False and warn_no_fit:
             v.warnings.append(_no_fit_warning(v, est))
 
 
-def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matrix) -> None:
+def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matrix,
+           host_bandwidth_gbs: float | None = None) -> None:
     from qcheck.speed import estimate_speed
 
     perf = matrix.gpus.perf.get(v.gpu) if v.gpu else None
@@ -76,7 +79,7 @@ def _speed(v: Verdict, inspection: Inspection, est: MemoryEstimate, matrix: Matr
         memory = None
     engines = matrix.gpus.speed_engines
     own = engines.get(memory.formula) if memory is not None else None
-    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines))
+    est.speed = estimate_speed(v, inspection, est, perf, arch, (own, engines), host_bandwidth_gbs)
 
 
 def _no_fit_warning(v: Verdict, est: MemoryEstimate) -> str:

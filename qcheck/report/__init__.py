@@ -14,18 +14,12 @@ import re
 import stat
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+
+from qcheck.result import Result
+
+__all__ = ["FORMATS", "RENDERERS", "Result", "emit", "render", "write_output"]
 
 FORMATS = ("text", "json", "junit", "sarif", "github", "markdown")
-
-
-class Result(Protocol):
-    kind: str
-
-    @property
-    def exit_code(self) -> int: ...  # read-only: results compute it (a field or a property both fit)
-
-    def to_json(self) -> dict[str, Any]: ...
 
 
 def render(result: Result, fmt: str) -> str:

@@ -55,6 +55,12 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("QC114", "memory-does-not-fit", "Does not fit in the GPU's memory",
          "Weights, KV cache at the stated context and batch, activations and runtime overhead exceed the "
          "usable memory of one GPU.", "warning", 6),
+    Rule("QC116", "does-not-start", "Does not start with the settings asked",
+         "The engine refuses to start with the deployment's settings (its KV pool cannot hold one request at the "
+         "context, no memory is left for the KV cache, a context above the model's maximum, a -ngl split that does "
+         "not fit, more GPUs than the node has), or qcheck cannot tell whether it starts (no GPU product named, no "
+         "memory data, a behaviour not read at this version). Judge the kernels only with --kernels-only / "
+         "kernels-only = true.", "error", 2),
     Rule("QC115", "runtime-risk", "Runs, but with a known loss at run time",
          "The engine runs the checkpoint, but does something at run time that costs accuracy or speed: a quantised "
          "KV cache with default scales of 1.0 because the checkpoint ships no k_scale/v_scale (or q/prob scales), "
@@ -165,31 +171,16 @@ def target_label(v: dict[str, Any]) -> str:
     return f"{engine} x {where}"
 
 
-def verdict_fails(v: dict[str, Any], policy: dict[str, Any]) -> bool:
-    """Whether the verdict fails the run: ``fails`` when the producer stored it (a gate verdict, which also
-    counts memory), else the DESIGN exit-code rule on its status."""
-    if "fails" in v:
-        return bool(v["fails"])
-    return status_fails(v, policy)
+def verdict_fails(v: dict[str, Any], policy: dict[str, Any] | None = None) -> bool:
+    """Whether the verdict fails the run: ``fails`` as its producer stored it (``qcheck.outcome``, the one rule;
+    every check and gate verdict carries it). ``policy`` is not consulted: the outcome was decided under it."""
+    return bool(v.get("fails"))
 
 
-def status_fails(v: dict[str, Any], policy: dict[str, Any]) -> bool:
-    """The DESIGN exit-code rule on a verdict's status alone (memory aside)."""
-    status = v.get("status")
-    if status == "unsupported":
-        return True
-    if status == "unknown":
-        return not policy.get("allow_unknown", False)
-    if policy.get("require_kv_scales") and any(_risk_fails(r, policy) for r in v.get("risks") or []):
-        return True
-    if status == "fallback":
-        return bool(policy.get("require_native", False))
-    return False
-
-
-def _risk_fails(risk: Any, policy: dict[str, Any]) -> bool:
-    """A run-time risk the policy refuses: default KV scales under require_kv_scales."""
-    return isinstance(risk, dict) and risk.get("kind") == "kv-scales" and bool(policy.get("require_kv_scales"))
+def _because(v: dict[str, Any]) -> list[str]:
+    """Why ``qcheck.outcome`` failed the verdict (``outcome.because``)."""
+    outcome = v.get("outcome")
+    return [str(b) for b in (outcome.get("because") or [])] if isinstance(outcome, dict) else []
 
 
 def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
@@ -201,10 +192,17 @@ def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
     logical = decision_key(inspection)
     props = {"engine": v.get("engine"), "engine_version": v.get("engine_version"), "gpu": v.get("gpu"),
              "arch": v.get("arch"), "status": v.get("status")}
-    fails = status_fails(v, policy)
+    because = _because(v)
+    fails = bool(set(because) & {"unsupported", "does-not-start", "unknown", "start-up-unknown", "fallback"})
     reasons = "; ".join(str(r) for r in v.get("reasons") or [])
     status = v.get("status")
+    startup: dict[str, Any] = v["startup"] if isinstance(v.get("startup"), dict) else {}
     rule_id = {"unsupported": "QC110", "unknown": "QC111", "fallback": "QC112"}.get(str(status))
+    if "does-not-start" in because or "start-up-unknown" in because:  # the engine's start-up decided it
+        rule_id = None
+        out.append(Finding(RULES["QC116"], "error", f"{label}: start-up: {startup.get('message') or reasons}", model,
+                           artifact, logical, title=f"{label}: does not start" if "does-not-start" in because
+                           else f"{label}: start-up unknown", properties=props))
     if rule_id:
         rule = RULES[rule_id]
         level = "error" if fails else "warning"
@@ -217,7 +215,7 @@ def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
                            properties=props))
     for risk in v.get("risks") or []:
         if isinstance(risk, dict) and status in ("native", "fallback"):
-            level = "error" if _risk_fails(risk, policy) else "warning"
+            level = "error" if risk.get("kind") == "kv-scales" and "kv-scales" in because else "warning"
             out.append(Finding(RULES["QC115"], level, f"{label}: {risk.get('message', risk.get('id'))}", model,
                                artifact, logical, title=f"{label}: {risk.get('kind', 'risk')}",
                                properties={**props, "risk": risk.get("id")}))
@@ -226,11 +224,10 @@ def verdict_findings(v: dict[str, Any], policy: dict[str, Any], model: str,
         out.append(Finding(RULES["QC113"], "note", f"{label} requires: {'; '.join(requires)}", model, artifact,
                            logical, title=f"{label}: requires", properties=props))
     memory = v.get("memory") or {}
-    if isinstance(memory, dict) and memory.get("fits") is False:
-        enforce = bool(v.get("memory_fails"))
-        summary = memory.get("summary") or "does not fit"
-        out.append(Finding(RULES["QC114"], "error" if enforce else "warning", f"{label}: memory: {summary}", model,
-                           artifact, logical, title=f"{label}: memory", properties=props))
+    if isinstance(memory, dict) and memory.get("fits") is False and not v.get("memory_fails"):
+        summary = memory.get("summary") or "does not fit"  # reported; the start-up, when judged, decides
+        out.append(Finding(RULES["QC114"], "warning", f"{label}: memory: {summary}", model, artifact, logical,
+                           title=f"{label}: memory", properties=props))
     return out
 
 

@@ -13,7 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from qcheck.report.findings import result_data, status_fails, target_label, verdict_fails
+from qcheck.report.findings import result_data, target_label, verdict_fails
 
 #: characters XML 1.0 forbids even escaped (C0 controls except tab/LF/CR, surrogates, U+FFFE/U+FFFF)
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -69,16 +69,17 @@ def _verdict_case(suite: _Suite, model: str, v: dict[str, Any], policy: dict[str
     if isinstance(memory, dict) and memory.get("summary"):
         details.append(f"memory: {memory['summary']}")
     status = str(v.get("status"))
+    startup: dict[str, Any] = v["startup"] if isinstance(v.get("startup"), dict) else {}
+    if startup.get("message"):
+        details.insert(0, f"start-up: {startup['message']}")
     failure = None
     if verdict_fails(v, policy):
-        reasons = "; ".join(str(r) for r in v.get("reasons") or [])
-        why = {"unknown": "no sourced answer (allow unknown to pass)",
-               "fallback": "runs only through a fallback and native kernels are required"}.get(status, "")
-        if v.get("memory_fails") and not status_fails(v, policy):
-            status_text, why, reasons = "memory", f"does not fit: {memory.get('summary', '')}", ""
-        else:
-            status_text = status
-        failure = (f"{status_text}: {reasons or why}".rstrip(": "), status_text, "\n".join(details))
+        outcome: dict[str, Any] = v["outcome"] if isinstance(v.get("outcome"), dict) else {}
+        because = [str(b) for b in outcome.get("because") or []]
+        reasons = "; ".join(str(r) for r in outcome.get("reasons") or v.get("reasons") or [])
+        status_text = ("does-not-start" if "does-not-start" in because else "start-up-unknown"
+                       if "start-up-unknown" in because else because[0] if because else status)
+        failure = (f"{status_text}: {reasons}".rstrip(": "), status_text, "\n".join(details))
     suite.case(model, label, failure=failure, out=[f"status: {status}", *details])
 
 

@@ -58,12 +58,21 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _verdict_row(model: str, v: dict[str, Any], policy: dict[str, Any]) -> list[str]:
     status = str(v.get("status"))
     icon = STATUS_ICONS.get(status, status)
+    because = (v.get("outcome") or {}).get("because") or []
+    if "does-not-start" in because:
+        icon = "❌ does not start"
+    elif "start-up-unknown" in because:
+        icon = "❔ start-up unknown"
     fails = verdict_fails(v, policy)
     notes = []
+    startup = v.get("startup") or {}
+    if startup.get("message") and startup.get("outcome") != "starts":
+        notes.append("start-up: " + str(startup["message"]))
     if v.get("requires"):
         notes.append("requires: " + "; ".join(map(str, v["requires"])))
-    if v.get("reasons") and status != "native":
-        notes.append(str(v["reasons"][0]))
+    reasons = [str(r) for r in v.get("reasons") or [] if not (startup and str(r).startswith("start-up: "))]
+    if reasons and status != "native":
+        notes.append(reasons[0])
     memory = v.get("memory") or {}
     if isinstance(memory, dict) and memory.get("fits") is False:
         notes.append("memory: " + str(memory.get("summary", "does not fit")))
@@ -98,7 +107,9 @@ def _check(data: dict[str, Any]) -> list[str]:
     lines = [_headline("check", int(data.get("exit_code", 0)), detail), "",
              f"**{cell(model, 200)}**: {cell(_inspection_line(insp), 200)}", ""]
     lines += _table(["Model", "Engine", "GPU", "Status", "Notes"], [_verdict_row(model, v, policy) for v in verdicts])
-    return lines
+    from qcheck.report.capacity import markdown_lines
+
+    return lines + markdown_lines(verdicts, target_label, cell)
 
 
 def _num(x: Any, digits: int = 4) -> str:

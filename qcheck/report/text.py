@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from qcheck.model import Inspection
-    from qcheck.report import Result
+    from qcheck.result import Result
 
 #: result kinds with a text renderer: ``qcheck.report.text_<kind>.render`` (imported when that kind is rendered, so
 #: a check does not load the eval, gate and probe renderers)

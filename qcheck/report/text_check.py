@@ -37,12 +37,28 @@ def engine_label(v: Verdict) -> str:
     return f"{v.engine} {v.engine_version}{backend}"
 
 
+def status_word(v: Verdict) -> str:
+    """The status as the block's first word: ``DOES NOT START`` when the engine's start-up with the settings asked
+    decided an unsupported verdict, ``START UNKNOWN`` an unknown one, else the status."""
+    if startup_decided(v):
+        return "DOES NOT START" if v.status == "unsupported" else "START UNKNOWN"
+    return _WORDS.get(v.status, v.status.upper())
+
+
+def startup_decided(v: Verdict) -> bool:
+    """Whether the ``start-up`` dimension alone set a failing status (unsupported or unknown)."""
+    if v.status not in ("unsupported", "unknown"):
+        return False
+    deciding = {d.dimension for d in v.dimensions if d.status == v.status}
+    return deciding == {"start-up"}
+
+
 def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     """One verdict block: status, engine x target (``<- fails`` when ``failing``), then labelled details."""
     mark = "" if failing is None else ("  <- fails" if failing else "")
     if failing and v.status in ("native", "fallback") and any(r.kind == "kv-scales" for r in v.risks):
         mark += " (--require-kv-scales: it runs with default KV-cache scales)"
-    lines = [f"{_WORDS.get(v.status, v.status.upper()):<{_LABEL_WIDTH}}  {engine_label(v)} x {target_label(v)}{mark}"]
+    lines = [f"{status_word(v):<{_LABEL_WIDTH}}  {engine_label(v)} x {target_label(v)}{mark}"]
 
     def field(label: str, items: list[str]) -> None:
         for i, item in enumerate(items):
@@ -53,13 +69,19 @@ def render_verdict(v: Verdict, failing: bool | None = None) -> list[str]:
     field("attention", [d.reasons[0] for d in v.dimensions if d.dimension == "attention" and d.status == "native"
                         and d.reasons][:1])
     field("requires", v.requires)
-    field("why", v.reasons)
+    if v.startup is not None:
+        field("start-up", [v.startup.message + ("" if v.startup.judged else " (not judged: --kernels-only)")])
+    field("why", [r for r in v.reasons if v.startup is None or not r.startswith("start-up: ")])
     field("warning", v.warnings)
     field("try", v.suggestions)
     if v.memory is not None:
         field("memory", [v.memory.summary()])
         if v.memory.speed is not None and v.memory.speed.summary:
             field("speed", [v.memory.speed.summary])
+        if v.memory.concurrency is not None:
+            from qcheck.report.capacity import text_lines
+
+            field("capacity", text_lines(v.memory.to_json()["concurrency"]))
     field("sources", [_short_source(s.ref, s.version) for s in v.sources])
     return lines
 
@@ -99,7 +121,8 @@ def render(result: CheckResult) -> str:
     lines.append("")
     counts: dict[str, int] = {}
     for v in result.verdicts:
-        counts[v.status] = counts.get(v.status, 0) + 1
+        word = status_word(v).lower() if startup_decided(v) else v.status
+        counts[word] = counts.get(word, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in counts.items())
     total = plural(len(result.verdicts), "combination")
     if result.explore:
@@ -108,8 +131,12 @@ def render(result: CheckResult) -> str:
         lines.append(f"explored {total}: {summary}; {verdict} (exit {result.exit_code}; name --engine to gate)")
         return "\n".join(lines) + "\n"
     failing = sum(1 for v in result.verdicts if result.fails(v))
+    starts = result.request is not None and result.request.judges_startup
     if failing == 0:
-        verdict = "it runs" if len(result.verdicts) == 1 else "all combinations run it"
+        if len(result.verdicts) == 1:
+            verdict = "it runs" + (" and starts with the settings asked" if starts else "")
+        else:
+            verdict = "all combinations run it" + (" and start with the settings asked" if starts else "")
     else:
         verdict = f"{failing} of {len(result.verdicts)} fail{'s' if failing == 1 else ''}"
     lines.append(f"{total}: {summary}; {verdict} (exit {result.exit_code})")

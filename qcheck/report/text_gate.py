@@ -28,11 +28,18 @@ def render(result: Any) -> str:
                                            q.get("gguf_file_type")) if x)
         lines.append(f"{m['name']}: {what}")
         for v in m.get("verdicts") or []:
-            word = _WORDS.get(v.get("status"), str(v.get("status")).upper())
+            because = (v.get("outcome") or {}).get("because") or []
+            word = ("DOES NOT START" if "does-not-start" in because else "START UNKNOWN" if "start-up-unknown" in
+                    because else _WORDS.get(v.get("status"), str(v.get("status")).upper()))
             mark = "  <- fails" if v.get("fails") else ""
             lines.append(f"  {word:<11}  {target_label(v)}{mark}")
+            startup = v.get("startup") or {}
+            if startup.get("message"):
+                judged = "" if startup.get("judged", True) else " (not judged: kernels-only)"
+                lines.append(f"               start-up: {startup['message']}{judged}")
             if v.get("fails") or v.get("status") != "native":
-                for reason in (v.get("reasons") or [])[:2]:
+                shown = [r for r in v.get("reasons") or [] if not (startup and str(r).startswith("start-up: "))]
+                for reason in shown[:2]:
                     lines.append(f"               why: {reason}")
             for req in v.get("requires") or []:
                 lines.append(f"               requires: {req}")

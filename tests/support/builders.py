@@ -116,19 +116,21 @@ class Shape:
     vocab: int = 512
     heads: int = 4
     kv_heads: int = 2
+    #: the head width when the config states one that is not hidden / heads (Qwen3: 128 at any hidden size)
+    hd: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.hd or self.hidden // self.heads
 
     def linears(self) -> list[tuple[str, int, int]]:
         """(module prefix, out_features, in_features) of every Linear in the decoder layers."""
-        h, i, kv = self.hidden, self.intermediate, self.kv_heads * self.head_dim
+        h, i, kv, q = self.hidden, self.intermediate, self.kv_heads * self.head_dim, self.heads * self.head_dim
         out = []
         for n in range(self.layers):
             p = f"model.layers.{n}"
-            out += [(f"{p}.self_attn.q_proj", h, h), (f"{p}.self_attn.k_proj", kv, h),
-                    (f"{p}.self_attn.v_proj", kv, h), (f"{p}.self_attn.o_proj", h, h),
+            out += [(f"{p}.self_attn.q_proj", q, h), (f"{p}.self_attn.k_proj", kv, h),
+                    (f"{p}.self_attn.v_proj", kv, h), (f"{p}.self_attn.o_proj", h, q),
                     (f"{p}.mlp.gate_proj", i, h), (f"{p}.mlp.up_proj", i, h), (f"{p}.mlp.down_proj", h, i)]
         return out
 
