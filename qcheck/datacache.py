@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,15 +61,10 @@ def _entry_path(folder: Path, kind: str, key: str) -> Path:
 
 
 def _private(folder: Path) -> bool:
-    """True when ``folder`` is a directory of this user that nobody else may write to."""
-    try:
-        info = folder.stat()
-    except OSError:
-        return False
-    if not stat.S_ISDIR(info.st_mode) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return False
-    getuid = getattr(os, "getuid", None)
-    return getuid is None or info.st_uid == getuid()
+    """True when ``folder`` is a directory of this user that nobody else may write to (``cache_auth.private``)."""
+    from qcheck import cache_auth
+
+    return cache_auth.private(folder, directory=True) is None
 
 
 def entry_context(kind: str, key: str) -> str:
@@ -84,17 +78,17 @@ def load(kind: str, key: str) -> Any | None:
     folder = cache_dir()
     if folder is None or not _private(folder):
         return None
-    try:
-        with open(_entry_path(folder, kind, key), "rb") as fh:
-            raw = fh.read(MAX_ENTRY_BYTES + 1)
-    except OSError:
-        return None
-    tag, newline, body = raw.partition(b"\n")
-    if len(raw) > MAX_ENTRY_BYTES or not newline:
-        return None
     from qcheck import cache_auth
 
-    if not cache_auth.verify(entry_context(kind, key), body, tag.decode("ascii", "replace")):
+    secret = cache_auth.user_key()
+    if secret is None:
+        return None
+    try:  # a regular file of this user only (a planted FIFO never hangs the run), bounded
+        raw = cache_auth.read_private(_entry_path(folder, kind, key), MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
+        return None
+    tag, newline, body = raw.partition(b"\n")
+    if not newline or not cache_auth.verify(secret, entry_context(kind, key), body, tag.decode("ascii", "replace")):
         return None
     try:
         entry = json.loads(body)
@@ -119,9 +113,10 @@ def store(kind: str, key: str, value: Any) -> None:
         return
     from qcheck import cache_auth
 
-    tag = cache_auth.sign(entry_context(kind, key), body)
-    if tag is None:
+    secret = cache_auth.user_key()
+    if secret is None:
         return
+    tag = cache_auth.sign(secret, entry_context(kind, key), body)
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not _private(folder):

@@ -120,7 +120,10 @@ def variant_dirs(target: str) -> list[str]:
         entries = sorted(os.scandir(target), key=lambda e: e.name)
     except OSError:
         return []
-    if any(e.is_file() and e.name.endswith((".safetensors", ".gguf", ".bin", ".pt", ".pth")) for e in entries):
+    try:  # a weight file here (a link loop or other unreadable entry raises: the reader reports it as one line)
+        if any(e.name.endswith((".safetensors", ".gguf", ".bin", ".pt", ".pth")) and e.is_file() for e in entries):
+            return []
+    except OSError:
         return []
     found = []
     for e in entries:

@@ -70,8 +70,7 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, d
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"the {what} is not a regular file (a directory, device, FIFO or socket): not read",
-                             path=name)
+            raise InputError(f"the {what} is not a regular file ({file_kind(st.st_mode)}): not read", path=name)
         if st.st_size > max_bytes:
             raise InputError(f"{st.st_size} bytes is too large for a {what} (at most {max_bytes})", path=name)
         chunks: list[bytes] = []
@@ -91,6 +90,36 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, d
         os.close(fd)
 
 
+#: names a reader opens when they are in a model directory: side files, indexes and weights (see ``LocalFileSet``)
+READ_SUFFIXES = (".json", ".safetensors", ".gguf", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def regular_file(path: str | os.PathLike[str], display: str | None = None) -> bool:
+    """Whether ``path`` exists (False when there is nothing at all), as a regular file once links are followed;
+    anything else there (a FIFO, a device, a socket, a broken link, a link loop) is an ``InputError``, never read
+    as absent and never opened (a FIFO would block, ``/dev/zero`` never ends)."""
+    if not os.path.lexists(path):
+        return False
+    name = display or str(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        what = "a broken symbolic link" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
+        raise InputError(f"unreadable: {what}", path=name) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"not a regular file ({file_kind(info.st_mode)}); qcheck reads regular files only", path=name)
+    return True
+
+
 class LocalFileSource:
     """A local file read with positioned reads; never memory-maps, never reads more than asked."""
 
@@ -98,7 +127,8 @@ class LocalFileSource:
         self.path = Path(path)
         self.name = display or str(path)
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            # never blocks: a FIFO opened for reading waits for a writer, and is refused just below
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
         except IsADirectoryError:
             raise InputError("is a directory, expected a file", path=self.name) from None
         except FileNotFoundError:
@@ -107,7 +137,13 @@ class LocalFileSource:
             raise InputError("permission denied", path=self.name) from None
         except OSError as exc:
             raise InputError(f"cannot open: {exc.strerror or exc}", path=self.name) from None
-        self.size: int | None = os.fstat(self._fd).st_size  # the ByteSource field (None only for remote files)
+        info = os.fstat(self._fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(self._fd)
+            self._fd = -1
+            raise InputError(f"not a regular file ({file_kind(info.st_mode)}); qcheck reads regular files only",
+                             path=self.name)
+        self.size: int | None = info.st_size  # the ByteSource field (None only for remote files)
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
@@ -155,7 +191,9 @@ class LocalFileSource:
 
 
 class LocalFileSet:
-    """A local directory. Names are relative POSIX paths; a name escaping the root is an InputError."""
+    """A local directory. Names are relative POSIX paths; a name escaping the root is an InputError. A file a reader
+    would read (``READ_SUFFIXES``, or a name asked for by ``exists``) that is not a regular file is an InputError too:
+    it is never skipped as if absent."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.path = Path(root)
@@ -175,6 +213,8 @@ class LocalFileSet:
         except OSError as exc:
             raise InputError(f"cannot list directory: {exc.strerror or exc}", path=self.root) from None
         for child in children:
+            if child.name.lower().endswith(READ_SUFFIXES) and not child.is_dir():
+                regular_file(child, display=str(self.path / child.name))
             try:
                 if child.is_file():
                     entries.append(FileEntry(child.name, child.stat().st_size))
@@ -183,7 +223,7 @@ class LocalFileSet:
         return entries
 
     def exists(self, name: str) -> bool:
-        return self._resolve(name).is_file()
+        return regular_file(self._resolve(name), display=str(self.path / name))
 
     def open(self, name: str) -> LocalFileSource:
         return LocalFileSource(self._resolve(name), display=str(self.path / name))

@@ -43,11 +43,12 @@ for _name in [*CALLER_ENV, *(k for k in os.environ if k.startswith("QCHECK_") an
 _CACHE_DIR = tempfile.mkdtemp(prefix="qcheck-test-cache-")
 os.environ["QCHECK_CACHE_DIR"] = _CACHE_DIR
 os.environ["QCHECK_CACHE"] = "off"
-# the key that authenticates cache entries (qcheck/cache_auth.py) lives outside the cache, in a state directory of
-# this run too (never the home directory's)
-os.environ["QCHECK_STATE_DIR"] = os.path.join(tempfile.mkdtemp(prefix="qcheck-test-state-"), "qcheck")
-atexit.register(shutil.rmtree, os.path.dirname(os.environ["QCHECK_STATE_DIR"]), True)
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
+# the key cache entries are signed with (qcheck/cache_auth.py): a file of this run, outside the cache folder, never
+# the home directory's
+_KEY_DIR = tempfile.mkdtemp(prefix="qcheck-test-key-")
+os.environ["QCHECK_CACHE_KEY_FILE"] = os.path.join(_KEY_DIR, "cache-key")
+atexit.register(shutil.rmtree, _KEY_DIR, True)
 
 pytest_plugins = ["pytester"]  # test_ci_guards runs small suites under this conftest
 

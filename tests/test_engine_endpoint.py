@@ -207,7 +207,7 @@ def test_interrupted_run_resumes_where_it_stopped(fake, cache, tmp_path):
     with pytest.raises(RemoteError, match="the server is gone"):
         evaluate(cache, [f"res={target}"])
     files = list(state.glob("endpoint-*.jsonl"))
-    assert len(files) == 1 and len(files[0].read_text().splitlines()) == done_before
+    assert len(files) == 1 and len(files[0].read_text().splitlines()) == 1 + done_before  # the identity first
     fake.behaviour.die_after = None
     fake.counts.clear()
     resumed = evaluate(cache, [f"res={target}"])["res"]
@@ -222,14 +222,21 @@ def test_interrupted_run_resumes_where_it_stopped(fake, cache, tmp_path):
         assert again.metrics[key] == pytest.approx(fresh.metrics[key], rel=1e-6), key
 
 
-def test_default_resume_file_lives_under_the_cache_dir(fake, cache, tmp_path):
+def test_resume_files_live_under_the_cache_dir_and_are_reused_only_when_asked(fake, cache, tmp_path):
+    from pathlib import Path
+
     target = f"d=endpoint:{fake.url}#retries=0"
-    evaluate(cache, [target], max_items=2)
-    files = list((tmp_path / "qcache" / "eval" / "endpoints").glob("endpoint-*.jsonl"))
-    assert len(files) == 1 and len(files[0].read_text().splitlines()) == 2  # item 1 text, item 2 text
+    evaluate(cache, [target], max_items=2, run_id="r1")
+    files = list((Path(cache) / "eval" / "endpoints" / "r1").glob("endpoint-*.jsonl"))
+    # the server's identity, then item 1 text, item 2 text
+    assert len(files) == 1 and len(files[0].read_text().splitlines()) == 3
+    assert not (tmp_path / "qcache").exists()  # not under $QCHECK_CACHE_DIR: under the run's --cache-dir
     fake.counts.clear()
-    evaluate(cache, [target], max_items=2)
+    evaluate(cache, [target], max_items=2, run_id="r1", resume=True)
     assert fake.counts["POST /v1/completions"] == 1  # the probe only
+    fake.counts.clear()
+    evaluate(cache, [target], max_items=2)  # a new run: nothing earlier is reused
+    assert fake.counts["POST /v1/completions"] == 1 + 2
 
 
 def test_resume_state_ignores_a_torn_last_line(tmp_path):

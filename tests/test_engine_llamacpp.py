@@ -192,8 +192,20 @@ def test_missing_or_broken_gguf_is_an_input_error(tmp_path):
         LlamaCppRunner(str(tmp_path / "absent.gguf"), "x")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    with pytest.raises(InputError, match=r"tensor count 18446744073709551615 is over the limit"):
+        LlamaCppRunner(str(bad), "x")  # qcheck's reader refuses it before llama.cpp sees it (issue 34)
+    import gguf
+    import numpy as np
+
+    unknown = tmp_path / "arch.gguf"  # a well-formed GGUF qcheck reads, of an architecture llama.cpp does not know
+    writer = gguf.GGUFWriter(str(unknown), "notanarch")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     with pytest.raises(InputError, match=r"llama\.cpp cannot load"):
-        LlamaCppRunner(str(bad), "x")
+        LlamaCppRunner(str(unknown), "x")
 
 
 def test_context_overflow_is_reported_not_crashed():

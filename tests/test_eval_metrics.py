@@ -146,15 +146,16 @@ def test_cache_roundtrip_full_and_topk(tmp_path):
     assert not any(p.name.startswith(".partial") for p in tmp_path.iterdir())
 
 
-def test_corrupt_cache_index_is_an_input_error(tmp_path):
+def test_corrupt_cache_index_is_rejected(tmp_path):
+    from qcheck.eval.cache import RejectedEntry
+
     ref, _, y = peaked_pair(n=4, vocab=50, seed=1)
     w = CacheWriter(tmp_path, "k", KIND_FULL, 50, None, {})
     w.add_scores("a", TokenScores(ref[np.arange(4), y], full=ref))
     final = w.commit()
     (final / "index.json").write_text('{"a": [999999, 4]}')
-    reader = CacheReader(final)
-    with pytest.raises(InputError, match=r"outside rows\.bin"):
-        reader.rows("a")
+    with pytest.raises(RejectedEntry, match=r"index\.json is not what the entry was signed with"):
+        CacheReader(final)
 
 
 def test_choice_predictions_follow_lm_eval_normalisation():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,17 +66,26 @@ def engine():
     eng.close()
 
 
-def _eval(url: str, cache: Path, state: Path) -> subprocess.Popen[str]:
+def _eval(url: str, cache: Path, *extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "QCHECK_"))}
-    env.update({"QCHECK_CACHE_DIR": str(state), "HF_HUB_OFFLINE": "1"})
+    env.update({"QCHECK_CACHE_DIR": str(cache), "QCHECK_CACHE_KEY_FILE": os.environ["QCHECK_CACHE_KEY_FILE"],
+                "HF_HUB_OFFLINE": "1"})
     cmd = [sys.executable, "-m", "qcheck", "eval", "-r", str(tiny_reference()), "-t", str(task_file()),
            "--cache-dir", str(cache), "--bootstrap", "200", "--endpoint", f"e={url}", "--concurrency", "1",
-           "--retries", "0", "--request-timeout", "600", "--json"]
+           "--retries", "0", "--request-timeout", "600", "--json", *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _state_lines(state: Path) -> list[str]:
-    files = list((state / "eval" / "endpoints").glob("endpoint-*.jsonl"))
+def _run_id(stderr: str) -> str:
+    """The run id ``qcheck eval`` printed when it started (``--resume`` takes it)."""
+    match = re.search(r"endpoint results are kept as run (\S+);", stderr)
+    assert match, stderr
+    return match.group(1)
+
+
+def _state_lines(cache: Path, run_id: str) -> list[str]:
+    """The run's resume records: the server's identity first, then one line per finished request."""
+    files = list((cache / "eval" / "endpoints" / run_id).glob("endpoint-*.jsonl"))
     return files[0].read_bytes().decode().splitlines(keepends=True) if files else []
 
 
@@ -96,12 +106,13 @@ def uninterrupted(engine, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("resume-kill")
     with FakeServer(engine) as fake:
-        whole = _eval(fake.url, root / "cache", root / "whole")
+        whole = _eval(fake.url, root / "cache")
         out, err = whole.communicate(timeout=500)
         assert whole.returncode == 0, err
-        records = _state_lines(root / "whole")
+        records = _state_lines(root / "cache", _run_id(err))
         assert len(records) > 8 and all(r.endswith("\n") for r in records)
-        probes = fake.counts["POST /v1/completions"] - len(records)
+        assert json.loads(records[0])["id"] == "qcheck-server-identity"
+        probes = fake.counts["POST /v1/completions"] - (len(records) - 1)
         yield fake, root, json.loads(out)["candidates"][0], records, probes
 
 
@@ -113,27 +124,28 @@ def test_an_eval_killed_at_any_point_resumes_to_the_uninterrupted_result(uninter
     fake.counts.clear()
     fake.served = 0
     fake.behaviour.fail_skip, fake.behaviour.hang_count, fake.behaviour.hang_seconds = probes + killed_after, 1, 30.0
-    state = tmp_path / "killed"
-    run = _eval(fake.url, root / "cache", state)
+    cache = root / "cache"
+    run = _eval(fake.url, cache)
     _wait_for(lambda: fake.behaviour.hang_count == 0, "the held request")
     os.kill(run.pid, signal.SIGKILL)
-    run.communicate(timeout=60)
+    _, err = run.communicate(timeout=60)
     assert run.returncode == -signal.SIGKILL
-    assert _state_lines(state) == records[:killed_after]  # every finished request was on disk, whole, at the kill
+    run_id = _run_id(err)  # printed when the run started
+    # every finished request was on disk, whole, at the kill (after the server's identity)
+    assert _state_lines(cache, run_id) == records[:1 + killed_after]
     if torn:  # as a kill in the middle of writing the next record leaves the file
-        name = next((root / "whole" / "eval" / "endpoints").glob("endpoint-*.jsonl")).name
-        state_file = state / "eval" / "endpoints" / name
-        state_file.parent.mkdir(parents=True, exist_ok=True)
+        [state_file] = (cache / "eval" / "endpoints" / run_id).glob("endpoint-*.jsonl")
         with open(state_file, "a", encoding="utf-8") as fh:
-            fh.write(records[killed_after][: len(records[killed_after]) // 2])
+            fh.write(records[1 + killed_after][: len(records[1 + killed_after]) // 2])
 
     fake.counts.clear()
-    resumed = _eval(fake.url, root / "cache", state)
+    resumed = _eval(fake.url, cache, "--resume", run_id)
     out, err = resumed.communicate(timeout=500)
     assert resumed.returncode == 0, err
     got = json.loads(out)["candidates"][0]
-    assert fake.counts["POST /v1/completions"] == probes + len(records) - killed_after  # only what was missing
-    assert sorted(_state_lines(state)) == sorted(records)  # no record lost, none glued to another, none torn
+    assert fake.counts["POST /v1/completions"] == probes + len(records) - 1 - killed_after  # only what was missing
+    # no record lost, none glued to another, none torn
+    assert sorted(_state_lines(cache, run_id)) == sorted(records)
     assert got["metrics"] == expected["metrics"]
     assert got["intervals"] == expected["intervals"]
     if killed_after:

@@ -53,7 +53,7 @@ def test_good_file_loads_with_kinds_tasks_and_hash(tmp_path):
     ({"id": "x", "kind": "choice", "context": "c", "choices": ["a", ""], "answer": 0}, "choices[1]: must be"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "match": "fuzzy"},
      "match: 'fuzzy' is not allowed (allowed: exact, contains, regex, json)"),
-    ({"id": "x", "kind": "generate", "prompt": "p", "expected": "(", "match": "regex"}, "expected: invalid regular"),
+    ({"id": "x", "kind": "generate", "prompt": "p", "expected": "(", "match": "regex"}, "expected: regular expression: not a pattern qcheck can run"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "max_new_tokens": 0}, "max_new_tokens: must be"),
     ({"id": "x", "kind": "generate", "prompt": "p", "expected": "e", "max_new_tokens": 10**6}, "max_new_tokens"),
 ])

@@ -1,6 +1,7 @@
 """Red-team round 3 (issue #32, item 7): the data cache cannot be forged by whoever can write its directory (a CI
 cache restored from another job), and what an entry holds is validated as strictly as a header. Through the real
-CLI with the cache on, in a directory of the test; the key lives in a state directory beside it.
+CLI with the cache on, in a directory of the test; the key (``qcheck/cache_auth.py``, the one key of every qcheck
+cache) lives in a folder beside it.
 
 Each forged entry is planted in every layout an attacker could try: plain JSON (the layout before entries were
 tagged), a tag line without the key, and the tag of another entry (replayed). Entries signed with the key itself
@@ -25,7 +26,7 @@ FORGERIES = ("plain", "no-key", "replayed")
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {"QCHECK_CACHE": "on", "QCHECK_CACHE_DIR": str(tmp_path / "cache"),
-            "QCHECK_STATE_DIR": str(tmp_path / "state")}
+            "QCHECK_CACHE_KEY_FILE": str(tmp_path / "state" / "cache-key")}
 
 
 def _body(path: Path) -> dict[str, Any]:
@@ -44,12 +45,12 @@ def _plant(path: Path, entry: dict[str, Any], how: str, donor: Path | None = Non
     elif how == "replayed":  # a valid tag, made by the key for another entry
         assert donor is not None and donor != path
         path.write_bytes(donor.read_bytes().partition(b"\n")[0] + b"\n" + body)
-    else:  # signed with this test's key (tmp_path/state/cache.key), as qcheck would sign it
+    else:  # signed with this test's key (tmp_path/state/cache-key), as qcheck would sign it
         from qcheck import cache_auth, datacache
 
         kind, key = path.stem.rsplit("-", 1)
-        secret = (path.parents[2] / "state" / "cache.key").read_bytes()
-        tag = cache_auth._tag(secret, datacache.entry_context(kind, key), body)
+        secret = bytes.fromhex((path.parents[2] / "state" / "cache-key").read_text().strip())
+        tag = cache_auth.sign(secret, datacache.entry_context(kind, key), body)
         path.write_bytes(tag.encode() + b"\n" + body)
 
 
@@ -72,8 +73,8 @@ def test_an_edited_matrix_entry_cannot_flip_a_verdict(how: str, tmp_path: Path) 
     again = qcheck(*args, **env)
     verdict = json.loads(again.stdout)["verdicts"][0]
     assert verdict["status"] == "unknown" and "forged" not in again.stdout, verdict
-    key = tmp_path / "state" / "cache.key"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and key.stat().st_size == 32
+    key = tmp_path / "state" / "cache-key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(bytes.fromhex(key.read_text().strip())) == 32
     assert not str(key).startswith(str(tmp_path / "cache"))
 
 
@@ -126,7 +127,7 @@ def test_a_key_others_can_read_or_a_symlinked_key_is_not_used(tmp_path: Path) ->
     model = mxfp4_dir(tmp_path / "mx")
     args = ("check", str(model), "--engine", "fastserve", "--gpu", "h100", "--json")
     assert qcheck(*args, **env).returncode == 1
-    key = tmp_path / "state" / "cache.key"
+    key = tmp_path / "state" / "cache-key"
     key.chmod(0o640)
     for entry in (tmp_path / "cache" / "data").glob("*.json"):
         entry.unlink()

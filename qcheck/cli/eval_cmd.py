@@ -82,8 +82,28 @@ def report_meta() -> dict[str, Any]:
         module = sys.modules.get(name)
         if module is not None and isinstance(getattr(module, "__version__", None), str):
             versions[name.replace("_", "-")] = module.__version__
+    from qcheck.net import redact
+
     return {"generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": ["qcheck", *sys.argv[1:]], "versions": versions}
+            "command": ["qcheck", *(redact(arg) for arg in sys.argv[1:])], "versions": versions}
+
+
+def endpoint_run_id(reference: str, candidates: tuple[str, ...], resume: str | None, no_cache: bool,
+                    no_resume: bool) -> str | None:
+    """The id endpoint results of this run are kept under: ``--resume RUN``, else a new one, said on stderr before the
+    run starts (a killed run prints nothing afterwards); None when no endpoint is involved or nothing is kept."""
+    from qcheck.errors import UsageError
+    from qcheck.eval.runners.http import new_run_id
+
+    if resume is not None and (no_cache or no_resume):
+        raise UsageError(f"--resume cannot be combined with {'--no-cache' if no_cache else '--no-resume'}")
+    uses = reference.startswith(("http://", "https://")) or any("endpoint:" in c for c in candidates)
+    if resume is not None or not uses or no_cache or no_resume:
+        return resume
+    run_id = new_run_id()
+    click.echo(f"qcheck eval: endpoint results are kept as run {run_id}; after an interruption, continue with "
+               f"--resume {run_id}", err=True)
+    return run_id
 
 
 @click.command("eval")
@@ -91,6 +111,9 @@ def report_meta() -> dict[str, Any]:
               help="The unquantised transformers model directory (config.json, safetensors, tokenizer), or an "
                    "OpenAI-compatible endpoint serving it: URL[#model=M&top_k=K|full&api_key_env=VAR] with "
                    "--reference-files.")
+@click.option("--reference-adapter", is_flag=True,
+              help="Merge the PEFT adapter in the reference folder (adapter_config.json, adapter_model.safetensors) "
+                   "into the reference; by default an adapter there is left out and the report says so.")
 @click.option("--reference-files", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="With an endpoint --reference: a local folder with its tokenizer and config.json (no weights).")
 @click.option("--candidate", "-c", "candidates", multiple=True, metavar="[NAME=]PATH",
@@ -108,7 +131,11 @@ def report_meta() -> dict[str, Any]:
                    "reference is offloaded to disk. Repeatable.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Reference cache root (default $QCHECK_CACHE_DIR or ~/.cache/qcheck).")
-@click.option("--no-cache", is_flag=True, help="Compute the reference in a temporary directory and discard it.")
+@click.option("--no-cache", is_flag=True, help="Compute the reference in a temporary directory and discard it (and keep "
+              "no endpoint results).")
+@click.option("--resume", "resume", default=None, metavar="RUN",
+              help="Continue an interrupted run with endpoints: reuse the endpoint results it kept under the cache "
+                   "(its id is printed when it starts), if each server still answers as it did.")
 @click.option("--cache-topk", type=click.IntRange(1, None), default=None, metavar="K",
               help="Cache only the reference's top-K log-probs + tail mass (KLD becomes a lower bound).")
 @click.option("--max-length", type=click.IntRange(8, 1_000_000), default=512, show_default=True,
@@ -160,8 +187,9 @@ def report_meta() -> dict[str, Any]:
                    "QCHECK_PROGRESS_INTERVAL seconds (30) with an ETA.")
 @output_options
 @limit_options
-def command(reference: str, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
-            reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool, cache_topk: int | None,
+def command(reference: str, reference_adapter: bool, reference_files: str | None, candidates: tuple[str, ...], tasks: tuple[str, ...],
+            reference_dtype: str, device: str, max_memory: tuple[str, ...], cache_dir: str | None, no_cache: bool,
+            resume: str | None, cache_topk: int | None,
             max_length: int, stride: int | None, windows: str, max_items: int | None,
             choice_metric: str, noise_floor: bool, noise_floor_dtype: str | None, activation_quant: bool,
             simulate_engine: str, kv_cache_dtype: tuple[str, ...], cache_type_k: tuple[str, ...],
@@ -186,7 +214,9 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
     from qcheck.eval.stats import DEFAULT_SEED
 
     # the --endpoint flag family (qcheck.eval.runners.endpoint_cli), taken out of **kwargs before thresholds
-    candidates = (*candidates, *endpoint_candidates(EndpointFlags.pop_from(threshold_values)))
+    flags = EndpointFlags.pop_from(threshold_values)
+    candidates = (*candidates, *endpoint_candidates(flags))
+    run_id = endpoint_run_id(reference, candidates, resume, no_cache, flags.no_resume)
     thresholds = Thresholds.for_tier(tier) if tier else Thresholds()
     explicit = {k: v for k, v in threshold_values.items() if v is not None}
     if explicit:
@@ -204,6 +234,7 @@ def command(reference: str, reference_files: str | None, candidates: tuple[str, 
                         reference_dtype=reference_dtype, device=device, cache_dir=cache_dir, use_cache=not no_cache,
                         cache_topk=cache_topk, max_length=max_length, stride=stride, windows=windows, thresholds=thresholds,
                         activation_quant=activation_quant, choice_metric=choice_metric, bootstrap=bootstrap,
+                        run_id=run_id, resume=resume is not None, reference_adapter=reference_adapter,
                         seed=DEFAULT_SEED if seed is None else seed, max_items=max_items, limits=limits,
                         progress=show_progress,
                         noise_floor=noise_floor_dtype or (default_noise_floor_dtype(reference_dtype) if noise_floor

@@ -14,6 +14,13 @@ request).
 A directory is written as ``.partial-*`` and renamed into place when complete, so an interrupted run never
 leaves an entry that looks valid.
 
+Trust (docs/security.md "The eval cache"): an entry is used only for the key it is filed under, and only when
+``auth.json`` holds the SHA-256 of each of its files and an HMAC-SHA256 over those digests and the entry's name made
+with this user's cache key (``qcheck.cache_auth``, kept outside the cache folder), when the entry folder and its files
+are this user's, not writable by others, and regular files (never a link, a FIFO, a device). Anything else is
+``RejectedEntry``: the reference is computed again and the entry replaced. Writing the cache folder is therefore not
+enough to plant rows; copying an entry under another key, or from another user's cache, fails too.
+
 Two encodings (``kind`` in the report):
 
 ``full-u16`` (default)
@@ -38,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -46,8 +54,10 @@ from typing import Any
 
 import numpy as np
 
+from qcheck import cache_auth
 from qcheck.errors import InputError
 from qcheck.eval.runners.base import Generation, TokenScores
+from qcheck.eval.runners.http import RunState
 
 FORMAT_VERSION = 2
 WINDOW_NATS = 24.0
@@ -57,6 +67,18 @@ KIND_TOPK = "topk"
 #: and this log-probability
 PAD_ID = -1
 PAD_LOGPROB = -1e4
+#: what an entry's tag is made for (``qcheck.cache_auth.sign``)
+PURPOSE = "qcheck eval reference cache entry/1"
+#: the files of an entry, each covered by the tag; ``auth.json`` holds the tag
+FILES = ("meta.json", "index.json", "generations.json", "rows.bin")
+AUTH = "auth.json"
+#: largest JSON file of an entry read back (an index of 100k items in windows, their generations)
+MAX_JSON_BYTES = 1 << 30
+
+
+class RejectedEntry(Exception):
+    """A cache entry exists but is not used: not this user's, altered, planted, or unreadable (the message says
+    which, one line). The reference is computed again and the entry replaced."""
 
 
 def row_dtype(kind: str, vocab_size: int, topk: int | None) -> np.dtype:
@@ -75,6 +97,32 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "qcheck"
+
+
+def entry_key() -> tuple[bytes, str | None]:
+    """The key entries are signed and verified with: this user's (``qcheck.cache_auth``), else a random one for this
+    run only (entries of earlier runs are then never used), with why."""
+    try:
+        return cache_auth.load_key(), None
+    except cache_auth.KeyUnavailable as exc:
+        return secrets.token_bytes(cache_auth.KEY_BYTES), f"{exc}; reference cache entries are not reused"
+
+
+def _user_key() -> bytes:
+    try:
+        return cache_auth.load_key()
+    except cache_auth.KeyUnavailable as exc:
+        raise InputError(str(exc)) from None
+
+
+def _payload(entry: str, digests: dict[str, str]) -> bytes:
+    return json.dumps({"entry": entry, "files": digests}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _create_private(path: Path) -> int:
+    """A new file only this user may read or write (whatever the umask), opened for writing."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
+                   getattr(os, "O_BINARY", 0), 0o600)
 
 
 def cache_key(parts: dict[str, Any]) -> str:
@@ -159,10 +207,25 @@ def precision_note(kind: str, topk: int | None) -> str:
     return f"reference top-{topk} + tail mass; KL divergence is a lower bound; target log-probs exact float32"
 
 
+@dataclass(frozen=True)
+class CacheHome:
+    """The folder of this run's cache entries and the key they are signed with (``qcheck.eval.cache``, "Trust")."""
+
+    root: Path
+    auth_key: bytes
+    #: why entries of earlier runs cannot be reused (no usable cache key), None when they can
+    problem: str | None = None
+    persistent: bool = True
+    #: where endpoint results of this run are kept (``qcheck.eval.runners.http.RunState``; None: not kept)
+    endpoint_run: RunState | None = None
+
+
 class CacheWriter:
     """Appends reference rows for one cache entry; ``commit()`` makes the entry visible atomically."""
 
-    def __init__(self, root: Path, key: str, kind: str, vocab_size: int, topk: int | None, meta: dict[str, Any]):
+    def __init__(self, root: Path, key: str, kind: str, vocab_size: int, topk: int | None, meta: dict[str, Any], *,
+                 auth_key: bytes | None = None):
+        """``auth_key`` signs the entry (``entry_key()``; None: this user's key, created if needed)."""
         if kind not in (KIND_FULL, KIND_TOPK):
             raise ValueError(kind)
         if kind == KIND_TOPK and (topk is None or not 1 <= topk <= vocab_size):
@@ -173,12 +236,14 @@ class CacheWriter:
         self.vocab_size = vocab_size
         self.topk = topk
         self.meta = meta
+        self.auth_key = auth_key if auth_key is not None else _user_key()
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.tmpdir = Path(tempfile.mkdtemp(prefix=f".partial-{key[:16]}-", dir=self.root))
+            self._fh = os.fdopen(_create_private(self.tmpdir / "rows.bin"), "wb")
         except OSError as exc:
             raise InputError(f"cannot create the cache directory: {exc.strerror or exc}", path=str(self.root)) from None
-        self._fh = open(self.tmpdir / "rows.bin", "wb")  # noqa: SIM115 - closed in commit/abort
+        self._rows_hash = hashlib.sha256()
         self.index: dict[str, list[int]] = {}
         self.generations: dict[str, dict[str, Any]] = {}
         self.offset = 0
@@ -209,7 +274,7 @@ class CacheWriter:
             order = np.argsort(-vals, axis=1, kind="stable")
             rec["ids"] = np.take_along_axis(ids, order, axis=1)
             rec["vals"] = np.take_along_axis(vals, order, axis=1)
-        self._fh.write(rec.tobytes())
+        self._write(rec.tobytes())
         if key == self._last and key in self.index:
             self.index[key][1] += n
         elif key in self.index:
@@ -236,32 +301,45 @@ class CacheWriter:
         rec["vals"] = vals
         if key in self.index:
             raise ValueError(f"request {key!r} was already written")
-        self._fh.write(rec.tobytes())
+        self._write(rec.tobytes())
         self.index[key] = [self.offset, n]
         self._last = key
         self.offset += rec.nbytes
+
+    def _write(self, data: bytes) -> None:
+        self._fh.write(data)
+        self._rows_hash.update(data)
 
     def add_generation(self, key: str, generation: Generation) -> None:
         self.generations[key] = {"token_ids": [int(t) for t in generation.token_ids], "text": generation.text}
 
     def commit(self) -> Path:
-        """Write index and meta, rename the directory into place; returns the final directory."""
+        """Write index, meta and the tag, rename the directory into place (replacing an entry already there, which
+        this run found unusable or a concurrent run wrote: the rows just computed are the ones read); returns it."""
         self._fh.close()
         meta = {**self.meta, "format": FORMAT_VERSION, "key": self.key, "kind": self.kind,
                 "vocab_size": self.vocab_size, "topk": self.topk, "bytes": self.offset}
-        (self.tmpdir / "index.json").write_text(json.dumps(self.index), encoding="utf-8")
-        (self.tmpdir / "generations.json").write_text(json.dumps(self.generations), encoding="utf-8")
-        (self.tmpdir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        digests = {"rows.bin": self._rows_hash.hexdigest()}
+        for name, value in (("index.json", self.index), ("generations.json", self.generations), ("meta.json", meta)):
+            data = json.dumps(value, indent=1 if name == "meta.json" else None).encode("utf-8")
+            digests[name] = hashlib.sha256(data).hexdigest()
+            with os.fdopen(_create_private(self.tmpdir / name), "wb") as fh:
+                fh.write(data)
         final = self.root / f"ref-{self.key}"
+        tag = cache_auth.sign(self.auth_key, PURPOSE, _payload(final.name, digests))
+        with os.fdopen(_create_private(self.tmpdir / AUTH), "wb") as fh:
+            fh.write(json.dumps({"format": 1, "files": digests, "mac": tag}, indent=1).encode("utf-8"))
         try:
             os.replace(self.tmpdir, final)
         except OSError:
-            # another run committed the same entry first (or an old one is in the way): keep theirs if complete
-            if not (final / "meta.json").is_file():
-                shutil.rmtree(final, ignore_errors=True)
-                os.replace(self.tmpdir, final)
-            else:
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
+            stale = self.root / f".stale-{self.key[:16]}-{secrets.token_hex(4)}"
+            try:
+                os.replace(final, stale)
+            except OSError:  # a file (or nothing any more) in the way
+                if os.path.lexists(final) and not os.path.isdir(final):
+                    os.unlink(final)
+            os.replace(self.tmpdir, final)
+            shutil.rmtree(stale, ignore_errors=True)
         return final
 
     def abort(self) -> None:
@@ -272,36 +350,81 @@ class CacheWriter:
 
 
 class CacheReader:
-    """Reads one committed cache entry, one request at a time (positioned reads, no memory map)."""
+    """Reads one committed cache entry, one request at a time (positioned reads, no memory map), after checking it
+    (module docstring, "Trust"); ``RejectedEntry`` when it may not be used."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, auth_key: bytes | None = None):
+        """``auth_key`` verifies the entry's tag (None: this user's cache key)."""
         self.dir = Path(directory)
-        try:
-            self.meta = json.loads((self.dir / "meta.json").read_text(encoding="utf-8"))
-            self.index: dict[str, list[int]] = json.loads((self.dir / "index.json").read_text(encoding="utf-8"))
-            self.generations: dict[str, dict[str, Any]] = json.loads(
-                (self.dir / "generations.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"reference cache entry is unreadable ({exc}); delete it or use --no-cache",
-                             path=str(self.dir)) from None
-        self.kind = self.meta.get("kind")
-        self.vocab_size = int(self.meta.get("vocab_size", 0))
-        self.topk = self.meta.get("topk")
-        if self.kind not in (KIND_FULL, KIND_TOPK) or self.vocab_size <= 0:
-            raise InputError("reference cache entry has an unknown layout; delete it", path=str(self.dir))
-        if self.kind == KIND_TOPK and not (isinstance(self.topk, int) and 0 < self.topk <= self.vocab_size):
-            raise InputError("reference cache entry has an unknown layout; delete it", path=str(self.dir))
+        self._fd = -1
+        problem = cache_auth.private(self.dir, directory=True)
+        if problem:
+            raise RejectedEntry(problem)
+        digests = self._verified_digests(auth_key if auth_key is not None else _user_key())
+        loaded = {}
+        for name in ("meta.json", "index.json", "generations.json"):
+            try:
+                data = cache_auth.read_private(self.dir / name, MAX_JSON_BYTES)
+            except (OSError, ValueError) as exc:
+                raise RejectedEntry(f"{name}: {getattr(exc, 'strerror', None) or exc}") from None
+            if hashlib.sha256(data).hexdigest() != digests[name]:
+                raise RejectedEntry(f"{name} is not what the entry was signed with (altered)")
+            try:
+                loaded[name] = json.loads(data)
+            except (ValueError, RecursionError):
+                raise RejectedEntry(f"{name} is not JSON") from None
+        self.meta: dict[str, Any] = loaded["meta.json"]
+        self.index: dict[str, list[int]] = loaded["index.json"]
+        self.generations: dict[str, dict[str, Any]] = loaded["generations.json"]
+        self._check_layout()
         self._dtype = row_dtype(self.kind, self.vocab_size, self.topk)
-        self.size = (self.dir / "rows.bin").stat().st_size
-        self._fd = os.open(self.dir / "rows.bin", os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self._fd, self.size = _open_rows(self.dir / "rows.bin", digests["rows.bin"])
         self.reads = 0
 
+    def _verified_digests(self, auth_key: bytes) -> dict[str, str]:
+        """The files' digests from ``auth.json``, once its tag verifies with ``auth_key``."""
+        try:
+            auth = json.loads(cache_auth.read_private(self.dir / AUTH, 64 * 1024))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise RejectedEntry(f"{AUTH}: {getattr(exc, 'strerror', None) or exc}") from None
+        digests = auth.get("files") if isinstance(auth, dict) else None
+        if not (isinstance(digests, dict) and set(digests) == set(FILES)
+                and all(isinstance(v, str) for v in digests.values())):
+            raise RejectedEntry(f"{AUTH} does not list the entry's files")
+        if not cache_auth.verify(auth_key, PURPOSE, _payload(self.dir.name, digests), auth.get("mac")):
+            raise RejectedEntry("its tag does not verify with this user's cache key (written by another user or "
+                                "machine, planted, or copied from another entry)")
+        return digests
+
+    def _check_layout(self) -> None:
+        """Shapes of meta, index and generations (a signed entry of an older qcheck could still differ)."""
+        meta = self.meta if isinstance(self.meta, dict) else {}
+        kind = meta.get("kind")
+        vocab = meta.get("vocab_size")
+        self.vocab_size = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else 0
+        self.topk = meta.get("topk")
+        if kind not in (KIND_FULL, KIND_TOPK) or not 0 < self.vocab_size <= 1 << 24 or \
+                meta.get("format") != FORMAT_VERSION:
+            raise RejectedEntry("unknown layout")
+        self.kind: str = kind
+        if self.kind == KIND_TOPK and not (isinstance(self.topk, int) and 0 < self.topk <= self.vocab_size):
+            raise RejectedEntry("unknown layout")
+        if not isinstance(self.index, dict) or not all(
+                isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) for v in self.index.values()):
+            raise RejectedEntry("index.json: unknown layout")
+        if not isinstance(self.generations, dict) or not all(
+                isinstance(g, dict) and isinstance(g.get("token_ids"), list)
+                and all(type(t) is int for t in g["token_ids"]) and isinstance(g.get("text"), (str, type(None)))
+                for g in self.generations.values()):
+            raise RejectedEntry("generations.json: unknown layout")
+
     @staticmethod
-    def open_if_complete(root: Path, key: str) -> CacheReader | None:
+    def open_if_complete(root: Path, key: str, auth_key: bytes | None = None) -> CacheReader | None:
+        """The entry for ``key`` when there is one (None), checked (``RejectedEntry`` when it may not be used)."""
         directory = Path(root) / f"ref-{key}"
-        if not (directory / "meta.json").is_file():
+        if not os.path.lexists(directory):
             return None
-        return CacheReader(directory)
+        return CacheReader(directory, auth_key)
 
     def n_rows(self, key: str) -> int:
         """Rows stored for ``key`` (0 when absent)."""
@@ -344,9 +467,53 @@ class CacheReader:
         return Generation(token_ids=list(entry["token_ids"]), text=entry.get("text"))
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if getattr(self, "_fd", -1) >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def open_entry(home: CacheHome, key: str, notes: list[str]) -> CacheReader | None:
+    """The checked cache entry for ``key``, or None (absent, or not usable: ``notes`` then says why)."""
+    if not home.persistent:
+        return None
+    try:
+        return CacheReader.open_if_complete(home.root, key, home.auth_key)
+    except RejectedEntry as exc:
+        notes.append(f"reference cache entry ref-{key[:12]} not used ({exc}); computed again and replaced")
+        return None
+
+
+def committed(final: Path, auth_key: bytes) -> CacheReader:
+    """The entry this run just wrote, read back through the same checks."""
+    try:
+        return CacheReader(final, auth_key)
+    except RejectedEntry as exc:
+        raise InputError(f"the reference cache entry just written cannot be read back: {exc}",
+                         path=str(final)) from None
+
+
+def _open_rows(path: Path, digest: str) -> tuple[int, int]:
+    """(descriptor, size) of ``rows.bin`` (``qcheck.cache_auth.open_private``: a FIFO never hangs the run) when its
+    SHA-256 is ``digest``; hashed through the descriptor that is read later."""
+    try:
+        fd, info = cache_auth.open_private(path)
+    except (OSError, ValueError) as exc:
+        raise RejectedEntry(f"rows.bin: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        h = hashlib.sha256()
+        offset = 0
+        while offset < info.st_size:
+            chunk = os.pread(fd, min(1 << 22, info.st_size - offset), offset)
+            if not chunk:
+                break
+            h.update(chunk)
+            offset += len(chunk)
+        if offset != info.st_size or h.hexdigest() != digest:
+            raise RejectedEntry("rows.bin is not what the entry was signed with (altered)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
 
 
 def padded_topk(scores: TokenScores, k: int) -> tuple[np.ndarray, np.ndarray]:

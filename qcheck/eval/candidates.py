@@ -101,7 +101,7 @@ def _build(spec: CandidateSpec, config: EvalConfig, work: Workload, ref: Referen
                             reference_vocab=ref.vocab, tokenizer=work.encoder.tok, dtype=config.reference_dtype,
                             device=device, activation_quant=config.activation_quant, limits=config.limits,
                             max_length=config.max_length, simulate_engine=config.simulate_engine,
-                            kv_cache=candidate_kv(spec, config))
+                            kv_cache=candidate_kv(spec, config), endpoint_run=ref.endpoint_run)
     return build_runner(spec.backend, spec.name, spec.path or "", context)
 
 
@@ -187,7 +187,10 @@ def _verdict(spec: CandidateSpec, config: EvalConfig, built: BuiltRunner,
                for o in acc.items if o.ref_correct != o.cand_correct][:200]
     distribution = histogram(acc.token_arrays()["kld"]) if metrics.get("tokens_scored") else {}
     simulation = getattr(built, "simulation", None)
-    return CandidateResult(name=spec.name, backend=built.runner.backend, path=spec.path, metrics=metrics,
+    from qcheck.net import redact
+
+    return CandidateResult(name=spec.name, backend=built.runner.backend, path=redact(spec.path) if spec.path else None,
+                           metrics=metrics,
                            intervals=intervals, gate=gate, notes=notes, warnings=warnings,
                            per_task=acc.per_task(), distribution=distribution, flipped=flipped,
                            quantization=built.quantization, activations=built.activations,
@@ -299,7 +302,8 @@ def noise_floor(config: EvalConfig, work: Workload, ref: ReferenceSide,
     if loaded is not None:
         model, device = loaded
     else:
-        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory)
+        model, _, device = load_reference(config.reference, dtype, config.device, config.max_memory,
+                                          config.reference_adapter)
     runner = TransformersRunner(model, vocab_info(model, work.encoder.tok, work.encoder.add_bos), name=name,
                                 device=device)
     del model

@@ -58,6 +58,10 @@ class CandidateSpec:
         head, sep, rest = target.partition(":")
         if sep and head in BACKENDS and not os.path.exists(target):
             backend, target = head, rest
+        if name is None and target.startswith(("http://", "https://")):
+            from qcheck.net import origin
+
+            name = origin(target.split("#", 1)[0]).split("://", 1)[-1]  # host[:port], never a user or password
         if name is None:
             p = Path(target.rstrip("/"))
             name = (p.stem if p.suffix in (".gguf", ".safetensors") else p.name) or target
@@ -102,6 +106,13 @@ class EvalConfig:
     kv_cache_by_candidate: dict[str, KVCacheTypes] = field(default_factory=dict)
     #: with a KV cache type: also measure the weights alone and the KV cache alone (``--kv-split``)
     kv_split: bool = True
+    #: the id under which endpoint results of this run are kept (None: a new one); with ``resume`` the run to continue
+    run_id: str | None = None
+    #: continue run ``run_id`` (``--resume RUN``): reuse its endpoint results, if the servers are still the same
+    resume: bool = False
+    #: merge the PEFT adapter in the reference folder into the reference (``--reference-adapter``); by default an
+    #: adapter there is left out and the report says so
+    reference_adapter: bool = False
 
 
 def default_noise_floor_dtype(reference_dtype: str) -> str:
@@ -228,6 +239,9 @@ def _remote_reference(config: EvalConfig) -> RemoteReference | None:
     if remote is None and config.reference_files:
         raise UsageError("--reference-files is for an endpoint --reference (http(s)://...); a local reference "
                          "directory has its own files")
+    if remote is not None and config.reference_adapter:
+        raise UsageError("--reference-adapter merges an adapter in a local reference folder; an endpoint serves its "
+                         "own model")
     if remote is not None and config.noise_floor:
         raise UsageError("--noise-floor loads the reference's weights in another dtype: it needs a local reference "
                          "directory, not an endpoint")

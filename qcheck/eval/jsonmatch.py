@@ -11,7 +11,8 @@ parses (a missing brace, a trailing comma, a second object on the same line) fai
 
 The schema is any JSON Schema (draft 4 to 2020-12, by its ``$schema``; 2020-12 when absent), checked with
 ``jsonschema`` when the task file is read. References must stay inside the item's schema (``#...``): a schema is
-never allowed to make qcheck fetch anything. ``expected`` is compared as a JSON value (object key order does not
+never allowed to make qcheck fetch anything. Its ``pattern`` and ``patternProperties`` are run by
+``qcheck.eval.patterns`` (RE2, bounded work), never by Python's backtracking ``re``. ``expected`` is compared as a JSON value (object key order does not
 matter; ``1`` equals ``1.0``, ``true`` is not ``1``).
 """
 
@@ -90,6 +91,11 @@ def check_schema(schema: Any) -> str | None:
         problem = _walk_refs(schema, schema, 0)
     except RecursionError:
         problem = f"nests deeper than {MAX_SCHEMA_DEPTH} levels"
+    if problem:
+        return problem
+    from qcheck.eval.patterns import schema_pattern_problem
+
+    problem = schema_pattern_problem(schema)
     if problem:
         return problem
     cls = _validator_class(schema)
@@ -184,8 +190,11 @@ def _validator_class(schema: Any) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Any:
+    """The schema's validator, with every regular expression run by ``qcheck.eval.patterns`` (bounded)."""
+    from qcheck.eval.patterns import bounded_validator
+
     schema = json.loads(schema_text)
-    return _validator_class(schema)(schema)
+    return bounded_validator(_validator_class(schema))(schema)
 
 
 def schema_problem(value: Any, schema_text: str) -> str | None:

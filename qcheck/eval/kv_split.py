@@ -120,7 +120,8 @@ def _measure_kv_only(emulation: Any, config: EvalConfig, work: Workload, ref: Re
     from qcheck.eval.runners.simulated import drop_skeleton
 
     drop_skeleton()  # never two models at once
-    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory)
+    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory,
+                                      config.reference_adapter)
     applied = kvemu.apply(model, emulation)
     runner = TransformersRunner(model, ref.vocab, name=f"KV cache {emulation.label} only",
                                 backend=f"emulated:{emulation.engine} kv", device=device)

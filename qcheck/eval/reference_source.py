@@ -8,7 +8,6 @@ describes them belong together; the candidates only see the resulting ``Referenc
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,20 +18,26 @@ from qcheck.errors import InputError, UsageError
 from qcheck.eval.cache import (
     KIND_FULL,
     KIND_TOPK,
+    CacheHome,
     CacheInfo,
     CacheReader,
     CacheWriter,
     cache_key,
+    committed,
     default_cache_dir,
+    entry_key,
+    open_entry,
     precision_note,
 )
 from qcheck.eval.config import EvalConfig, Plan
+from qcheck.eval.fingerprint import model_fingerprint
 from qcheck.eval.perf import Phase
 from qcheck.eval.runners import DEFAULT_BACKEND
 from qcheck.eval.runners.base import VocabInfo, score_blocks
+from qcheck.eval.runners.http import RunState, check_run_id, new_run_id
 from qcheck.eval.supplement import Rescorer
 from qcheck.eval.workload import Workload
-from qcheck.limits import DEFAULT_LIMITS, Limits
+from qcheck.limits import Limits
 
 #: bumps when tokenisation or scoring changes, so old cache entries are not reused
 ENCODER_VERSION = 2  # 2: long text items in sliding windows instead of truncated
@@ -56,6 +61,8 @@ class ReferenceSide:
     notes: list[str] = field(default_factory=list)
     #: scores the reference again on token ids a candidate's server chose (``qcheck.eval.supplement``)
     rescorer: Rescorer | None = None
+    #: where endpoint candidates keep their results (``qcheck.eval.runners.http.RunState``)
+    endpoint_run: RunState | None = None
 
 
 @dataclass
@@ -77,63 +84,64 @@ class _Slot:
     key: str
     parts: dict[str, Any]
     kind: str
-
-
-def model_fingerprint(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """Hash of config.json, generation_config.json and each weight file (safetensors header + size + mtime,
-    name/size/mtime for other formats): cheap, and any change to the weights files invalidates the cache."""
-    root = Path(path)
-    h = hashlib.sha256()
-    try:
-        h.update((root / "config.json").read_bytes())
-        for f in sorted(root.iterdir()):
-            if not f.is_file():
-                continue
-            if f.suffix == ".safetensors":
-                with open(f, "rb") as fh:
-                    raw = fh.read(8)
-                    n = int.from_bytes(raw, "little") if len(raw) == 8 else 0
-                    if not 0 < n <= limits.max_safetensors_header:
-                        raise InputError(f"safetensors header length {n} is out of bounds", path=str(f))
-                    h.update(f.name.encode() + b"\0" + fh.read(n))
-                st = f.stat()  # same header, retrained weights: size/mtime still tell them apart
-                h.update(f"{st.st_size}\0{st.st_mtime_ns}".encode())
-            elif f.name == "generation_config.json":
-                h.update(f.read_bytes())
-            elif f.suffix in (".bin", ".pt", ".pth", ".gguf", ".npz", ".ckpt"):
-                st = f.stat()
-                h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    except OSError as exc:
-        raise InputError(f"cannot read the reference model files: {exc.strerror or exc}", path=path) from None
-    return h.hexdigest()
+    auth_key: bytes
 
 
 @contextlib.contextmanager
-def cache_root(config: EvalConfig) -> Iterator[Path]:
-    """The cache's ``eval/`` folder, or a temporary directory removed afterwards with ``--no-cache``."""
+def cache_root(config: EvalConfig) -> Iterator[CacheHome]:
+    """The cache's ``eval/`` folder with this user's cache key, or with ``--no-cache`` a temporary directory (removed
+    afterwards) and a key made for this run; with the folder endpoint results of this run are kept in."""
     if config.use_cache:
         root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-        yield root / "eval"
+        key, problem = entry_key()
+        yield CacheHome(root / "eval", key, problem, endpoint_run=endpoint_run(config, root / "eval", key))
         return
+    if config.resume:
+        raise UsageError("--resume continues a run kept in the cache: it cannot be used with --no-cache")
+    import secrets
+
+    from qcheck.cache_auth import KEY_BYTES
+
+    key = secrets.token_bytes(KEY_BYTES)
     with tempfile.TemporaryDirectory(prefix="qcheck-eval-") as tmp:
-        yield Path(tmp)
+        yield CacheHome(Path(tmp), key, persistent=False, endpoint_run=RunState(None, "", key))
 
 
-def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -> ReferenceSide:
-    """The reference's rows from the cache, computed first when the cache has no complete entry for them."""
+def endpoint_run(config: EvalConfig, root: Path, key: bytes) -> RunState:
+    """Where this run keeps endpoint results: a new run folder, or with ``--resume RUN`` that run's (it must exist)."""
+    if not config.resume:
+        return RunState(root / "endpoints", check_run_id(config.run_id or new_run_id()), key)
+    if not config.run_id:
+        raise UsageError("--resume needs the id of the run to continue")
+    state = RunState(root / "endpoints", check_run_id(config.run_id), key, resumed=True)
+    assert state.folder is not None
+    if not state.folder.is_dir():
+        raise UsageError(f"--resume {config.run_id}: no such run in {state.folder.parent}")
+    return state
+
+
+def open_reference(config: EvalConfig, plan: Plan, work: Workload, home: CacheHome) -> ReferenceSide:
+    """The reference's rows from the cache, computed first when the cache has no usable entry for them."""
     from qcheck.eval.runners.reference import torch_modules
     from qcheck.eval.safe_load import NO_CODE
 
     torch, transformers = torch_modules()
-    endpoint = _connect(plan, work, config.limits, transformers) if plan.remote is not None else None
-    slot = _slot(config, work, endpoint, root, (torch, transformers))
-    reader = CacheReader.open_if_complete(root, slot.key) if config.use_cache else None
+    endpoint = _connect(plan, work, config.limits, transformers, home.endpoint_run) if plan.remote is not None \
+        else None
+    slot = _slot(config, work, endpoint, home, (torch, transformers))
+    notes: list[str] = [home.problem] if home.problem else []
+    reader = open_entry(home, slot.key, notes)
     hit = reader is not None
     report: dict[str, Any] = {"path": config.reference, "dtype": config.reference_dtype, "device": config.device,
                               "fingerprint": slot.parts["model"][:16], "tokenizer": slot.parts["tokenizer"][:16]}
-    notes: list[str] = []
     if endpoint is None:
         ref_config = transformers.AutoConfig.from_pretrained(config.reference, **NO_CODE)
+        from qcheck.eval.runners.reference import adapter_files, adapter_note
+
+        adapter = adapter_note(config.reference, config.reference_adapter)
+        if adapter:
+            notes.append(adapter)
+            report["adapter"] = {"files": adapter_files(config.reference), "applied": config.reference_adapter}
     else:
         assert plan.remote is not None
         ref_config = endpoint.config
@@ -149,7 +157,7 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
             from qcheck.eval.remote_reference import runner_notes
 
             notes.extend(runner_notes(endpoint.runner))
-        reader = CacheReader(final)
+        reader = committed(final, home.auth_key)
     if endpoint is not None:
         notes.append(_endpoint_label(report, reader, endpoint.runner))
         notes.extend(_follow(work, reader))
@@ -161,15 +169,16 @@ def open_reference(config: EvalConfig, plan: Plan, work: Workload, root: Path) -
     cache = CacheInfo(hit=hit, kind=reader.kind, path=str(reader.dir), key=slot.key, topk=reader.topk,
                       persistent=config.use_cache, requests_written=written, bytes=reader.size,
                       precision=precision_note(reader.kind, reader.topk))
-    rescorer = Rescorer(root=root, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
+    rescorer = Rescorer(home=home, base_key=slot.key, kind=reader.kind, topk=reader.topk, vocab=vocab,
                         local=None if endpoint is not None else (config.reference, config.reference_dtype,
-                                                                 config.device, config.max_memory),
+                                                                 config.device, config.max_memory,
+                                                                 config.reference_adapter),
                         endpoint=endpoint.runner if endpoint is not None else None)
     return ReferenceSide(reader=reader, config=ref_config, vocab=vocab, report=report, cache=cache, phase=phase,
-                         kept=kept, notes=notes, rescorer=rescorer)
+                         kept=kept, notes=notes, rescorer=rescorer, endpoint_run=home.endpoint_run)
 
 
-def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _Endpoint:
+def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any, run: RunState | None) -> _Endpoint:
     """Connect to the endpoint serving the reference (``qcheck.eval.remote_reference``)."""
     from qcheck.eval.remote_reference import connect
     from qcheck.eval.safe_load import NO_CODE
@@ -184,11 +193,11 @@ def _connect(plan: Plan, work: Workload, limits: Limits, transformers: Any) -> _
     longest = max((len(r.input_ids) for e in work.encoded for r in e.score), default=1)
     tokenizer = work.encoder.tok
     runner, kind = connect(remote, tokenizer, remote.vocab(tokenizer, ref_config, work.encoder.add_bos), longest,
-                           limits)
+                           limits, run)
     return _Endpoint(runner=runner, kind=kind, config=ref_config, fingerprint=remote.fingerprint(runner))
 
 
-def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, root: Path,
+def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, home: CacheHome,
           modules: tuple[Any, Any]) -> _Slot:
     """The cache key: everything that could change the reference's numbers."""
     torch, transformers = modules
@@ -198,10 +207,11 @@ def _slot(config: EvalConfig, work: Workload, endpoint: _Endpoint | None, root: 
         "max_items": config.max_items, "tokenizer": work.encoder.fingerprint(), "dtype": config.reference_dtype,
         "device": config.device, "max_length": config.max_length, "stride": work.encoder.stride,
         **({"windows": config.windows} if config.windows != "sliding" else {}), "kind": kind, "topk": config.cache_topk,
+        **({"adapter": True} if config.reference_adapter and endpoint is None else {}),
         "encoder": ENCODER_VERSION, "torch": torch.__version__.split("+")[0].rsplit(".", 1)[0],
         "transformers": transformers.__version__.rsplit(".", 1)[0],
     }
-    return _Slot(root=root, key=cache_key(parts), parts=parts, kind=kind)
+    return _Slot(root=home.root, key=cache_key(parts), parts=parts, kind=kind, auth_key=home.auth_key)
 
 
 def _compute(config: EvalConfig, work: Workload, slot: _Slot, endpoint: _Endpoint | None,
@@ -233,7 +243,8 @@ def _compute_local(config: EvalConfig, work: Workload, slot: _Slot,
     from qcheck.eval.runners.reference import TransformersRunner, load_reference, placement, vocab_info
 
     encoded, encoder, progress = work.encoded, work.encoder, work.progress
-    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory)
+    model, _, device = load_reference(config.reference, config.reference_dtype, config.device, config.max_memory,
+                                      config.reference_adapter)
     where = placement(model)
     phase.loaded()
     ref_vocab = vocab_info(model, encoder.tok, encoder.add_bos)
@@ -241,7 +252,8 @@ def _compute_local(config: EvalConfig, work: Workload, slot: _Slot,
     del model
     meta = {"reference": config.reference, "created_by": "qcheck eval", "parts": slot.parts, "placement": where,
             "vocab": _vocab_json(ref_vocab)}
-    writer = CacheWriter(slot.root, slot.key, slot.kind, ref_vocab.vocab_size, config.cache_topk, meta)
+    writer = CacheWriter(slot.root, slot.key, slot.kind, ref_vocab.vocab_size, config.cache_topk, meta,
+                         auth_key=slot.auth_key)
     written = 0
     requests = [r for e in encoded for r in e.score]
     tokens = sum(len(r.input_ids) - 1 for r in requests)
@@ -289,7 +301,8 @@ def _compute_remote(endpoint: _Endpoint, work: Workload, slot: _Slot) -> tuple[P
             "vocab": _vocab_json(runner.reference)}
 
     def make_writer(cache_kind: str, topk: int | None) -> CacheWriter:
-        return CacheWriter(slot.root, slot.key, cache_kind, runner.reference.vocab_size, topk, meta)
+        return CacheWriter(slot.root, slot.key, cache_kind, runner.reference.vocab_size, topk, meta,
+                           auth_key=slot.auth_key)
 
     progress.start("reference (endpoint)", work.units())
     try:
@@ -332,7 +345,9 @@ def _vocab_from_meta(reader: CacheReader) -> VocabInfo:
 
 def _remote_json(remote: Any, runner: Any, files: str) -> dict[str, Any]:
     """What the report says about an endpoint reference (``reference.endpoint``); its dtype is the server's."""
-    return {"path": remote.target.split("#", 1)[0], "files": files, "dtype": None, "device": None,
+    from qcheck.net import redact
+
+    return {"path": redact(remote.target.split("#", 1)[0]), "files": files, "dtype": None, "device": None,
             "endpoint": {"flavour": runner.flavour, "model": runner.model, "mode": runner.mode,
                          "prompt_format": runner.prompt_format}}
 

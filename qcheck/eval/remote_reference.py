@@ -102,7 +102,8 @@ class RemoteReference:
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def connect(remote: RemoteReference, tokenizer: Any, vocab: VocabInfo, longest: int, limits: Any) -> tuple[Any, str]:
+def connect(remote: RemoteReference, tokenizer: Any, vocab: VocabInfo, longest: int, limits: Any,
+            run: Any = None) -> tuple[Any, str]:
     """An EndpointRunner for the reference: full vocabulary when asked or bounded and the server serves it, else
     top-k. Returns (runner, "full"|"topk")."""
     from qcheck.eval.runners.endpoint import EndpointOptions, EndpointRunner
@@ -111,7 +112,7 @@ def connect(remote: RemoteReference, tokenizer: Any, vocab: VocabInfo, longest: 
     def build(k: int) -> Any:
         opts = EndpointOptions.parse(remote.target)
         opts.top_k = k  # the reference may ask for more than a candidate's MAX_TOP_K: its answer is bounded here
-        return EndpointRunner("reference", opts, tokenizer, vocab)
+        return EndpointRunner("reference", opts, tokenizer, vocab, run=run)
 
     full_bytes = max(1, longest) * vocab.vocab_size * FULL_ENTRY_BYTES
     if remote.top_k is None:

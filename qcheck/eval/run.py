@@ -72,8 +72,8 @@ def run_eval(config: EvalConfig, *, on_event: Callable[[str], None] | None = Non
     _quiet_transformers(transformers)
     work = prepare_workload(tasks, load_tokenizer(plan.ref_dir), settings, Progress(config.progress),
                             on_event or (lambda _msg: None))
-    with cache_root(config) as root:
-        ref = open_reference(config, plan, work, root)
+    with cache_root(config) as home:
+        ref = open_reference(config, plan, work, home)
         try:
             results, noise = _run_candidates(config, plan, work, ref)
         finally:

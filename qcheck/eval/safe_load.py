@@ -34,8 +34,9 @@ PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 def _read(path: Path, limits: Limits) -> dict[str, Any] | None:
     from qcheck.readers import LocalFileSet
     from qcheck.readers.jsonfile import load_json
+    from qcheck.source import regular_file
 
-    if not (path.parent / path.name).is_file():
+    if not regular_file(path):  # absent; a FIFO, device, broken link or loop is an InputError, never "absent"
         return None
     return load_json(LocalFileSet(path.parent), path.name, limits)
 

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qcheck.eval.cache import KIND_FULL, CacheReader, CacheWriter, RefRows, cache_key
+from qcheck.eval.cache import (
+    KIND_FULL,
+    CacheHome,
+    CacheReader,
+    CacheWriter,
+    RefRows,
+    cache_key,
+    committed,
+    open_entry,
+)
 from qcheck.eval.runners.base import ScoreRequest, VocabInfo, score_blocks
 
 
@@ -47,13 +56,13 @@ class Rescorer:
     """What scoring the reference again needs: how it was loaded (a local model) or reached (an endpoint), and
     the cache entry the supplement belongs to."""
 
-    root: Path
+    home: CacheHome
     base_key: str
     kind: str
     topk: int | None
     vocab: VocabInfo
-    #: (path, dtype, device, max_memory) of a local reference
-    local: tuple[str, str, str, dict[str | int, str] | None] | None = None
+    #: (path, dtype, device, max_memory, adapter merged) of a local reference
+    local: tuple[str, str, str, dict[str | int, str] | None, bool] | None = None
     #: the EndpointRunner of an endpoint reference
     endpoint: Any = None
 
@@ -66,12 +75,15 @@ class Rescorer:
             return RowSource(main), {}
         digest = hashlib.sha256(repr(sorted((r.key, r.input_ids, r.start) for r in missing)).encode()).hexdigest()
         key = cache_key({"supplement_of": self.base_key, "requests": digest})
-        reader = CacheReader.open_if_complete(self.root, key)
+        notes: list[str] = []
+        reader = open_entry(self.home, key, notes)
+        for note in notes:
+            log(note)
         if reader is None:
             log(f"scoring the reference on {len(missing)} request(s) in a server's own token ids")
             progress.start("reference (server tokenisation)", len(missing))
             try:
-                reader = CacheReader(self._compute(key, missing, text_keys, progress))
+                reader = committed(self._compute(key, missing, text_keys, progress), self.home.auth_key)
             finally:
                 progress.stop()
         excluded = {r.key: str(reader.meta.get("excluded", {}).get(r.key, "the reference could not score it"))
@@ -80,8 +92,8 @@ class Rescorer:
 
     def _compute(self, key: str, requests: list[ScoreRequest], text_keys: set[str], progress: Any) -> Path:
         meta: dict[str, Any] = {"supplement_of": self.base_key, "created_by": "qcheck eval", "excluded": {}}
-        writer = CacheWriter(self.root, key, self.kind, self.vocab.vocab_size,
-                             None if self.kind == KIND_FULL else self.topk, meta)
+        writer = CacheWriter(self.home.root, key, self.kind, self.vocab.vocab_size,
+                             None if self.kind == KIND_FULL else self.topk, meta, auth_key=self.home.auth_key)
         try:
             if self.endpoint is not None:
                 self._from_endpoint(writer, requests, text_keys, progress)
@@ -96,8 +108,8 @@ class Rescorer:
         from qcheck.eval.runners.reference import TransformersRunner, load_reference
 
         assert self.local is not None
-        path, dtype, device, max_memory = self.local
-        model, _, input_device = load_reference(path, dtype, device, max_memory)
+        path, dtype, device, max_memory, adapter = self.local
+        model, _, input_device = load_reference(path, dtype, device, max_memory, adapter)
         runner = TransformersRunner(model, self.vocab, name="reference", device=input_device)
         del model
         try:

@@ -22,8 +22,7 @@ output, ARC/MMLU ``question``/``choices``, HellaSwag ``ctx``/``endings``); ``qch
 from __future__ import annotations
 
 import hashlib
-import json
-import re
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,12 @@ class TaskItem:
         assert self.expected is not None
         out, exp = output.strip(), self.expected
         if self.match == "regex":
-            return re.search(exp, out, flags=re.IGNORECASE if self.ignore_case else 0) is not None
+            from qcheck.eval.patterns import PatternError, compile_pattern
+
+            try:
+                return compile_pattern(exp, self.ignore_case).search(out)
+            except PatternError:  # an output longer than the bound for this pattern: not a match (docs/eval.md)
+                return False
         if self.ignore_case:
             out, exp = out.casefold(), exp.casefold()
         if self.match == "exact":
@@ -141,8 +145,8 @@ def resolve_task_paths(specs: list[str] | tuple[str, ...]) -> list[Path]:
     out: list[Path] = []
     for spec in specs:
         path = Path(spec)
-        if path.is_file():
-            out.append(path)
+        if os.path.lexists(path) and not path.is_dir():
+            out.append(path)  # read_task_file says what it is if not a regular file (a FIFO, a device, a loop)
             continue
         if path.is_dir():
             found = sorted(path.glob("*.jsonl"))
@@ -160,34 +164,42 @@ def resolve_task_paths(specs: list[str] | tuple[str, ...]) -> list[Path]:
 
 def load_tasks(specs: list[str] | tuple[str, ...] = ()) -> TaskSet:
     """Load and validate task files; the first problem found raises InputError ``file:line: field: problem``."""
+    from qcheck.eval.patterns import reading
+
     paths = resolve_task_paths(specs)
     items: list[TaskItem] = []
     digest = hashlib.sha256()
     seen: dict[str, str] = {}
-    for path in paths:
-        data = _read_bounded(path)
-        digest.update(hashlib.sha256(data).digest())
-        for item in parse_jsonl(data, str(path), default_task=path.stem):
-            if item.id in seen:
-                raise InputError(f"id: duplicate id {item.id!r} (first at {seen[item.id]})", path=item.source)
-            seen[item.id] = item.source
-            items.append(item)
-            if len(items) > MAX_ITEMS:
-                raise InputError(f"more than {MAX_ITEMS} items in the task set", path=item.source)
+    with reading():  # the matching work of the files' patterns, bounded in all (qcheck.eval.patterns)
+        for path in paths:
+            data = read_task_file(path)
+            digest.update(hashlib.sha256(data).digest())
+            for item in parse_jsonl(data, str(path), default_task=path.stem):
+                if item.id in seen:
+                    raise InputError(f"id: duplicate id {item.id!r} (first at {seen[item.id]})", path=item.source)
+                seen[item.id] = item.source
+                items.append(item)
+                if len(items) > MAX_ITEMS:
+                    raise InputError(f"more than {MAX_ITEMS} items in the task set", path=item.source)
     if not items:
         raise InputError("the task files hold no items", path=", ".join(str(p) for p in paths))
     counts = {k: sum(1 for i in items if i.kind == k) for k in KINDS}
     return TaskSet(items=items, files=[str(p) for p in paths], sha256=digest.hexdigest(), counts=counts)
 
 
-def _read_bounded(path: Path) -> bytes:
-    try:
-        size = path.stat().st_size
+def read_task_file(path: Path) -> bytes:
+    """The bytes of one task file: a regular file (a FIFO never blocks the run, /dev/zero is refused, not read to
+    the end) of at most ``MAX_FILE_BYTES``. The one reader of task files, for ``qcheck eval`` and ``qcheck gate``."""
+    from qcheck.source import LocalFileSource
+
+    with LocalFileSource(path) as src:
+        size = src.size or 0
         if size > MAX_FILE_BYTES:
             raise InputError(f"task file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", path=str(path))
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read task file: {exc.strerror or exc}", path=str(path)) from None
+        data = src.read_at(0, MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:  # pragma: no cover - grew while read
+        raise InputError(f"task file is over the {MAX_FILE_BYTES}-byte limit", path=str(path))
+    return data
 
 
 def parse_jsonl(data: bytes, name: str, default_task: str) -> list[TaskItem]:
@@ -203,14 +215,25 @@ def parse_jsonl(data: bytes, name: str, default_task: str) -> list[TaskItem]:
             raise InputError(f"not UTF-8 (byte {exc.start})", path=where) from None
         if not line or line.startswith(("#", "//")):
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=where) from None
-        except RecursionError:
-            raise InputError("invalid JSON: nested too deeply", path=where) from None
-        items.append(_validate(obj, where, default_task, lineno))
+        items.append(_validate(_parse_line(line, where), where, default_task, lineno))
     return items
+
+
+#: how deep a task line may nest (a JSON Schema item nests up to jsonmatch.MAX_SCHEMA_DEPTH, inside the line's object)
+MAX_LINE_NESTING = 72
+
+
+def _parse_line(line: str, where: str) -> Any:
+    """One task line's JSON value, parsed as qcheck parses every untrusted JSON (``qcheck.readers.jsonfile``): bounded
+    nesting, no duplicate keys, no lone surrogates in strings (they cannot be written out), numbers Python can hold."""
+    from qcheck.readers.jsonfile import check_strings, parse_json
+
+    data = line.encode("utf-8")
+    value, end = parse_json(data, where="", path=where, max_depth=MAX_LINE_NESTING)
+    if data[end:].strip():
+        raise InputError(f"invalid JSON: extra data after the value at byte {end}", path=where)
+    check_strings(value, where="", path=where)
+    return value
 
 
 def _fail(where: str, fld: str, problem: str) -> InputError:
@@ -297,10 +320,12 @@ def _generate_item(obj: dict[str, Any], where: str, common: dict[str, Any]) -> T
         expected, schema = _string(obj, "expected", where), None
     ignore_case = validate.boolean(obj.get("ignore_case", False), _at(where).key("ignore_case"))
     if match == "regex":
+        from qcheck.eval.patterns import PatternError, compile_pattern
+
         try:
-            re.compile(expected or "")
-        except re.error as exc:
-            raise _fail(where, "expected", f"invalid regular expression: {exc}") from None
+            compile_pattern(expected or "", ignore_case)
+        except PatternError as exc:
+            raise _fail(where, "expected", f"regular expression: {exc}") from None
     max_new = validate.integer(obj.get("max_new_tokens", 32), _at(where).key("max_new_tokens"), minimum=1,
                                maximum=MAX_NEW_TOKENS)
     return TaskItem(prompt=prompt, expected=expected, match=match, ignore_case=ignore_case,

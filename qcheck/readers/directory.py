@@ -27,6 +27,11 @@ INDEX_SUFFIX = ".safetensors.index.json"
 #: PEFT's adapter weights file (with adapter_config.json); beside a full model it is left out of the shards
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 CANONICAL_INDEX = "model.safetensors.index.json"
+#: the warning for safetensors weights without config.json (the architecture is then judged unknown)
+NO_CONFIG = ("no config.json beside the safetensors weights: the architecture, context length and layer shapes are "
+             "unknown, and engines that load safetensors read config.json first (vLLM 0.34.0 refuses a directory with "
+             "neither config.json nor Mistral's params.json: 'Could not detect config format', "
+             "vllm/transformers_utils/config.py get_config)")
 #: llama.cpp's split naming: ``<prefix>-00001-of-00003.gguf`` (LLAMA_SPLIT_PATH format "%s-%05d-of-%05d.gguf")
 GGUF_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
@@ -119,6 +124,8 @@ def load_safetensors_files(
     prefix = _prefix(index_name or (shards[0] if shards else ""))
     checkpoint = Checkpoint(path=path, container="safetensors", revision=fileset.revision)
     read_side_files(fileset, checkpoint, limits, prefix=prefix, sizes=sizes)
+    if "config.json" not in checkpoint.configs and "adapter_config.json" not in checkpoint.configs:
+        checkpoint.warnings.append(NO_CONFIG)
     weight_map: dict[str, str] | None = None
     if index_name is not None:
         index, size = _read_json(fileset, index_name, limits, sizes)

@@ -151,6 +151,23 @@ def _plain_skeleton(data: bytes) -> bytes | None:
     return None if b'"' in kept else kept
 
 
+#: what parsing costs in Python objects: a list or dict (header and table), and a value (its slot in its container
+#: and the object: a float, an int, a short string), in bytes; an estimate from the text alone, before parsing
+CONTAINER_COST = 64
+VALUE_COST = 32
+#: the most ``parsed_size`` can be per byte of text: ``[[[...]]]`` (a container and a value per 2 bytes)
+MAX_COST_PER_BYTE = (CONTAINER_COST + VALUE_COST) // 2
+
+
+def parsed_size(data: bytes) -> int:
+    """About how many bytes of memory ``json.loads(data)`` would allocate, counted from the text in linear passes:
+    ``[[],[],...]`` costs ~20 times its size, a list of short floats ~8 times, keys and long strings little."""
+    outside = _outside_strings(data)
+    containers = outside.count(b"[") + outside.count(b"{")
+    values = outside.count(b",") + outside.count(b":") + containers
+    return containers * CONTAINER_COST + values * VALUE_COST
+
+
 def structure_scan(data: bytes, max_depth: int) -> tuple[int, int]:
     """(nesting depth, number of objects) of JSON text, without recursion and in linear passes."""
     depth, objects, _pairs = _structure(data, max_depth)

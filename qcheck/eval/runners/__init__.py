@@ -44,6 +44,8 @@ class RunnerContext:
     simulate_engine: str = "weights"
     #: the KV cache types this candidate runs with (None: the engine's default)
     kv_cache: KVCacheTypes | None = None
+    #: endpoint backends: where this run keeps their results (``qcheck.eval.runners.http.RunState``; None: nowhere)
+    endpoint_run: Any = None
 
 
 @dataclass
@@ -60,6 +62,14 @@ class BuiltRunner:
     simulation: Any = None
     #: the KV cache the candidate ran with, as the backend knows it (``{"k", "v", "source", ...}``), None if unknown
     kv_cache: dict[str, Any] | None = None
+
+
+def quantization_json(inspection: Any) -> dict[str, Any]:
+    """``BuiltRunner.quantization`` from a ``qcheck.model.Inspection``: what the report says about the format."""
+    q = inspection.quantization
+    return {"method": q.method, "producer": q.producer, "weight_bits": q.weight_bits,
+            "bits_per_weight": q.bits_per_weight, "gguf_file_type": q.gguf_file_type,
+            "activation_dtype": q.activation_dtype}
 
 
 def build_runner(backend: str, name: str, target: str, context: RunnerContext) -> BuiltRunner:

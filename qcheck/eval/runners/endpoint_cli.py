@@ -13,6 +13,7 @@ from urllib.parse import urlencode, urlsplit
 import click
 
 from qcheck.errors import UsageError
+from qcheck.net import origin
 
 MODES = ("auto", "prompt_logprobs", "sglang", "echo", "generate")
 
@@ -76,7 +77,7 @@ def endpoint_candidates(flags: EndpointFlags) -> list[str]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise UsageError(f"--endpoint {text!r}: use [NAME=]http(s)://host[:port]")
-        name = name.strip() or parts.netloc
+        name = name.strip() or origin(url).split("://", 1)[-1]  # host[:port]: never the URL's user and password
         opts: list[tuple[str, Any]] = [("mode", flags.endpoint_mode), ("top_k", flags.endpoint_top_k),
                                        ("concurrency", flags.concurrency), ("timeout", flags.request_timeout),
                                        ("retries", flags.retries)]

@@ -32,6 +32,9 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_RETRY_AFTER = 120.0
 #: longest backoff between attempts when the server asks nothing
 MAX_BACKOFF = 30.0
+#: most memory one parsed answer may take (``qcheck.readers.jsonfile.parsed_size``): a full-vocabulary answer of the
+#: largest size above takes ~450 MB; 64 MB of ``[[],[],...]`` would take ~1.9 GB
+MAX_PARSED_BYTES = 512 * 1024 * 1024
 #: largest resume state file read back
 MAX_STATE_BYTES = 4 * 1024 * 1024 * 1024
 
@@ -136,6 +139,14 @@ class HttpClient:
             raise EndpointError(f"{where}: HTTP {resp.status}{extra}: {message}", status=resp.status, body=message)
         if not resp.complete:
             raise EndpointError(f"{where}: response is over {limit} bytes")
+        from qcheck.readers.jsonfile import MAX_COST_PER_BYTE, parsed_size
+
+        # counted only for an answer that could be over the bound (over ~10 MB): the count costs a pass over the text
+        cost = parsed_size(resp.body) if len(resp.body) * MAX_COST_PER_BYTE > MAX_PARSED_BYTES else 0
+        if cost > MAX_PARSED_BYTES:
+            raise EndpointError(f"{where}: the {len(resp.body)}-byte response would take about {cost >> 20} MB of "
+                                f"memory to parse, over the {MAX_PARSED_BYTES >> 20} MB bound (a response of empty "
+                                "or tiny arrays?)")
         try:
             return json.loads(resp.body)
         except RecursionError:
@@ -199,6 +210,42 @@ def fan_out(func: Callable[[T], R], items: Iterable[T], concurrency: int,
             raise failed
 
 
+@dataclass(frozen=True)
+class RunState:
+    """Where one ``qcheck eval`` run keeps its endpoint results: ``<root>/<run_id>/``, one resume file per endpoint,
+    each record signed with ``key`` (``qcheck.cache_auth``). ``resumed``: the user asked to continue this run
+    (``--resume RUN``); otherwise the folder is new and nothing earlier is reused. ``root`` None (``--no-cache``):
+    nothing is kept."""
+
+    root: Path | None
+    run_id: str
+    key: bytes
+    resumed: bool = False
+
+    @property
+    def folder(self) -> Path | None:
+        return None if self.root is None else self.root / self.run_id
+
+
+#: a run id: what ``new_run_id`` makes, or a name of the user's (a folder name, never a path)
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def new_run_id() -> str:
+    """A fresh run id: the UTC time and 6 random hex digits (``20261207-034512-a1b2c3``)."""
+    import secrets
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise UsageError(f"--resume {run_id!r}: a run id is letters, digits, '.', '_' and '-' (at most 64), as "
+                         "qcheck eval printed it")
+    return run_id
+
+
 class ResumeState:
     """Per-request results of one endpoint candidate, appended as JSON lines as they arrive.
 
@@ -208,14 +255,26 @@ class ResumeState:
     load, a last line without its newline is cut off the file when it is not a whole record (or given its
     newline when it is), so the next record starts on a line of its own instead of being glued to the torn
     one and lost with it. Each record is flushed to the operating system as soon as it is written.
+
+    With ``key``, each line also carries an HMAC of its record and the file's name (``qcheck.cache_auth``): a line
+    written by anyone without the key (a planted or edited record) is not a record. The file must then be a regular
+    file of this user that others may not write (never a FIFO or a link).
     """
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, key: bytes | None = None):
         self.path = path
+        self.key = key
         self._data: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.loaded = 0
-        if path is not None and path.is_file():
+        self.rejected = 0
+        if path is not None and os.path.lexists(path):
+            if key is not None:
+                from qcheck.cache_auth import private
+
+                problem = private(path, directory=False)
+                if problem:
+                    raise UsageError(f"resume state not used: {problem}; delete it or start a new run")
             size = path.stat().st_size
             if size > MAX_STATE_BYTES:
                 raise UsageError(f"resume state {path} is {size} bytes, over the {MAX_STATE_BYTES}-byte limit; "
@@ -242,16 +301,31 @@ class ResumeState:
             else:
                 fh.truncate(offset)
 
+    def _mac(self, rid: str, value: Any) -> str | None:
+        if self.key is None or self.path is None:
+            return None
+        from qcheck.cache_auth import sign
+
+        blob = json.dumps([self.path.name, rid, value], separators=(",", ":"), sort_keys=True).encode()
+        return sign(self.key, "qcheck endpoint resume record/1", blob)
+
     def _record(self, line: bytes) -> bool:
-        """Keep one line's record; False when the line is not one (torn, or not JSON)."""
+        """Keep one line's record; False when the line is not one (torn, not JSON, or not signed with the key)."""
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError):
             return False
-        if isinstance(rec, dict) and isinstance(rec.get("id"), str):
-            self._data[rec["id"]] = rec.get("value")
-            return True
-        return False
+        if not (isinstance(rec, dict) and isinstance(rec.get("id"), str)):
+            return False
+        if self.key is not None:
+            import hmac
+
+            mac = rec.get("mac")
+            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(rec["id"], rec.get("value")) or "")):
+                self.rejected += 1
+                return False
+        self._data[rec["id"]] = rec.get("value")
+        return True
 
     @staticmethod
     def record_id(kind: str, key: str, ids: tuple[int, ...], extra: str = "") -> str:
@@ -269,9 +343,14 @@ class ResumeState:
             self._data[rid] = value
             if self.path is None:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"id": rid, "value": value}, separators=(",", ":")) + "\n")
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            line: dict[str, Any] = {"id": rid, "value": value}
+            mac = self._mac(rid, value)
+            if mac is not None:
+                line["mac"] = mac
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line, separators=(",", ":")) + "\n")
                 fh.flush()
 
     def __len__(self) -> int:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from qcheck.errors import InputError, QcheckError, require
+from qcheck.errors import InputError, require
+from qcheck.eval.native import Vetted, still_vetted, vet
 from qcheck.eval.runners.base import (
     Capabilities,
     GenerateRequest,
@@ -84,10 +85,11 @@ class LlamaCppRunner:
 
     capabilities = Capabilities(has_full_logprobs=True, has_prompt_logprobs=True, can_generate=True)
 
-    def __init__(self, path: str, name: str, *, n_ctx: int = 2048, n_threads: int | None = None,
+    def __init__(self, path: str | Vetted, name: str, *, n_ctx: int = 2048, n_threads: int | None = None,
                  n_gpu_layers: int = 0, seed: int = 0, cache: tuple[str, str] = ("f16", "f16"),
                  flash_attn: bool = True):
-        """``cache`` is the KV cache's (K, V) types (llama.cpp's ``--cache-type-k/-v`` names); ``flash_attn`` is
+        """``path`` is inspected by qcheck first (``qcheck.eval.native.vet``, default limits; pass a ``Vetted`` for
+        others): a file qcheck refuses never reaches llama.cpp. ``cache`` is the KV cache's (K, V) types (llama.cpp's ``--cache-type-k/-v`` names); ``flash_attn`` is
         llama.cpp's own default (``--flash-attn auto`` resolves to on for the CPU backend, src/llama-context.cpp:
         557-560; llama-cpp-python alone defaults to off) and a quantised V cache requires it."""
         llama_cpp = require("llama_cpp", "llamacpp", "the llama.cpp candidate backend")
@@ -98,24 +100,28 @@ class LlamaCppRunner:
             raise UsageError(f"llama.cpp has no KV cache type {unknown[0]!r}; it takes {', '.join(GGML_KV_TYPES)}")
         self.cache = cache
         self.flash_attn = flash_attn
-        p = Path(path)
-        if not p.is_file():
-            raise InputError("no such GGUF file", path=path)
-        self.path = str(p)
+        if not isinstance(path, Vetted):
+            if not Path(path).exists():
+                raise InputError("no such GGUF file", path=path)
+            path = vet(path)
+        vetted = path
+        #: what ``qcheck inspect`` says about the file (``qcheck.model.Inspection``)
+        self.inspection = vetted.inspection
+        self.path = vetted.path
         self.name = name
         self.backend = "llama.cpp"
         self.notes: list[str] = []
         threads = n_threads or max(1, os.cpu_count() or 1)
         try:
             with without_weight_repacking():
-                self.llm = llama_cpp.Llama(model_path=self.path, logits_all=True, n_ctx=n_ctx,
+                self.llm = llama_cpp.Llama(model_path=still_vetted(vetted), logits_all=True, n_ctx=n_ctx,
                                            n_batch=min(n_ctx, 512), n_threads=threads, n_threads_batch=threads,
                                            n_gpu_layers=n_gpu_layers, seed=seed, verbose=False,
                                            flash_attn=flash_attn, type_k=GGML_KV_TYPES[cache[0]],
                                            type_v=GGML_KV_TYPES[cache[1]])
         except (ValueError, RuntimeError, OSError) as exc:
             raise InputError(f"llama.cpp cannot load the GGUF: {str(exc).strip().splitlines()[0] if str(exc) else exc}",
-                             path=path) from None
+                             path=self.path) from None
         # llama.cpp may round the context up; llama-cpp-python sizes its logits buffer by the request
         self.n_ctx = min(n_ctx, int(self.llm.n_ctx()))
         meta = getattr(self.llm, "metadata", {}) or {}
@@ -242,12 +248,14 @@ def attention_scale_note(config: Any) -> str | None:
 
 def build(name: str, target: str, context: Any) -> Any:
     """The ``llamacpp`` backend (``--candidate NAME=llamacpp:PATH.gguf``): the GGUF under llama.cpp's kernels."""
-    from qcheck.eval.runners import BuiltRunner
+    from qcheck.eval.runners import BuiltRunner, quantization_json
 
     max_length = int(getattr(context, "max_length", 512) or 512)
     kv = getattr(context, "kv_cache", None)
     cache = (_kv_name(kv.k if kv else None), _kv_name(kv.v if kv else None))
-    runner = LlamaCppRunner(target, name, n_ctx=max(256, max_length + CTX_MARGIN), cache=cache,
+    if not Path(target).exists():
+        raise InputError("no such GGUF file", path=target)
+    runner = LlamaCppRunner(vet(target, context.limits), name, n_ctx=max(256, max_length + CTX_MARGIN), cache=cache,
                             n_gpu_layers=-1 if getattr(context, "device", "cpu") != "cpu" else 0)
     tok = getattr(context, "tokenizer", None)
     if tok is not None:
@@ -260,16 +268,7 @@ def build(name: str, target: str, context: Any) -> Any:
         is not None else None
     if scale_note:
         notes.append(scale_note)
-    quantization = None
-    try:
-        from qcheck.inspect import inspect_path
-
-        q = inspect_path(target, limits=context.limits).quantization
-        quantization = {"method": q.method, "producer": q.producer, "weight_bits": q.weight_bits,
-                        "bits_per_weight": q.bits_per_weight, "gguf_file_type": q.gguf_file_type,
-                        "activation_dtype": q.activation_dtype}
-    except (QcheckError, ImportError) as exc:  # inspection only adds detail to the report
-        notes.append(f"qcheck inspect could not classify the GGUF ({str(exc)[:120]}); quantisation not reported")
+    quantization = quantization_json(runner.inspection)
     return BuiltRunner(runner=runner, notes=notes, quantization=quantization,
                        activations="quantised by llama.cpp's kernels (real engine)",
                        kv_cache={"k": cache[0], "v": cache[1], "source": "set (llama.cpp type_k/type_v)",

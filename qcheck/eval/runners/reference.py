@@ -359,18 +359,75 @@ def load_tokenizer(path: str) -> Any:
         raise InputError(f"cannot load the tokenizer: {_first_line(exc)}", path=path) from None
 
 
+#: a PEFT adapter's files in a model folder (transformers merges them into the model when peft is installed)
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_FILES = (ADAPTER_CONFIG, "adapter_model.safetensors", "adapter_model.bin")
+
+
+def adapter_files(path: str) -> list[str]:
+    """The PEFT adapter files in the folder ``path`` (empty when there is none)."""
+    root = Path(path)
+    return [name for name in ADAPTER_FILES if os.path.lexists(root / name)] if root.is_dir() else []
+
+
+def adapter_note(path: str, apply: bool) -> str | None:
+    """What the report says about an adapter in the reference folder (None when there is none)."""
+    found = adapter_files(path)
+    if not found:
+        return None
+    if apply:
+        return f"the reference is the base model with the PEFT adapter in its folder merged ({', '.join(found)})"
+    return (f"the reference folder holds a PEFT adapter ({', '.join(found)}): not applied, the reference is the base "
+            "model alone (--reference-adapter evaluates against base + adapter)")
+
+
+def _base_view(path: Path) -> Any:
+    """A temporary folder of links to everything in ``path`` but the adapter's files: transformers loads the base
+    alone from it whether or not peft is installed (it merges an adapter it finds into the model)."""
+    import tempfile
+
+    view = tempfile.TemporaryDirectory(prefix="qcheck-base-")
+    for child in path.iterdir():
+        if child.name not in ADAPTER_FILES:
+            os.symlink(child.resolve(), Path(view.name) / child.name, target_is_directory=child.is_dir())
+    return view
+
+
+def _merge_adapter(model: Any, path: str) -> Any:
+    """Base + the folder's PEFT adapter, merged (``--reference-adapter``); safetensors adapter weights only."""
+    root = Path(path)
+    if not (root / ADAPTER_CONFIG).is_file() or not (root / "adapter_model.safetensors").is_file():
+        raise InputError("--reference-adapter needs adapter_config.json and adapter_model.safetensors in the reference "
+                         "folder (an adapter_model.bin is a pickle: never loaded)", path=path)
+    try:
+        import peft
+    except ImportError:
+        raise UsageError("--reference-adapter applies the adapter with peft: pip install 'peft>=0.13'") from None
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # peft calls transformers APIs transformers deprecates: not the user's concern
+            warnings.simplefilter("ignore", FutureWarning)
+            merged = peft.PeftModel.from_pretrained(model, path, is_trainable=False).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise InputError(f"peft cannot apply the reference's adapter: {_first_line(exc)}", path=path) from None
+    return merged
+
+
 def load_reference(path: str, dtype: str = "float32", device: str = "cpu",
-                   max_memory: dict[str | int, str] | None = None) -> tuple[Any, Any, str]:
+                   max_memory: dict[str | int, str] | None = None, adapter: bool = False) -> tuple[Any, Any, str]:
     """Load the unquantised reference model (eval mode) and its tokenizer; returns (model, tokenizer, input device).
 
     ``device="auto"`` places it with accelerate's ``device_map="auto"`` within ``max_memory``; what does not fit
-    is offloaded to a temporary folder on disk (deleted with the model) and streamed in layer by layer."""
+    is offloaded to a temporary folder on disk (deleted with the model) and streamed in layer by layer. A PEFT
+    adapter in the folder is left out unless ``adapter`` (``--reference-adapter``): then it is merged."""
     _, transformers = torch_modules()
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").is_file():
         raise InputError("the reference must be a local model directory with config.json (an unquantised "
                          "transformers checkpoint)", path=path)
     check_reference(path)  # no custom code, safetensors weights only: before transformers reads a byte
+    view = _base_view(p) if adapter_files(path) else None
     torch_dtype = resolve_dtype(dtype)
     input_device, device_map = resolve_device(device)
     tokenizer = load_tokenizer(path)
@@ -386,9 +443,12 @@ def load_reference(path: str, dtype: str = "float32", device: str = "cpu",
         if max_memory:
             kwargs["max_memory"] = max_memory
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(view.name if view else path, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"transformers cannot load the reference: {_first_line(exc)}", path=path) from None
+    if adapter:
+        model = _merge_adapter(model, path)
+    model.qcheck_base_view = view  # lives (and is deleted) with the model: offloaded weights may be read through it
     qconf = getattr(model.config, "quantization_config", None)
     if qconf:
         raise InputError("the reference is itself quantised (config.json has quantization_config); pass the "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qcheck.errors import InputError, UsageError
-from qcheck.eval.runners import BuiltRunner, RunnerContext
+from qcheck.eval.runners import BuiltRunner, RunnerContext, quantization_json
 from qcheck.eval.runners.base import VocabInfo
 from qcheck.eval.runners.reference import TransformersRunner, resolve_dtype, torch_modules
 from qcheck.limits import DEFAULT_LIMITS, Limits
@@ -314,12 +314,15 @@ def build(name: str, target: str, context: RunnerContext) -> BuiltRunner:
         raise _InputError("no such file or directory", path=target)
     inspection, note = _inspect(target, context.limits)
     notes = [note] if note else []
+    from qcheck.eval.runners.reference import adapter_files
+
+    adapter = adapter_files(target)
+    if adapter:
+        notes.append(f"the candidate folder holds a PEFT adapter ({', '.join(adapter)}): not applied, the candidate is "
+                     "the checkpoint's own weights")
     quantization = None
     if inspection is not None:
-        q = inspection.quantization
-        quantization = {"method": q.method, "producer": q.producer, "weight_bits": q.weight_bits,
-                        "bits_per_weight": q.bits_per_weight, "gguf_file_type": q.gguf_file_type,
-                        "activation_dtype": q.activation_dtype}
+        quantization = quantization_json(inspection)
     runner, sim_notes, activations = load_simulated(
         name, target, context.reference_config, context.reference_vocab, dtype=context.dtype, device=context.device,
         inspection=inspection, options=SimulationOptions(activation_quant=context.activation_quant,

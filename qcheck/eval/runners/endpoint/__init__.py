@@ -19,18 +19,23 @@ How a candidate is scored, in the order the capability probe tries them (``mode`
                      are reported, said in one note, and no KL divergence at all.
 
 Requests run concurrently (``concurrency``), are retried with backoff on 429/5xx/timeouts
-(``qcheck.eval.runners.http``), and every finished request is appended to a resume file keyed by the
-candidate's configuration, so an interrupted run restarts where it stopped. The API key is read from the
-environment variable named by ``api_key_env`` and never printed.
+(``qcheck.eval.runners.http``), and every finished request is appended to a resume file of this eval run
+(``RunState``: ``<cache>/eval/endpoints/<run id>/``, keyed by the candidate's configuration, each record signed), so
+an interrupted run restarts where it stopped when the user asks for it (``--resume RUN``). A resumed file is used only
+when the server still is what it was: the same model id, the same tokenisation of a probe text and the same answer
+to the capability probe (``server_identity``); otherwise the run stops (exit 2). Nothing is kept with
+``--no-cache``. The API key is read from the environment variable named by ``api_key_env`` and never printed.
 
 Candidates are given as ``--endpoint NAME=URL`` (CLI) or ``NAME=endpoint:URL#model=M&api_key_env=VAR&...``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -61,6 +66,7 @@ from qcheck.eval.runners.http import (
     EndpointError,
     HttpClient,
     ResumeState,
+    RunState,
     env_secret,
     fan_out,
     state_path,
@@ -84,6 +90,11 @@ MODE_ORDER = {
 #: llama-cpp-python's validation errors), so probes only retry what is clearly transient
 PROBE_RETRY = RETRY_STATUSES - {500}
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+#: the resume record holding the server's identity when the file was started (``server_identity``)
+IDENTITY = "qcheck-server-identity"
+#: how far a probe log-prob may move between runs of the same server (batching changes the last digits; another
+#: model or a broken server moves it by far more)
+PROBE_TOLERANCE = 0.05
 
 
 @dataclass
@@ -102,6 +113,8 @@ class EndpointOptions:
     backoff: float = 0.5
     resume: bool = True
     state_dir: str | None = None
+    #: the URL requests go to, with its user and password (``url`` is the one shown: password masked); set by parse
+    connect_url: str = field(default="", repr=False)
 
     @classmethod
     def parse(cls, target: str, **overrides: Any) -> EndpointOptions:
@@ -110,9 +123,9 @@ class EndpointOptions:
         values: dict[str, Any] = {"url": url.strip()}
         known = {f.name: f for f in fields(cls)}
         for key, raw in parse_qsl(fragment, keep_blank_values=True):
-            if key not in known or key == "url":
+            if key not in known or key in ("url", "connect_url"):
                 raise UsageError(f"endpoint option {key!r} is unknown; known: "
-                                 f"{', '.join(k for k in known if k != 'url')}")
+                                 f"{', '.join(k for k in known if k not in ('url', 'connect_url'))}")
             values[key] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         opts = cls(**values)
@@ -143,6 +156,10 @@ class EndpointOptions:
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
+        from qcheck.net import redact
+
+        # a password in the URL (http://user:pw@host) goes to the server, never into a message, report or cache
+        self.connect_url, self.url = self.url, redact(self.url)
 
 
 #: scoring mode -> the module that speaks its wire protocol (``request`` and ``parse``); ``generate`` is separate
@@ -156,13 +173,18 @@ class EndpointRunner:
     """The runner protocol over an HTTP endpoint (see the module docstring)."""
 
     def __init__(self, name: str, options: EndpointOptions, tokenizer: Any, reference: VocabInfo,
-                 client: HttpClient | None = None):
+                 client: HttpClient | None = None, run: RunState | None = None):
+        """``run``: where this eval run keeps endpoint results (None: nowhere, unless ``options.state_dir``)."""
         self.name = name
+        self.run = run
+        #: what the server answered to the capability probe and its tokenisation of ``PROBE_TEXT`` (identity)
+        self._probe_answer: Any = None
+        self._probe_tokens: list[int] | None = None
         self.opts = options
         self.tok = tokenizer
         self.reference = reference
         self._notes: list[str] = []
-        self.client = client or HttpClient(options.url, api_key=env_secret(options.api_key_env),
+        self.client = client or HttpClient(options.connect_url or options.url, api_key=env_secret(options.api_key_env),
                                            timeout=options.timeout, retries=options.retries,
                                            backoff=options.backoff)
         self._strings: TokenStrings | None = None
@@ -188,7 +210,8 @@ class EndpointRunner:
         self.capabilities = Capabilities(has_full_logprobs=False, has_prompt_logprobs=has_lp, can_generate=True,
                                          top_k=options.top_k if has_lp else None)
         self.backend = f"openai:{self.flavour}" + ("" if has_lp else " (generation only)")
-        self.state = ResumeState(self._state_file())
+        self.state = ResumeState(self._state_file(), None if run is None or options.state_dir else run.key)
+        self._check_identity()
         if has_lp:
             self._notes.append(f"endpoint {self.flavour} at {options.url}, model {self.model!r}: prompt log-probs via "
                               f"{self.mode} ({self.prompt_format} prompts), top-{options.top_k}; KL divergence is "
@@ -197,8 +220,8 @@ class EndpointRunner:
             self._notes.append(f"endpoint {self.flavour} at {options.url} returns no prompt log-probs "
                               f"({self.fallback_reason}); only generation metrics (greedy agreement, task accuracy, "
                               "flips) are reported, no KL divergence")
-        if self.state.loaded:
-            self._notes.append(f"resumed: {self.state.loaded} request(s) reused from {self.state.path}")
+        if len(self.state) > 1:
+            self._notes.append(f"resumed: {len(self.state) - 1} request(s) reused from {self.state.path}")
 
     # ------------------------------------------------------------------ discovery
     def _discover(self) -> tuple[str, str]:
@@ -238,6 +261,7 @@ class EndpointRunner:
                 tokens = self._tokenize_at(path, PROBE_TEXT)
             except (EndpointError, Unsupported):
                 continue
+            self._probe_tokens = tokens
             bos = self.reference.bos_token_id
             return path, bool(tokens and bos is not None and tokens[0] == bos)
         return None, None
@@ -276,6 +300,8 @@ class EndpointRunner:
                     reasons.append(f"{mode}/{fmt}: HTTP {exc.status}: {exc.body[:160]}")
                     continue
                 if any(not math.isnan(r.target) for r in rows):
+                    self._probe_answer = {"greedy": [r.greedy for r in rows],
+                                          "target": [None if math.isnan(r.target) else r.target for r in rows]}
                     return mode, fmt, None
                 reasons.append(f"{mode}/{fmt}: no log-probs in the response")
         if self.opts.mode not in ("auto", "generate"):
@@ -284,12 +310,13 @@ class EndpointRunner:
         gen = GenerateRequest(key="qcheck-probe", prompt_ids=probe_ids, max_new_tokens=1)
         try:
             try:
-                generate_one(self, gen, fmt)
+                probe, _ = generate_one(self, gen, fmt)
             except (EndpointError, Unsupported) as exc:
                 if isinstance(exc, EndpointError) and (exc.status is None or exc.status in (401, 403)):
                     raise
                 fmt = "text"
-                generate_one(self, gen, fmt)
+                probe, _ = generate_one(self, gen, fmt)
+            self._probe_answer = {"generated": list(probe.token_ids)}
         except Unsupported as exc:
             raise EndpointError(f"endpoint {self.opts.url}: no usable completion ({exc}); "
                                 f"log-probs: {'; '.join(reasons)}") from None
@@ -300,14 +327,35 @@ class EndpointRunner:
         return "generate", fmt, reason
 
     def _state_file(self) -> Path | None:
+        """This endpoint's resume file in the run's folder (or ``options.state_dir``); None when nothing is kept."""
         if not self.opts.resume:
             return None
-        from qcheck.eval.cache import default_cache_dir
-
-        root = Path(self.opts.state_dir) if self.opts.state_dir else default_cache_dir() / "eval" / "endpoints"
+        root = Path(self.opts.state_dir) if self.opts.state_dir else (self.run.folder if self.run else None)
+        if root is None:
+            return None
         config = {"url": self.opts.url, "model": self.model, "mode": self.mode, "format": self.prompt_format,
-                  "top_k": self.opts.top_k, "flavour": self.flavour, "state": 1}
+                  "top_k": self.opts.top_k, "flavour": self.flavour, "state": 2}
         return state_path(root, config)
+
+    def server_identity(self) -> dict[str, Any]:
+        """What the server is now: its model id and flavour, a hash of its tokenisation of ``PROBE_TEXT`` (None without
+        a tokenize endpoint) and its answer to the capability probe."""
+        tokens = None if self._probe_tokens is None else \
+            hashlib.sha256(json.dumps(self._probe_tokens).encode()).hexdigest()
+        return {"model": self.model, "flavour": self.flavour, "tokenizer": tokens, "probe": self._probe_answer}
+
+    def _check_identity(self) -> None:
+        """A resume file is used only for the server that wrote it (see the module docstring); a new one records it."""
+        now = self.server_identity()
+        if len(self.state) == 0:
+            if self.state.path is not None or self.state.key is not None:
+                self.state.put(IDENTITY, now)
+            return
+        changed = identity_change(self.state.get(IDENTITY), now)
+        if changed:
+            run = self.run.run_id if self.run is not None else str(self.state.path)
+            raise InputError(f"--resume {run}: endpoint {self.opts.url} is not the server these results were recorded "
+                             f"from ({changed}); start a new run (without --resume)", where=f"candidate {self.name}")
 
     @property
     def top_k(self) -> int:
@@ -557,6 +605,28 @@ class EndpointRunner:
         """Nothing to free: the resume file is appended and flushed as each request finishes."""
 
 
+def identity_change(recorded: Any, now: dict[str, Any]) -> str | None:
+    """What differs between the server identity a resume file recorded and the server's now (None: nothing)."""
+    if not isinstance(recorded, dict):
+        return "the file has no record of the server (written by an older qcheck)"
+    for key, what in (("model", "model id"), ("flavour", "server kind"), ("tokenizer", "tokenisation of a probe text")):
+        if recorded.get(key) != now.get(key):
+            return f"its {what} changed"
+    old, new = recorded.get("probe"), now.get("probe")
+    if not isinstance(old, dict) or not isinstance(new, dict) or set(old) != set(new):
+        return "it answers the capability probe differently"
+    if "generated" in new:
+        return None if old["generated"] == new["generated"] else "its greedy answer to the probe changed"
+    if old.get("greedy") != new.get("greedy"):
+        return "its most likely tokens for the probe changed"
+    before, after = old.get("target") or [], new.get("target") or []
+    if len(before) != len(after) or any(
+            (a is None) != (b is None) or (a is not None and b is not None and not abs(a - b) <= PROBE_TOLERANCE)
+            for a, b in zip(before, after, strict=False)):
+        return f"its log-probs for the probe moved by more than {PROBE_TOLERANCE} nats"
+    return None
+
+
 def present_rows(ref: Any, cand: TokenScores, targets: Sequence[int]) -> tuple[Any, TokenScores, np.ndarray]:
     """Drop positions either side could not return (NaN target log-prob) from both sides, paired.
 
@@ -585,6 +655,7 @@ def build(name: str, target: str, context: Any) -> Any:
     from qcheck.eval.runners import BuiltRunner
 
     options = EndpointOptions.parse(target)
-    runner = EndpointRunner(name, options, context.tokenizer, context.reference_vocab)
+    runner = EndpointRunner(name, options, context.tokenizer, context.reference_vocab,
+                            run=getattr(context, "endpoint_run", None))
     return BuiltRunner(runner=runner, notes=[], quantization=None,
                        activations="as the serving engine computes them (real engine)")
