@@ -1,11 +1,13 @@
 """Huge safetensors headers: qcheck against safetensors.safe_open, and a 160-shard FP8 model on a slow Hub.
 
-    python bench/bench_huge_headers.py [--entries 300000] [--rounds 3] [--skip-hub] [--spaced] [--sorted]
+    python bench/bench_huge_headers.py [--entries 300000] [--rounds 3] [--skip-hub] [--spaced] [--sorted] [--zero]
 
 1. One file whose JSON header lists ``--entries`` tensors (300,000 entries: 35.8 MB of header, a sparse
    file with no data on disk), spelled as the safetensors writer spells it (compact), or with ``--spaced`` as
    ``json.dumps`` does by default (``", "`` and ``": "``), and with ``--sorted`` with each entry's fields sorted
-   (data_offsets, dtype, shape: nlohmann::json in MLX's writer, ``sort_keys``). In each of ``--rounds`` rounds every tool runs in a fresh subprocess that calls
+   (data_offsets, dtype, shape: nlohmann::json in MLX's writer, ``sort_keys``), and with ``--zero`` every tensor
+   an empty U8 pack (shape ``[0, 16]``, no data: the red-team case of issue #32, which every FP4/INT4 scanner
+   looks at). In each of ``--rounds`` rounds every tool runs in a fresh subprocess that calls
    it three times and keeps the best CPU time (``time.process_time``: the machine may be shared); the rounds
    interleave the tools, so load from other jobs hits all of them alike. Printed: the median over rounds of
    each tool's CPU time (min-max), its peak RSS increase, and the qcheck / safe_open ratio of the medians
@@ -61,16 +63,19 @@ TOOLS = {
 }
 
 
-def build(path: Path, entries: int, spaced: bool = False, sorted_keys: bool = False) -> int:
-    """A MoE-like header: ``entries`` BF16 tensors of 16x16 (names as a 256-expert model spells them)."""
+def build(path: Path, entries: int, spaced: bool = False, sorted_keys: bool = False, zero: bool = False) -> int:
+    """A MoE-like header: ``entries`` BF16 tensors of 16x16, or U8 of 0x16 (``zero``: no data), names as a
+    256-expert model spells them."""
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for i in range(entries):
         layer, rest = divmod(i, 768)
         expert, proj = divmod(rest, 3)
         name = f"model.layers.{layer}.mlp.experts.{expert}.{('gate', 'up', 'down')[proj]}_proj.weight"
-        header[name] = {"dtype": "BF16", "shape": [16, 16], "data_offsets": [offset, offset + 512]}
-        offset += 512
+        size = 0 if zero else 512
+        header[name] = {"dtype": "U8" if zero else "BF16", "shape": [0 if zero else 16, 16],
+                        "data_offsets": [offset, offset + size]}
+        offset += size
     raw = json.dumps(header, separators=(", ", ": ") if spaced else (",", ":"), sort_keys=sorted_keys).encode()
     raw += b" " * ((8 - len(raw) % 8) % 8)
     with open(path, "wb") as fh:
@@ -86,12 +91,14 @@ def main() -> int:
     ap.add_argument("--skip-hub", action="store_true")
     ap.add_argument("--spaced", action="store_true", help="spell the header as json.dumps does by default")
     ap.add_argument("--sorted", action="store_true", help="sort each entry's fields, as nlohmann::json (MLX) does")
+    ap.add_argument("--zero", action="store_true", help="every tensor an empty U8 pack (shape [0, 16], no data)")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with tempfile.TemporaryDirectory(prefix="qcheck-bench-") as tmp:
         path = Path(tmp) / "huge.safetensors"
-        size = build(path, args.entries, args.spaced, args.sorted)
-        spelling = ("spaced " if args.spaced else "") + ("sorted " if args.sorted else "")
+        size = build(path, args.entries, args.spaced, args.sorted, args.zero)
+        spelling = ("spaced " if args.spaced else "") + ("sorted " if args.sorted else "") + \
+            ("zero-size " if args.zero else "")
         print(f"1. one file, {args.entries:,} entries, {size / 1e6:.1f} MB of {spelling}"
               f"header ({args.rounds} rounds; CPU "
               "seconds, best of 3 calls per process, median over rounds (min-max); peak RSS increase)")

@@ -13,8 +13,12 @@ regular file (not a link) owned by this user that nobody else may read or write.
 machines (a CI cache), give each the same key (a CI secret written to that file with mode 0600); never store the
 key in the cache folder itself.
 
-Public API: ``key_file()``, ``load_key(create=True) -> bytes`` (raises ``KeyUnavailable``), ``sign(key, purpose,
-payload) -> str``, ``verify(key, purpose, payload, tag) -> bool``, ``private(path, directory=...) -> str | None``
+A key that would sit inside a cache folder qcheck writes (``$QCHECK_CACHE_DIR``, ``$XDG_CACHE_HOME``,
+``~/.cache``) protects nothing and is refused. The eval reference cache (``qcheck.eval.cache``) and the data cache
+of parsed files (``qcheck.datacache``) both sign with this one key, each for its own purpose.
+
+Public API: ``key_file()``, ``load_key(create=True) -> bytes`` (raises ``KeyUnavailable``), ``user_key() -> bytes |
+None`` (``load_key`` once per process, None when unavailable), ``sign(key, purpose, payload) -> str``, ``verify(key, purpose, payload, tag) -> bool``, ``private(path, directory=...) -> str | None``
 (why a path may not be trusted, or None), ``open_private(path) -> (fd, stat)``, ``read_private(path, max_bytes) ->
 bytes``.
 """
@@ -107,9 +111,23 @@ def read_private(path: Path, max_bytes: int) -> bytes:
         os.close(fd)
 
 
+def _inside_a_cache(path: Path) -> bool:
+    """Whether the key would sit inside a cache folder qcheck writes (whoever restores the cache has the key)."""
+    key = os.path.realpath(path)
+    roots = [os.environ.get("QCHECK_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"),
+             os.path.join(os.path.expanduser("~"), ".cache")]
+    for root in filter(None, roots):
+        real = os.path.realpath(root)
+        if key == real or key.startswith(real.rstrip(os.sep) + os.sep):
+            return True
+    return False
+
+
 def load_key(*, create: bool = True) -> bytes:
     """This user's cache key, created on first use; ``KeyUnavailable`` when it cannot be read, created or trusted."""
     path = key_file()
+    if _inside_a_cache(path):
+        raise KeyUnavailable(f"cache key {path} is inside a cache folder (keep it outside: {_ENV})")
     if create and not os.path.lexists(path):
         _create(path)
     try:
@@ -129,6 +147,22 @@ def load_key(*, create: bool = True) -> bytes:
     if len(key) < KEY_BYTES:
         raise KeyUnavailable(f"cache key {path} holds {len(key)} bytes, fewer than {KEY_BYTES}")
     return key
+
+
+#: (key file, the key read there or None): ``user_key`` looks once per process and key file
+_USER_KEY: dict[str, bytes | None] = {}
+
+
+def user_key() -> bytes | None:
+    """``load_key()``, or None when no key can be had (then nothing is trusted and nothing is signed: a cache only
+    makes a run faster). Looked for once per process and key file (a warm run reads the key once, not per entry)."""
+    path = str(key_file())
+    if path not in _USER_KEY:
+        try:
+            _USER_KEY[path] = load_key()
+        except KeyUnavailable:
+            _USER_KEY[path] = None
+    return _USER_KEY[path]
 
 
 def _create(path: Path) -> None:

@@ -11,7 +11,10 @@ the cached value as on a fresh parse.
 Safety: entries are plain JSON (no pickle, no marshal, no code), written to a temporary file and renamed into
 place (``os.replace``: a reader sees the old entry, the new one or none, never half of one), read only from a
 directory owned by this user and not writable by others, bounded in size, and checked on read (format, kind
-and key must match; anything else is a miss). Every failure to read or write is a miss, never an error: the
+and key must match; anything else is a miss). Whoever else can write the directory (a CI cache restored from
+another job) cannot forge one: each entry starts with an HMAC-SHA256 tag made with this user's key, which is kept
+outside every cache directory (``qcheck.cache_auth``), and an entry whose tag does not verify is a miss, never
+parsed. Callers still validate what they get back as strictly as a fresh parse (``qcheck.readers.gguf_cache``). Every failure to read or write is a miss, never an error: the
 cache can only make a run faster. ``QCHECK_CACHE=off`` turns it off (the benchmarks' cold runs, a read-only
 home); ``qcheck`` never needs it.
 """
@@ -22,13 +25,12 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: bumped when the layout of an entry changes: older entries become misses
-FORMAT = 1
+#: bumped when the layout of an entry changes: older entries become misses (2: a tag line before the JSON)
+FORMAT = 2
 #: entries larger than this are not read (the biggest real one, transformers' architecture list, is ~0.2 MB)
 MAX_ENTRY_BYTES = 32 * 1024 * 1024
 #: entries kept per directory; past this the oldest are removed when a new one is written
@@ -59,29 +61,38 @@ def _entry_path(folder: Path, kind: str, key: str) -> Path:
 
 
 def _private(folder: Path) -> bool:
-    """True when ``folder`` is a directory of this user that nobody else may write to."""
-    try:
-        info = folder.stat()
-    except OSError:
-        return False
-    if not stat.S_ISDIR(info.st_mode) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return False
-    getuid = getattr(os, "getuid", None)
-    return getuid is None or info.st_uid == getuid()
+    """True when ``folder`` is a directory of this user that nobody else may write to (``cache_auth.private``)."""
+    from qcheck import cache_auth
+
+    return cache_auth.private(folder, directory=True) is None
+
+
+def entry_context(kind: str, key: str) -> str:
+    """What an entry's tag is bound to (``qcheck.cache_auth`` context): the format, the kind and the key."""
+    return f"datacache/{FORMAT}:{kind}:{key}"
 
 
 def load(kind: str, key: str) -> Any | None:
-    """The value stored for (``kind``, ``key``), or None on any miss."""
+    """The value stored for (``kind``, ``key``), or None on any miss (a missing or unreadable entry, a tag that
+    does not verify with this user's key, JSON of the wrong shape)."""
     folder = cache_dir()
     if folder is None or not _private(folder):
         return None
+    from qcheck import cache_auth
+
+    secret = cache_auth.user_key()
+    if secret is None:
+        return None
+    try:  # a regular file of this user only (a planted FIFO never hangs the run), bounded
+        raw = cache_auth.read_private(_entry_path(folder, kind, key), MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
+        return None
+    tag, newline, body = raw.partition(b"\n")
+    if not newline or not cache_auth.verify(secret, entry_context(kind, key), body, tag.decode("ascii", "replace")):
+        return None
     try:
-        with open(_entry_path(folder, kind, key), "rb") as fh:
-            raw = fh.read(MAX_ENTRY_BYTES + 1)
-        if len(raw) > MAX_ENTRY_BYTES:
-            return None
-        entry = json.loads(raw)
-    except (OSError, ValueError, RecursionError):
+        entry = json.loads(body)
+    except (ValueError, RecursionError):
         return None
     if (not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("kind") != kind
             or entry.get("key") != key or "value" not in entry):
@@ -90,15 +101,22 @@ def load(kind: str, key: str) -> Any | None:
 
 
 def store(kind: str, key: str, value: Any) -> None:
-    """Keep ``value`` (plain JSON data) for (``kind``, ``key``); silently nothing when that cannot be done."""
+    """Keep ``value`` (plain JSON data) for (``kind``, ``key``), tagged with this user's key; silently nothing
+    when that cannot be done (no key, an unwritable directory, a value that is not plain data)."""
     folder = cache_dir()
     if folder is None:
         return
     try:
-        text = json.dumps({"format": FORMAT, "kind": kind, "key": key, "value": value}, separators=(",", ":"),
-                          ensure_ascii=False)
+        body = json.dumps({"format": FORMAT, "kind": kind, "key": key, "value": value}, separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):  # not plain data (a TOML date, say): not cached
         return
+    from qcheck import cache_auth
+
+    secret = cache_auth.user_key()
+    if secret is None:
+        return
+    tag = cache_auth.sign(secret, entry_context(kind, key), body)
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not _private(folder):
@@ -107,8 +125,8 @@ def store(kind: str, key: str, value: Any) -> None:
 
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(tag.encode("ascii") + b"\n" + body)
             os.replace(tmp, _entry_path(folder, kind, key))
         except BaseException:
             with contextlib.suppress(OSError):

@@ -24,6 +24,7 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.request import CheckRequest, Deploy, Origin
 
 if TYPE_CHECKING:
+    from qcheck.deploy.paths import PathRule
     from qcheck.outcome import Strictness
 
 __all__ = ["Asked", "ManifestEntry", "build_request"]
@@ -81,6 +82,8 @@ class ManifestEntry:
     #: the model when the command names none qcheck can read (the policy's ``deployments[i].model``)
     model: str | None = None
     key: str = "deployments"
+    #: where the local files the command names may lead (the policy's repository unless --allow-outside)
+    paths: PathRule | None = None
 
 
 def build_request(asked: Asked, target: str | None = None, *, command: Sequence[str] | None = None,
@@ -161,7 +164,7 @@ def _from_entry(asked: Asked, entry: ManifestEntry) -> CheckRequest:
     from qcheck.deploy.cmdline import parse_command
 
     try:
-        cmd = parse_command(entry.words)
+        cmd = parse_command(entry.words, paths=entry.paths)
     except UsageError as exc:  # e.g. a shell script around the engine: not a command line qcheck reads
         raise EntryGap(str(exc)) from None
     model = entry.models.get(cmd.model or "") or cmd.target() or entry.model or ""

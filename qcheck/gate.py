@@ -55,10 +55,16 @@ class GateResult:
     kind: str = "gate"
 
     @property
+    def nothing_judged(self) -> bool:
+        """No combination was judged (every model skipped): a pass would say nothing, so it fails unless the
+        policy says ``allow-nothing-judged = true``."""
+        return not any(m.verdicts for m in self.models)
+
+    @property
     def exit_code(self) -> int:
         if any(m.status == "error" for m in self.models) or (self.quality or {}).get("error"):
             return 2
-        if any(m.failing for m in self.models):
+        if any(m.failing for m in self.models) or (self.nothing_judged and not self.policy.allow_nothing_judged):
             return 1
         if self.quality and self.quality.get("eval") and self.quality["eval"].get("exit_code"):
             return 1
@@ -75,6 +81,7 @@ class GateResult:
             "failing": sum(m.failing for m in self.models),
             "quality_failed": bool(q.get("eval") and q["eval"].get("exit_code")),
             "quality_error": bool(q.get("error")),
+            "nothing_judged": self.nothing_judged,
         }
 
     def to_json(self) -> dict[str, Any]:

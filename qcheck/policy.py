@@ -35,6 +35,8 @@ PYPROJECT = "pyproject.toml"
 MAX_POLICY_BYTES = 4 * 1024 * 1024
 #: models one glob may expand to (a policy is not a way to scan a whole disk)
 MAX_MODELS = 10_000
+#: entries of ``deployments`` (each names a manifest of up to 4 MiB; one file is parsed once however often named)
+MAX_DEPLOYMENTS = 1_000
 LFS_MODES = ("error", "skip")
 #: eval backends that take a model path (an "endpoint" candidate is a URL, not a policy model)
 PATH_BACKENDS = ("simulated", "llamacpp")
@@ -44,7 +46,7 @@ WINDOW_MODES = ("sliding", "chunks")
 DEVICES = ("cpu", "cuda", "auto")
 
 TOP_KEYS = ("models", "targets", "require-native", "allow-unknown", "require-kv-scales", "kernels-only",
-            "lfs-pointers", "memory", "quality", "deployments")
+            "lfs-pointers", "memory", "quality", "deployments", "allow-nothing-judged")
 DEPLOYMENT_KEYS = ("file", "models", "model", "gpu")
 MODEL_KEYS = ("path", "name")
 TARGET_KEYS = ("engine", "gpu", "models", "require-native", "allow-unknown", "require-kv-scales", "kernels-only")
@@ -167,6 +169,10 @@ class Policy:
     allow_unknown: bool = False
     require_kv_scales: bool = False
     kernels_only: bool = False
+    #: ``--allow-outside``: paths (also those a deployment's manifest names) may leave the repository
+    allow_outside: bool = False
+    #: ``allow-nothing-judged``: a run that judged no combination (every model a skipped LFS pointer) may pass
+    allow_nothing_judged: bool = False
 
     def asked(self, target: TargetSpec | None = None, limits: Limits = DEFAULT_LIMITS) -> Asked:
         """What this policy asks of one ``[[targets]]`` entry (its engines, GPUs and strictness, the ``[memory]``
@@ -189,6 +195,10 @@ class Policy:
                      require_native=target.require_native, allow_unknown=target.allow_unknown,
                      require_kv_scales=target.require_kv_scales, kernels_only=target.kernels_only or relaxed,
                      limits=limits)
+
+    def confinement(self) -> Confinement:
+        """Where paths read for this policy may lead: its repository unless ``allow_outside``."""
+        return Confinement(repository_root(Path(self.base_dir)), self.allow_outside)
 
     def request_for(self, model: ModelSpec, target: TargetSpec, limits: Limits = DEFAULT_LIMITS) -> CheckRequest:
         """The question the gate asks for one model on one target: the same ``CheckRequest`` ``qcheck check``
@@ -290,12 +300,14 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
                 "require_kv_scales": c.boolean(data, "require-kv-scales", None, False),
                 "kernels_only": c.boolean(data, "kernels-only", None, False)}
     lfs = c.choice(data, "lfs-pointers", None, LFS_MODES, "error")
+    nothing = c.boolean(data, "allow-nothing-judged", None, False)
     deployments = _deployments(c, data.get("deployments", []), base_dir, confine)
     memory = _memory(c, data["memory"]) if "memory" in data else None
     if deployments and "models" not in data and "targets" not in data:
         _deployments_only(c, data, base_dir, confine)
         return _with_strictness(Policy(file=file, models=[], targets=[], lfs_pointers=lfs, base_dir=str(base_dir),
-                                       deployments=deployments, memory=memory), defaults)
+                                       deployments=deployments, memory=memory, allow_outside=allow_outside,
+                                       allow_nothing_judged=nothing), defaults)
     if deployments and memory is not None:
         _memory_for_deployments(c, data["memory"])
     if "models" not in data:
@@ -316,7 +328,8 @@ def parse_policy(data: dict[str, Any], file: str, base_dir: Path, *, allow_outsi
                      "models, or one whose models match them")
     quality = _quality(c, data["quality"], base_dir, models, confine) if "quality" in data else None
     return _with_strictness(Policy(file=file, models=models, targets=targets, memory=memory, quality=quality,
-                                   lfs_pointers=lfs, base_dir=str(base_dir), deployments=deployments), defaults)
+                                   lfs_pointers=lfs, base_dir=str(base_dir), deployments=deployments,
+                                   allow_outside=allow_outside, allow_nothing_judged=nothing), defaults)
 
 
 def _with_strictness(policy: Policy, defaults: dict[str, bool]) -> Policy:
@@ -358,6 +371,8 @@ def _deployments(c: _Checker, raw: Any, base_dir: Path, confine: Confinement) ->
     gpu = "h100"}]``: every file inside the repository; model paths resolved like ``models``."""
     if not isinstance(raw, list):
         raise c.fail("deployments", f"must be a list of files or {{file, models, gpu}} tables, not {_type(raw)}")
+    if len(raw) > MAX_DEPLOYMENTS:
+        raise c.fail("deployments", f"{len(raw)} entries; at most {MAX_DEPLOYMENTS}")
     out = []
     for i, entry in enumerate(raw):
         key = f"deployments[{i}]"
@@ -478,25 +493,33 @@ class Confinement:
     def check(self, c: _Checker, key: str, text: str, local: Path, *, walk: bool = True) -> None:
         """Raise a PolicyError if ``local`` (as written: ``text``), or (``walk``) a symlink inside it, leaves
         the root."""
+        problem = self.problem(text, local, walk=walk)
+        if problem:
+            raise c.fail(key, problem)
+
+    def problem(self, text: str, local: Path, *, walk: bool = True) -> str | None:
+        """Why ``local`` (as written: ``text``), or (``walk``) a symlink inside it, may not be read, or None. The
+        same words whether or not the path exists (a refusal must not tell what is on the runner)."""
         if self.allow_outside:
-            return
+            return None
         root = str(self.root)
         if not _inside(os.path.realpath(local), root):
-            raise c.fail(key, f"{text!r} is outside the policy's repository ({root}, after following symlinks); "
-                         "pass --allow-outside to gate files outside it")
+            return (f"{text!r} is outside the policy's repository ({root}, after following symlinks); "
+                    "pass --allow-outside to gate files outside it")
         if not walk or not local.is_dir():
-            return
+            return None
         seen = 0
         for dirpath, dirnames, filenames in os.walk(local):  # symlinked directories are listed, not entered
             for name in (*dirnames, *filenames):
                 seen += 1
                 entry = os.path.join(dirpath, name)
                 if seen > MAX_DIR_ENTRIES:
-                    raise c.fail(key, f"{text!r} holds more than {MAX_DIR_ENTRIES} entries: not a model directory")
+                    return f"{text!r} holds more than {MAX_DIR_ENTRIES} entries: not a model directory"
                 if os.path.islink(entry) and not _inside(os.path.realpath(entry), root):
                     rel = os.path.relpath(entry, local)
-                    raise c.fail(key, f"{text!r}: {rel!r} is a symlink out of the policy's repository ({root}); "
-                                 "pass --allow-outside to follow it")
+                    return (f"{text!r}: {rel!r} is a symlink out of the policy's repository ({root}); "
+                            "pass --allow-outside to follow it")
+        return None
 
 
 def _policy_name(text: str) -> str:

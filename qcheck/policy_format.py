@@ -20,6 +20,7 @@ require-kv-scales = false  # default for every target: a quantised KV cache runn
                            # (the checkpoint ships no k_scale/v_scale) fails the gate when true
 kernels-only = false     # default for every target: the engine's start-up with [memory] is reported, not judged
 lfs-pointers = "error"   # "skip": Git LFS pointer files are reported as skipped (exit 0), not as errors
+allow-nothing-judged = false  # a run that judged no combination (every model skipped) fails unless true
 deployments = [          # optional: the manifests that ship, each inference container judged as deployed
   { file = "deploy/compose.yaml", models = { "/models/tiny.gguf" = "models/tiny.gguf" }, gpu = "rtx-4090" },
   { file = "deploy/vllm.yaml", model = "org/Llama-3.1-8B-FP8" },   # model: when the command names none
@@ -84,8 +85,8 @@ writes a starter for the models in the current directory. Every key:
 {POLICY_TOML}
 Every key and value is checked: an unknown key or a bad value is one line naming the file and the key, exit 2.
 TOML puts a key written after a [[targets]], [memory] or [quality] header into that table: top-level keys
-(models, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, deployments) go above
-the first one.
+(models, require-native, allow-unknown, require-kv-scales, kernels-only, lfs-pointers, allow-nothing-judged,
+deployments) go above the first one.
 A glob that matches nothing, a missing path, a model listed twice and a model no target applies to are errors.
 Local paths must stay inside the policy's repository (--allow-outside lifts this for a policy you trust).
 """

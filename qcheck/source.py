@@ -58,6 +58,38 @@ class FileSet(Protocol):
 CHANGE_TIME_TRACKS_WRITES = os.name != "nt"
 
 
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, display: str | None = None) -> bytes:
+    """The bytes of a small regular file (a manifest, a Modelfile) named by someone else: a device (``/dev/zero``),
+    a FIFO (which would block the open or the read for ever) or a socket is refused, and so is a file of more than
+    ``max_bytes`` (checked on the open file, then by reading at most ``max_bytes + 1``)."""
+    name = display or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"the {what} is not a regular file ({file_kind(st.st_mode)}): not read", path=name)
+        if st.st_size > max_bytes:
+            raise InputError(f"{st.st_size} bytes is too large for a {what} (at most {max_bytes})", path=name)
+        chunks: list[bytes] = []
+        got = 0
+        while got <= max_bytes:
+            data = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not data:
+                break
+            chunks.append(data)
+            got += len(data)
+        if got > max_bytes:
+            raise InputError(f"more than {max_bytes} bytes: too large for a {what}", path=name)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=name) from None
+    finally:
+        os.close(fd)
+
+
 #: names a reader opens when they are in a model directory: side files, indexes and weights (see ``LocalFileSet``)
 READ_SUFFIXES = (".json", ".safetensors", ".gguf", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
 

@@ -55,7 +55,7 @@ def test_exit_0_when_every_model_runs_on_its_targets(project):
     assert statuses == {("q4.gguf", "tinycpp", "cpu"): "native", ("bf16", "fastserve", "a100"): "native",
                         ("fp8", "fastserve", "a100"): "fallback"}
     assert data["summary"] == {"models": 3, "judged": 3, "errors": 0, "skipped": 0, "verdicts": 3, "failing": 0,
-                               "quality_failed": False, "quality_error": False}
+                               "quality_failed": False, "quality_error": False, "nothing_judged": False}
 
 
 def test_exit_1_when_native_is_required_or_a_cell_is_unknown(project):

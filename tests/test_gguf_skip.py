@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from qcheck.errors import InputError
 from qcheck.readers import binary
 from qcheck.readers.gguf import ArraySummary, read_gguf_file
+from support import cache_entries
 from support.gguf_helpers import BytesSource, write_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,8 +159,8 @@ def test_gguf_tables_come_from_the_installed_constants(tmp_path: Path, monkeypat
     with monkeypatch.context() as m:
         m.setattr(gguf_tables, "_exec_constants", refuse)
         assert gguf_tables._load_tables() == expected
-    entry.write_text(json.dumps({"format": datacache.FORMAT, "kind": gguf_tables._CACHE_KIND,
-                                 "key": entry.stem.rsplit("-", 1)[1], "value": {"quant": [[1, "F16"]]}}))
+    cache_entries.write(entry, {"format": datacache.FORMAT, "kind": gguf_tables._CACHE_KIND,
+                                "key": entry.stem.rsplit("-", 1)[1], "value": {"quant": [[1, "F16"]]}})
     assert gguf_tables._load_tables() == expected
     # what the reader derives from them: every type gguf-py sizes, with its block and byte size
     for qtype, (block, size) in constants.GGML_QUANT_SIZES.items():
@@ -261,7 +262,7 @@ def test_a_damaged_header_entry_is_a_miss(tmp_path: Path, header_cache: Path, da
     path = ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf"
     expected = _load(path)
     [entry_path] = header_cache.glob("gguf-header-*.json")
-    entry = json.loads(entry_path.read_text(encoding="utf-8"))
+    entry = cache_entries.read(entry_path)
     value = entry["value"]
     if damage == "sha":
         value["sha256"] = "0" * 64
@@ -271,7 +272,7 @@ def test_a_damaged_header_entry_is_a_miss(tmp_path: Path, header_cache: Path, da
         value["metadata"]["tokenizer.ggml.tokens"] = {"array_of": "STRING", "count": "many", "offset": 1}
     elif damage == "header_bytes":
         value["header_bytes"] = 10**12
-    entry_path.write_text("{" if damage == "json" else json.dumps(entry), encoding="utf-8")
+    cache_entries.write(entry_path, "{" if damage == "json" else entry)
     assert entry["format"] == datacache.FORMAT
     again = _load(path)
     assert again.metadata == expected.metadata and again.tensors == expected.tensors
@@ -280,14 +281,14 @@ def test_a_damaged_header_entry_is_a_miss(tmp_path: Path, header_cache: Path, da
 # ------------------------------------------------------------------- a file seen before is not hashed again
 def _entry(header_cache: Path) -> tuple[Path, dict]:
     [entry_path] = header_cache.glob("gguf-header-*.json")
-    return entry_path, json.loads(entry_path.read_text(encoding="utf-8"))
+    return entry_path, cache_entries.read(entry_path)
 
 
 def _age_entry(header_cache: Path, seconds: float) -> None:
     """As if the entry had been written ``seconds`` after the file last changed (a file downloaded yesterday)."""
     entry_path, entry = _entry(header_cache)
     entry["value"]["stored_ns"] = max(entry["value"]["identity"][1:3]) + int(seconds * 1e9)
-    entry_path.write_text(json.dumps(entry), encoding="utf-8")
+    cache_entries.write(entry_path, entry)
 
 
 def _count_digests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -359,7 +360,7 @@ def test_a_hashed_hit_on_a_settled_file_records_its_identity(tmp_path: Path, hea
     _load(path)
     entry_path, entry = _entry(header_cache)
     entry["value"]["identity"] = None  # an entry written without one (or by a racy run)
-    entry_path.write_text(json.dumps(entry), encoding="utf-8")
+    cache_entries.write(entry_path, entry)
     old = time.time_ns() - 60 * 10**9
     os.utime(path, ns=(old, old))
     monkeypatch.setattr("qcheck.readers.gguf_cache.RACY_NS", 0)  # the change time (now) counts as settled

@@ -20,6 +20,7 @@ from qcheck.data import data_dir
 from qcheck.matrix import files
 from qcheck.matrix.loader import clear_cache, load_matrix
 from qcheck.matrix.schema import MatrixDataError
+from support import cache_entries
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -241,13 +242,13 @@ def read_once(root: Path, name: str, private_cache: Path) -> tuple[Path, Path]:
 def test_a_damaged_or_foreign_entry_is_a_miss(copy: Path, private_cache: Path, damage: str) -> None:
     gpus, entry = read_once(copy, "gpus.toml", private_cache)
     expected = tomllib.loads(gpus.read_text(encoding="utf-8"))
-    good = json.loads(entry.read_text(encoding="utf-8"))
-    bad = {"garbage": "{{{ not json", "truncated": entry.read_text(encoding="utf-8")[:100],
+    good = cache_entries.read(entry)
+    bad = {"garbage": "{{{ not json", "truncated": json.dumps(good)[:100],
            "other-key": json.dumps({**good, "key": "0" * 64}), "other-kind": json.dumps({**good, "kind": "gguf"}),
            "old-format": json.dumps({**good, "format": 0}),
            "not-a-table": json.dumps({**good, "value": ["a", "list"]}),
            "deep": "[" * 100_000 + "]" * 100_000}[damage]
-    entry.write_text(bad, encoding="utf-8")
+    cache_entries.write(entry, bad)  # signed with the key: what the entry holds is still checked
     assert files.read_toml(copy, gpus) == expected
 
 
@@ -262,8 +263,7 @@ def test_an_entry_with_the_right_key_answers_only_for_those_bytes(copy: Path, pr
 
 def test_no_cache_in_a_directory_others_may_write(copy: Path, private_cache: Path) -> None:
     gpus, entry = read_once(copy, "gpus.toml", private_cache)
-    entry.write_text(json.dumps({**json.loads(entry.read_text(encoding="utf-8")), "value": {"arch": []}}),
-                     encoding="utf-8")
+    cache_entries.write(entry, {**cache_entries.read(entry), "value": {"arch": []}})
     assert files.read_toml(copy, gpus) == {"arch": []}  # (a planted entry in a private folder is believed ...)
     os.chmod(private_cache, 0o777)
     assert files.read_toml(copy, gpus) == tomllib.loads(gpus.read_text(encoding="utf-8"))  # (... a shared one not)

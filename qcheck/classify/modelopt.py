@@ -14,7 +14,7 @@ from typing import Any
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, sibling
 from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word
-from qcheck.classify.table import candidates
+from qcheck.classify.table import candidates, with_sibling
 from qcheck.model import TensorInfo
 from qcheck.typed import as_dict
 
@@ -51,11 +51,15 @@ KV_ALGOS = {"FP8": "float8_e4m3", "INT8": "int8", "NVFP4": "fp4_e2m1", "NVFP4_AF
 def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """ModelOpt INT4-AWQ: ``weight`` U8 ``[out/2, in]`` + ``weight_scale`` (16/32-bit) ``[out, in/block]``."""
     out: list[QLinear] = []
-    for name in candidates(tensors, hints.table, dtypes=("U8",)):
-        t = tensors[name]
-        if name in claimed or not name.endswith(".weight") or t.dtype.upper() != "U8" or len(t.shape) < 2:
+    # names alone rule most tensors out (a weight needs its weight_scale beside it): no record is built for them
+    for name in with_sibling(tensors, hints.table, candidates(tensors, hints.table, dtypes=("U8",)), (".weight",),
+                             "weight_scale"):
+        if name in claimed:
             continue
         prefix = name[: -len(".weight")]
+        t = tensors[name]
+        if t.dtype.upper() != "U8" or len(t.shape) < 2:
+            continue
         scale = sibling(tensors, prefix, "weight_scale")
         if scale is None or scale.dtype.upper() not in ("F16", "BF16", "F32") or len(scale.shape) < 2:
             continue

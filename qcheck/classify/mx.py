@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from qcheck.classify.base import Draft, Hints, QLinear, exact_div, prod, sibling
 from qcheck.classify.configs import ConfigView, excluded_modules
 from qcheck.classify.dtypes import container_word
-from qcheck.classify.table import candidates
+from qcheck.classify.table import candidates, ending, with_sibling
 from qcheck.model import TensorInfo
 
 _E8M0 = ("U8", "F8_E8M0")
@@ -21,16 +21,20 @@ _E8M0 = ("U8", "F8_E8M0")
 def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
     """U8/F4/F6 weights with FP8 (NVFP4) or E8M0 (MX) group scales, and gpt-oss ``*_blocks``."""
     out: list[QLinear] = []
-    for name in candidates(tensors, hints.table, dtypes=("U8", "F4", "F6_E2M3", "F6_E3M2")):
-        t = tensors[name]
-        if name in claimed:
+    names = candidates(tensors, hints.table, dtypes=("U8", "F4", "F6_E2M3", "F6_E3M2"))
+    # names alone rule most tensors out (a weight needs its weight_scale beside it): no record is built for them
+    packed = set(with_sibling(tensors, hints.table, names, (".weight", ".weight_packed"), "weight_scale"))
+    blocks = set(ending(names, ("_blocks", ".blocks")))
+    for name in names:
+        if name in claimed or (name not in packed and name not in blocks):
             continue
+        t = tensors[name]
         dt = t.dtype.upper()
-        if name.endswith((".weight", ".weight_packed")) and dt in ("U8", "F4", "F6_E2M3", "F6_E3M2") and len(t.shape) >= 2:
+        if name in packed and dt in ("U8", "F4", "F6_E2M3", "F6_E3M2") and len(t.shape) >= 2:
             q = _packed_linear(tensors, name, t)
             if q is not None:
                 out.append(q)
-        elif name.endswith(("_blocks", ".blocks")) and dt == "U8" and len(t.shape) >= 2 and t.shape[-1] == 16:
+        elif name in blocks and dt == "U8" and len(t.shape) >= 2 and t.shape[-1] == 16:
             q = _gpt_oss(tensors, name, t)
             if q is not None:
                 out.append(q)

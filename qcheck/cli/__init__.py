@@ -128,8 +128,9 @@ def _main(argv: list[str] | None) -> None:
 
 
 def _one_line(message: str, limit: int = 2000) -> str:
-    """An error message as one inert line: file-controlled parts escaped (``qcheck.report.sanitize``)."""
-    from qcheck.report.sanitize import visible
+    """An error message as one inert line: file-controlled parts escaped and secrets masked
+    (``qcheck.report.sanitize``)."""
+    from qcheck.report.sanitize import mask, visible
 
-    line = visible(" ".join(message.split()))
+    line = visible(mask(" ".join(message.split())))
     return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -53,5 +53,7 @@ def command(url: str, model: str | None, api_key_env: str, require: str, timeout
         result = run_probe(base, model=model, api_key=api_key, deadline=Deadline(timeout), timeout=request_timeout,
                            required=required)
     except ProbeHTTPError as exc:
-        raise UsageError(f"cannot probe {base}: {exc}") from None
+        from qcheck.report.sanitize import mask
+
+        raise UsageError(mask(f"cannot probe {base}: {exc}", api_key)) from None
     return finish(result, output_spec)

@@ -17,16 +17,18 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from qcheck.deploy.argv import Occurrence, read_argv
+from qcheck.deploy.argv import Occurrence, read_argv, secret_option
 from qcheck.deploy.flags import FlagSpec, FlagTable, flag_table
 from qcheck.deploy.meanings import MEANINGS, Refused
+from qcheck.deploy.paths import PathRule, confine_path, is_local
 from qcheck.errors import UsageError
+from qcheck.report.sanitize import MASK, mask, secret_name
 from qcheck.request import CommandFinding, Deploy, EngineKnobs, KVCacheTypes, Origin, Parallel, SettingRead
 
 __all__ = ["PROGRAMS", "EngineCommand", "parse_command"]
 
-_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_SECRET = re.compile(r"(?i)(token|api[-_]?key|secret|password|passwd|credential)")
+#: a leading ``NAME=VALUE`` word (names as a shell, compose or Kubernetes writes them: ``.`` and ``-`` included)
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*=")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 #: the programs understood, for the usage error
@@ -54,6 +56,7 @@ class _Program:
     table: str  # flag table name
     label: str
     llama_program: str | None = None  # llama.cpp: which tool's options (server, cli)
+    inserted: int = 0  # words qcheck put before the arguments (sglang serve MODEL -> --model-path MODEL)
 
 
 @dataclass
@@ -66,10 +69,16 @@ class EngineCommand:
     deploy: Deploy
     origin: Origin
     notes: list[str] = field(default_factory=list)
+    #: where a local model path may lead (a manifest's command: inside the policy's repository); None: anywhere
+    paths: PathRule | None = None
 
     def target(self) -> str | None:
         """The model as a qcheck target (Hub id, ``repo:QUANT``, a path), or None when the command names a model
-        qcheck cannot read (an Ollama library name): the user gives PATH then."""
+        qcheck cannot read (an Ollama library name): the user gives PATH then. A local path that leaves the
+        confinement (``paths``) is an InputError, worded the same whether or not the path exists."""
+        if self.model is not None and self.paths is not None and is_local(self.model):
+            confine_path(self.paths, self.model, "the model the engine command names", walk=True,
+                         hint="map the container path to a model in the repository under the deployment's models")
         return self.model
 
     def to_json(self) -> dict[str, object]:
@@ -94,7 +103,7 @@ def _detect(words: list[str]) -> tuple[_Program, list[str]]:
             return by_module[module], rest
         if module == "mlx_lm" and rest[:1] == ["server"]:
             return _Program("mlx", "python -m mlx_lm server"), rest[1:]
-        raise UsageError(f"python -m {module}: not an engine qcheck reads; give one of: " + "; ".join(PROGRAMS))
+        raise UsageError(f"python -m {mask(module)}: not an engine qcheck reads; give one of: " + "; ".join(PROGRAMS))
     sub = rest[0] if rest else ""
     two = {("vllm", "serve"): _Program("vllm", "vllm serve"), ("sglang", "serve"): _Program("sglang", "sglang serve"),
            ("ollama", "run"): _Program("ollama-run", "ollama run"),
@@ -105,14 +114,22 @@ def _detect(words: list[str]) -> tuple[_Program, list[str]]:
     if (head, sub) in two:
         args = rest[1:]
         if (head, sub) == ("sglang", "serve") and args and not args[0].startswith("-"):
-            args = ["--model-path", *args]  # sglang/cli/serve.py _normalize_positional_model_path
+            # sglang/cli/serve.py _normalize_positional_model_path
+            return _Program("sglang", "sglang serve", inserted=1), ["--model-path", *args]
         return two[(head, sub)], args
     one = {"llama-server": _Program("llama.cpp", "llama-server", "server"),
            "llama-cli": _Program("llama.cpp", "llama-cli", "cli"),
            "trtllm-serve": _Program("trtllm-serve", "trtllm-serve"), "mlx_lm.server": _Program("mlx", "mlx_lm.server")}
     if head in one:
         return one[head], rest
-    raise UsageError(f"{' '.join(words[:2])}: not an engine command qcheck reads; give one of: " + "; ".join(PROGRAMS))
+    raise UsageError(f"{' '.join(map(_word_shown, words[:2]))}: not an engine command qcheck reads; give one of: "
+                     + "; ".join(PROGRAMS))
+
+
+def _word_shown(word: str) -> str:
+    """A word as a message may quote it: ``NAME=***`` when the name says it holds a secret, URL userinfo masked."""
+    name, eq, _value = word.partition("=")
+    return f"{name}={MASK}" if eq and secret_name(name) else mask(word)
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -124,14 +141,24 @@ class SettingsBuilder:
         self.values: dict[str, object] = {}
         self.settings: list[SettingRead] = []
         self.findings: list[CommandFinding] = []
+        #: secret values read so far (masked wherever they are quoted)
+        self.secrets: list[str] = []
+        #: where local paths (a Modelfile, its FROM) may lead; None: anywhere
+        self.paths: PathRule | None = None
+
+    def scrub(self, text: str) -> str:
+        """``text`` as it may be shown: every secret read so far and every URL's userinfo masked."""
+        return mask(text, *self.secrets, keylike=False)
 
     def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False,
                status: str = "unsupported") -> None:
-        self.findings.append(CommandFinding(self.table.engine, status, flag, _mask(flag, value), message,
+        self.findings.append(CommandFinding(self.table.engine, status, self.scrub(flag),
+                                            None if value is None else self.scrub(value), self.scrub(message),
                                             self.table.source, self.table.version, unknown_flag=unknown_flag))
 
     def note(self, flag: str, value: str | None, where: str, judged_as: str | None) -> None:
-        self.settings.append(SettingRead(flag, _mask(flag, value), where, judged_as))
+        self.settings.append(SettingRead(self.scrub(flag), None if value is None else self.scrub(value), where,
+                                         judged_as))
 
     def apply(self, occ: Occurrence) -> None:
         spec, value = occ.spec, occ.value
@@ -169,13 +196,6 @@ class SettingsBuilder:
         return False
 
 
-def _mask(flag: str, value: str | None) -> str | None:
-    """A secret's value is never shown (an API key or token on a command line, in an environment variable)."""
-    if value is not None and _SECRET.search(flag):
-        return "***"
-    return value
-
-
 def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     env: dict[str, str] = {}
     i = 0
@@ -188,10 +208,20 @@ def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words[i:]
 
 
+def _env_secret(name: str, spec: FlagSpec | None = None) -> bool:
+    """An environment variable whose value is a secret: its name says so (``OPENAI_KEY``, ``DB_PASSWORD``), or it
+    sets a secret option (``LLAMA_API_KEY``)."""
+    return secret_name(name) or (spec is not None and secret_option(spec))
+
+
 def _apply_env(builder: SettingsBuilder, env: dict[str, str], program: _Program) -> None:
     """Environment variables the engine reads as options (llama.cpp ``LLAMA_ARG_*``, Ollama's server settings);
     any other is listed as not judged. The command line overrides the environment (llama.cpp warns so)."""
     for name, value in env.items():
+        if _env_secret(name):
+            builder.secrets.append(value)
+            builder.note(name, MASK, "env", None)
+            continue
         if program.table == "llama.cpp":
             spec = builder.table.by_env.get(name) or builder.table.by_env.get(name.replace("LLAMA_ARG_NO_", "LLAMA_ARG_"))
             if spec is not None:
@@ -206,7 +236,7 @@ def _apply_env(builder: SettingsBuilder, env: dict[str, str], program: _Program)
             builder.values["knobs.allow_long_context"] = on
             builder.note(name, value, "env", "knobs.allow_long_context")
             continue
-        builder.note(name, value, "env", None)
+        builder.note(name, mask(value), "env", None)
 
 
 def _env_occurrence(name: str, value: str, spec: FlagSpec) -> Occurrence:
@@ -214,7 +244,7 @@ def _env_occurrence(name: str, value: str, spec: FlagSpec) -> Occurrence:
     if spec.kind == "switch":
         on = value.strip().lower() in ("1", "true", "on", "enabled") and "LLAMA_ARG_NO_" not in name
         return Occurrence(name, spec, None, negative=not on, where="env")
-    return Occurrence(name, spec, value, where="env")
+    return Occurrence(name, spec, MASK if secret_option(spec) else value, where="env")
 
 
 def _ollama_env(builder: SettingsBuilder, name: str, value: str) -> None:
@@ -298,8 +328,9 @@ def _quantization_finding(builder: SettingsBuilder) -> None:
         builder.values.pop("knobs.quantization")
 
 
-def parse_command(words: Sequence[str]) -> EngineCommand:
-    """Read an engine command line (a list of words, as after ``--``; one string is split like a shell)."""
+def parse_command(words: Sequence[str], *, paths: PathRule | None = None) -> EngineCommand:
+    """Read an engine command line (a list of words, as after ``--``; one string is split like a shell). ``paths``
+    confines the local files the command names (a manifest's: inside the policy's repository)."""
     words = list(words)
     if len(words) == 1 and " " in words[0]:
         words = shlex.split(words[0])
@@ -307,8 +338,11 @@ def parse_command(words: Sequence[str]) -> EngineCommand:
     program, rest = _detect(words)
     table = flag_table(program.table)
     builder = SettingsBuilder(table, program.table)
-    _apply_env(builder, env, program)
+    builder.paths = paths
+    builder.secrets += [v for k, v in env.items() if _env_secret(k, table.by_env.get(k))]
     parsed = read_argv(table, rest, program.llama_program)
+    builder.secrets += parsed.secrets
+    _apply_env(builder, env, program)
     positionals = [spec for spec in table.flags if spec.kind == "positional"]
     for spec, value in zip(positionals, parsed.positionals, strict=False):
         builder.apply(Occurrence(f"<{spec.dest}>", spec, value))
@@ -323,25 +357,17 @@ def parse_command(words: Sequence[str]) -> EngineCommand:
 
         notes += apply_modelfile(builder, str(builder.values.get("modelfile") or "Modelfile"))
     model, more = _model_target(builder.values, program)
-    notes += more
+    notes = [builder.scrub(n) for n in (*notes, *more)]
     deploy = _deploy(builder.values, builder.findings)
-    origin = Origin("command", table.engine, program.label, _shown(env, words), table.source,
+    head = words[:len(words) - (len(rest) - program.inserted)]
+    origin = Origin("command", table.engine, program.label,
+                    builder.scrub(_shown(env, head, parsed.shown[program.inserted:], table)), table.source,
                     tuple(builder.settings))
-    return EngineCommand(table.engine, program.label, model, deploy, origin, notes)
+    return EngineCommand(table.engine, program.label, model, deploy, origin, notes, paths)
 
 
-def _shown(env: dict[str, str], words: list[str]) -> str:
-    """The command as judged, with every secret value masked."""
-    out = [f"{k}={'***' if _SECRET.search(k) else v}" for k, v in env.items()]
-    hide_next = False
-    for word in words:
-        name, eq, _value = word.partition("=")
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif word.startswith("-") and _SECRET.search(name):
-            out.append(f"{name}=***" if eq else word)
-            hide_next = not eq
-        else:
-            out.append(word)
-    return shlex.join(out)
+def _shown(env: dict[str, str], head: list[str], args: list[str], table: FlagTable) -> str:
+    """The command as judged: the environment (a secret's value ``***``), the program and the arguments as the
+    reader shows them (every secret option's value masked)."""
+    out = [f"{k}={MASK if _env_secret(k, table.by_env.get(k)) else mask(v)}" for k, v in env.items()]
+    return shlex.join([*out, *(mask(w, keylike=False) for w in head), *args])

@@ -15,6 +15,7 @@ from qcheck.model import Verdict
 
 if TYPE_CHECKING:
     from qcheck.deploy.manifests import Container
+    from qcheck.deploy.paths import PathRule
     from qcheck.doors import Asked
     from qcheck.limits import Limits
     from qcheck.matrix import Matrix
@@ -46,15 +47,16 @@ def _gap_outcome(asked: Asked, name: str, engine: str, reason: str) -> Judged:
     return Judged(name, name, "judged", verdicts=[verdict_record(verdict, asked, target="deployments")])
 
 
-def _one(asked: Asked, spec: DeploymentSpec, item: Container, matrix: Matrix) -> Judged:
-    """One container, judged as the request ``qcheck.doors.build_request`` makes of it."""
+def _one(asked: Asked, spec: DeploymentSpec, item: Container, matrix: Matrix, paths: PathRule) -> Judged:
+    """One container, judged as the request ``qcheck.doors.build_request`` makes of it; the local files its command
+    names are confined to ``paths`` (the policy's repository unless --allow-outside)."""
     from qcheck.doors import EntryGap, ManifestEntry, build_request
     from qcheck.outcome import verdict_record
     from qcheck.pipeline import run
 
     name = f"{item.file}:{item.line} {item.name}"
     entry = ManifestEntry(tuple(item.words), item.engine, item.version, item.gpu, item.gpu_count, item.file,
-                          item.line, item.image, tuple(item.notes), spec.models, spec.model, spec.key)
+                          item.line, item.image, tuple(item.notes), spec.models, spec.model, spec.key, paths)
     try:
         request = build_request(asked, entry=entry)
     except EntryGap as exc:
@@ -73,6 +75,7 @@ def judge_deployments(policy: Policy, limits: Limits, matrix: Matrix) -> list[Ju
     from qcheck.deploy.manifests import Gap, read_manifest
 
     asked = policy.asked(None, limits)
+    paths = policy.confinement()
     out: list[Judged] = []
     for spec in policy.deployments:
         try:
@@ -86,7 +89,7 @@ def judge_deployments(policy: Policy, limits: Limits, matrix: Matrix) -> list[Ju
                                         f"{item.file}:{item.line}: {item.reason}"))
                 continue
             try:
-                out.append(_one(asked, spec, item, matrix))
+                out.append(_one(asked, spec, item, matrix, paths))
             except QcheckError as exc:
                 out.append(Judged(f"{item.file}:{item.line} {item.name}", item.image, "error",
                                         error=str(exc), error_kind="input"))

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from qcheck.errors import UsageError
+from qcheck.errors import QcheckError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,7 +45,10 @@ class ManifestError(UsageError):
 
 
 class _Map(dict):  # type: ignore[type-arg]
+    """A YAML mapping with its line and the line of each key (for messages that name a value's line)."""
+
     line = 0
+    lines: dict[str, int] = {}  # noqa: RUF012 - replaced per instance
 
 
 @dataclass
@@ -77,43 +80,149 @@ class Gap:
 
 
 # ------------------------------------------------------------------------------------------ YAML, bounded
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MERGE = object()  # the ``<<`` key
+
+
+@dataclass
+class _Open:
+    """A collection being built: its value, its line, its anchor; a mapping's pending key, its merged mappings
+    (``<<``) and its own pairs."""
+
+    value: Any
+    line: int
+    anchor: str | None
+    start: int  # nodes counted when it began (its size, for its anchor)
+    depth: int
+    key: Any = None
+    has_key: bool = False
+    key_line: int = 0
+    merged: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[tuple[Any, Any, int]] = field(default_factory=list)
+    below: int = 0  # levels of the deepest value added so far
+
+
+class _Builder:
+    """Plain values (str, None, lists, ``_Map``) from a YAML event stream, bounded while it is read: documents,
+    depth, and nodes (an alias costs the size of what it names every time it is used, so an alias bomb is refused
+    after ``MAX_NODES``, never expanded). Merge keys (``<<: *anchor``, ``<<: [*a, *b]``) are applied as YAML 1.1
+    (PyYAML's ``flatten_mapping``, go-yaml in docker compose and Kubernetes) applies them: the mapping's own keys
+    win over merged ones, and an earlier merged mapping wins over a later one."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.docs: list[Any] = []
+        self.stack: list[_Open] = []
+        self.anchors: dict[str, tuple[Any, int, int]] = {}  # name -> (value, nodes, depth below it)
+        self.nodes = 0
+
+    def fail(self, line: int, problem: str) -> ManifestError:
+        return ManifestError(f"{self.name}:{line}: {problem}")
+
+    def count(self, n: int, line: int) -> None:
+        self.nodes += n
+        if self.nodes > MAX_NODES:
+            raise ManifestError(f"{self.name}: more than {MAX_NODES} YAML nodes (aliases counted each time they are "
+                                "used): refused")
+
+    def event(self, ev: Any) -> None:
+        import yaml
+
+        line = ev.start_mark.line + 1 if ev.start_mark is not None else 0
+        if isinstance(ev, yaml.DocumentStartEvent):
+            if len(self.docs) >= MAX_DOCUMENTS:
+                raise ManifestError(f"{self.name}: more than {MAX_DOCUMENTS} YAML documents")
+            self.anchors = {}
+        elif isinstance(ev, yaml.ScalarEvent):
+            self.count(1, line)
+            plain = bool(ev.implicit and ev.implicit[0])
+            if ev.tag == _MERGE_TAG or (plain and ev.tag is None and ev.value == "<<"):
+                value: Any = _MERGE
+            else:
+                value = None if ev.tag == _NULL_TAG or (plain and ev.tag is None and ev.value in _NULLS) else ev.value
+            self.add(value, line, ev.anchor, 0)
+        elif isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            self.count(1, line)
+            depth = len(self.stack) + 1
+            if depth > MAX_DEPTH:
+                raise self.fail(line, f"nested deeper than {MAX_DEPTH} levels")
+            value = _Map() if isinstance(ev, yaml.MappingStartEvent) else []
+            if isinstance(value, _Map):
+                value.line, value.lines = line, {}
+            self.stack.append(_Open(value, line, ev.anchor, self.nodes - 1, depth))
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            self.close()
+        elif isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in self.anchors:
+                raise self.fail(line, f"the alias *{ev.anchor} names no anchor defined before it (or itself)")
+            value, size, below = self.anchors[ev.anchor]
+            self.count(size, line)
+            if len(self.stack) + below > MAX_DEPTH:
+                raise self.fail(line, f"nested deeper than {MAX_DEPTH} levels")
+            self.add(value, line, None, below, size=size)
+
+    def close(self) -> None:
+        top = self.stack.pop()
+        value = top.value
+        if isinstance(value, _Map):
+            merged = _Map()
+            for other in reversed(top.merged):  # the first merged mapping wins: applied last
+                merged.update(other)
+                merged.lines.update(getattr(other, "lines", {}))
+            for key, item, key_line in top.pairs:
+                merged[key] = item
+                merged.lines[key] = key_line
+            merged.line = top.line
+            value = merged
+        self.add(value, top.line, top.anchor, top.below + 1, size=self.nodes - top.start)
+
+    def add(self, value: Any, line: int, anchor: str | None, below: int, *, size: int = 1) -> None:
+        """Put a finished value (scalar, collection, alias) into the collection being built."""
+        top = self.stack[-1] if self.stack else None
+        if value is _MERGE and (top is None or isinstance(top.value, list) or top.has_key):
+            value = "<<"  # only a mapping key merges
+        if anchor is not None:
+            self.anchors[anchor] = (value, size, below)
+        if top is None:
+            self.docs.append(value)
+            return
+        top.below = max(top.below, below)
+        if isinstance(top.value, list):
+            top.value.append(value)
+            return
+        if not top.has_key:
+            top.key, top.has_key, top.key_line = value, True, line
+            return
+        key, top.key, top.has_key = top.key, None, False
+        if key is _MERGE:
+            self.merge(top, value, line)
+            return
+        top.pairs.append((str(key), value, top.key_line))
+
+    def merge(self, top: _Open, value: Any, line: int) -> None:
+        """``<<: mapping`` or ``<<: [mapping, ...]``; anything else is the error YAML's merge gives."""
+        sources = value if isinstance(value, list) else [value]
+        for source in sources:
+            if not isinstance(source, dict):
+                raise self.fail(line, "a merge key (<<) needs a mapping or a list of mappings")
+            top.merged.append(source)
+
+
 def _load(text: str, name: str) -> list[Any]:
     import yaml
 
-    docs: list[Any] = []
-    budget = [MAX_NODES]
+    builder = _Builder(name)
+    loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader  # libyaml when PyYAML has it: ~20x faster
     try:
-        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
-            if len(docs) >= MAX_DOCUMENTS:
-                raise ManifestError(f"{name}: more than {MAX_DOCUMENTS} YAML documents")
-            docs.append(_value(node, name, 0, budget))
+        for event in yaml.parse(text, Loader=loader):
+            builder.event(event)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         raise ManifestError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    except RecursionError:
-        raise ManifestError(f"{name}: nested deeper than {MAX_DEPTH} levels") from None
-    return docs
-
-
-def _value(node: Any, name: str, depth: int, budget: list[int]) -> Any:
-    import yaml
-
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ManifestError(f"{name}: more than {MAX_NODES} YAML nodes (aliases counted each time they are used): "
-                            "refused")
-    if depth > MAX_DEPTH:
-        raise ManifestError(f"{name}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(node, yaml.MappingNode):
-        out = _Map()
-        out.line = node.start_mark.line + 1
-        for key, value in node.value:
-            out[str(_value(key, name, depth + 1, budget))] = _value(value, name, depth + 1, budget)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_value(item, name, depth + 1, budget) for item in node.value]
-    return node.value if node.tag != "tag:yaml.org,2002:null" else None
+    return builder.docs
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -295,6 +404,11 @@ def _compose(doc: dict[str, Any], file: str, out: list[Container | Gap], gpu_ove
         env = svc.get("environment") or {}
         if isinstance(env, list):
             env = dict(str(e).split("=", 1) for e in env if "=" in str(e))
+        elif not isinstance(env, dict):
+            line = svc.lines.get("environment", svc.line) if isinstance(svc, _Map) else 0
+            raise ManifestError(f"{file}:{line}: services.{name}.environment must be a mapping (NAME: value) or a "
+                                f"list of NAME=value, not {type(env).__name__} {str(env)[:40]!r} (docker compose "
+                                "refuses it too)")
         devices = _get(svc, "deploy", "resources", "reservations", "devices") or []
         count = None
         for d in devices if isinstance(devices, list) else []:
@@ -355,23 +469,52 @@ def _modelfile(path: str, shown: str, gpu_override: str | None, out: list[Contai
                          ["ollama", "create", "model", "-f", path], 1, gpu, [f"GPU from {said}"]))
 
 
-def read_manifest(path: str, shown: str, *, gpu_override: str | None = None) -> list[Container | Gap]:
-    """Every inference container of the manifest at ``path`` (``shown`` is how reports name it)."""
+#: parses kept for this run, by file identity: deployments naming one file parse it once
+_PARSED: dict[tuple[str, int, int, int, int], tuple[list[Any] | None, str, str]] = {}
+_PARSED_MAX = 64
+
+
+def _parsed(path: str, shown: str) -> tuple[list[Any] | None, str, str]:
+    """(YAML documents or None for a Modelfile, its text, why it cannot be read: '' when it can) of the manifest at
+    ``path``, read and parsed once per run (a refusal is remembered too); ``shown`` names it in messages."""
+    from qcheck.source import read_regular_file
+
     try:
-        size = os.path.getsize(path)
-        if size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{shown}: {size} bytes is too large for a manifest (at most {MAX_MANIFEST_BYTES})")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        st = os.stat(path)
     except OSError as exc:
         raise ManifestError(f"{shown}: cannot read it: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ManifestError(f"{shown}: not UTF-8 text") from None
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    if key in _PARSED:
+        return _PARSED[key]
+    docs: list[Any] | None = None
+    text, why = "", ""
+    try:
+        raw = read_regular_file(path, MAX_MANIFEST_BYTES, "manifest", display=shown)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ManifestError(f"{shown}: not UTF-8 text") from None
+        if not _is_modelfile(path, text):
+            docs = _load(text, shown)
+    except QcheckError as exc:
+        why = str(exc).removeprefix(shown)  # said again with the name each deployment gives the file
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))
+    _PARSED[key] = (docs, text, why)
+    return docs, text, why
+
+
+def read_manifest(path: str, shown: str, *, gpu_override: str | None = None) -> list[Container | Gap]:
+    """Every inference container of the manifest at ``path`` (``shown`` is how reports name it). The file must be
+    a regular file of at most ``MAX_MANIFEST_BYTES``; it is parsed once per run however many deployments name it."""
+    docs, _text, why = _parsed(path, shown)
+    if why:
+        raise ManifestError(shown + why)
     out: list[Container | Gap] = []
-    if _is_modelfile(path, text):
+    if docs is None:
         _modelfile(path, shown, gpu_override, out)
         return out
-    for doc in _load(text, shown):
+    for doc in docs:
         _document(doc, shown, out, gpu_override)
     if not out:
         raise ManifestError(f"{shown}: no container found (a compose file's services, or a Kubernetes workload)")

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from qcheck.errors import UsageError
+from qcheck.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from qcheck.deploy.paths import PathRule
 
 
 class SettingsBuilder(Protocol):
@@ -20,6 +23,8 @@ class SettingsBuilder(Protocol):
     ``SettingsBuilder``), named here so this module does not import the command-line reader that calls it."""
 
     values: dict[str, object]
+    #: where the Modelfile may be (a manifest's command: inside the policy's repository); None: anywhere
+    paths: PathRule | None
 
     def refuse(self, flag: str, value: str | None, message: str, *, unknown_flag: bool = False,
                status: str = "unsupported") -> None: ...
@@ -103,17 +108,20 @@ def _convert(name: str, value: str) -> object:
 
 
 def apply_modelfile(builder: SettingsBuilder, path: str) -> list[str]:
-    """Read the Modelfile at ``path`` into ``builder`` (FROM and PARAMETERs); returns notes."""
+    """Read the Modelfile at ``path`` into ``builder`` (FROM and PARAMETERs); returns notes. Only a regular file
+    of at most ``MAX_MODELFILE_BYTES`` is read (``-f /dev/zero`` or a FIFO is an InputError, not a hang), and only
+    inside ``builder.paths`` when the command comes from a manifest."""
+    from qcheck.source import read_regular_file
+
+    if builder.paths is not None:
+        from qcheck.deploy.paths import confine_path
+
+        confine_path(builder.paths, path, "the Modelfile (ollama create -f)", walk=False)
+    raw = read_regular_file(path, MAX_MODELFILE_BYTES, "Modelfile")
     try:
-        size = os.path.getsize(path)
-        if size > MAX_MODELFILE_BYTES:
-            raise UsageError(f"{path}: {size} bytes is too large for a Modelfile (at most {MAX_MODELFILE_BYTES})")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read the Modelfile {path}: {exc.strerror or exc}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+        raise InputError("the Modelfile is not UTF-8 text", path=path) from None
     apply_lines(builder, read_modelfile(text, path), path)
     return []
 

@@ -7,7 +7,6 @@ message passes through.
 
 from __future__ import annotations
 
-import re
 from urllib.parse import urlsplit
 
 from qcheck.errors import RemoteError
@@ -38,20 +37,15 @@ DEADLINE = "deadline"
 #: kinds worth another attempt (``REFUSED`` too when the client is told so: a server may be restarting)
 TRANSIENT = frozenset({TIMEOUT, CLOSED, CONNECT})
 
-_BEARER_RE = re.compile(r"(?i)(bearer\s+)\S+")
-_KEYLIKE_RE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|api_org_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{8,})\b")
-_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]*):[^/\s@]*@")
 
 
 def redact(text: str, *secrets: str | None) -> str:
     """``text`` without the given secrets, any bearer value, anything shaped like an HF or provider key
-    (``hf_``, ``api_org_``, ``sk-``, ``gsk_``) and any password in a URL (``scheme://user:***@host``)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = _BEARER_RE.sub(r"\1***", text)
-    text = _USERINFO_RE.sub(r"\1:***@", text)
-    return _KEYLIKE_RE.sub("***", text)
+    (``hf_``, ``api_org_``, ``sk-``, ``gsk_``) and any URL's userinfo (``scheme://***@host``): qcheck's one
+    masking function, ``qcheck.report.sanitize.mask``."""
+    from qcheck.report.sanitize import mask
+
+    return mask(text, *secrets)
 
 
 def display_url(url: str) -> str:

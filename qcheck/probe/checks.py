@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from qcheck.probe import Capability, ProbeResult
-from qcheck.probe.http import Deadline, ProbeHTTPError, Reply, call
+from qcheck.probe.http import Deadline, ProbeHTTPError, Reply, call, loads
 
-__all__ = ["run_probe"]
+__all__ = ["MAX_CONTEXT", "MAX_TEXT", "run_probe"]
+
+#: the largest context length a server may report and be believed (10M-token models exist; 2^31 is far above)
+MAX_CONTEXT = 1 << 31
+#: characters of server-controlled text kept in one detail, message, model id or adapter name
+MAX_TEXT = 300
 
 _SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
            "required": ["city", "population"], "additionalProperties": False}
@@ -162,7 +166,7 @@ def probe_stream(client: _Client, model: str) -> Capability:
 
 def _is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        loads(text)
     except ValueError:
         return False
     return True
@@ -175,7 +179,7 @@ def probe_json_object(client: _Client, model: str) -> Capability:
         return refused
     text = _content(reply)
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         return Capability("json_object", "broken", f"the answer is not JSON: {text[:80]!r}")
     if not isinstance(value, dict):
@@ -187,7 +191,7 @@ def _schema_errors(text: str) -> str | None:
     import jsonschema
 
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         return f"not JSON: {text[:80]!r}"
     errors = list(jsonschema.Draft202012Validator(_SCHEMA).iter_errors(value))
@@ -225,7 +229,7 @@ def probe_tools(client: _Client, model: str) -> Capability:
     if fn is None:
         return Capability("tools", "broken", "a named tool_choice was accepted, but no tool call came back")
     try:
-        args = json.loads(str(fn.get("arguments") or ""))
+        args = loads(str(fn.get("arguments") or ""))
     except ValueError:
         return Capability("tools", "broken", "the tool call's arguments are not JSON")
     ok = fn.get("name") == "get_weather" and isinstance(args, dict)
@@ -291,9 +295,8 @@ def probe_models(client: _Client, result: ProbeResult, wanted: str | None) -> st
 
 def _max_context(client: _Client, entries: list[dict[str, Any]], model: str | None, result: ProbeResult) -> None:
     for e in entries:
-        if e.get("id") == model and isinstance(e.get("max_model_len"), int):
-            result.capabilities.append(Capability("max_context", "supported", f"{e['max_model_len']} tokens (max_model_len in /v1/models)",
-                                                  value=int(e["max_model_len"])))
+        if e.get("id") == model and "max_model_len" in e:
+            result.capabilities.append(_context("max_model_len in /v1/models", e["max_model_len"]))
             return
     try:
         props = client.get("/props", root=True)
@@ -301,12 +304,47 @@ def _max_context(client: _Client, entries: list[dict[str, Any]], model: str | No
         props = Reply(0, b"")
     data = props.json()
     settings = data.get("default_generation_settings") if isinstance(data, dict) else None
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-    if isinstance(n_ctx, int):
-        result.capabilities.append(Capability("max_context", "supported", f"{n_ctx} tokens (n_ctx in /props)", value=n_ctx))
+    if isinstance(settings, dict) and "n_ctx" in settings:
+        result.capabilities.append(_context("n_ctx in /props", settings["n_ctx"]))
         return
     result.capabilities.append(Capability("max_context", "unknown", "the server reports no context length "
                                                                    "(/v1/models max_model_len, /props n_ctx)"))
+
+
+def _context(where: str, raw: object) -> Capability:
+    """The context length a server reports: a whole number of tokens up to ``MAX_CONTEXT``, else ``broken``."""
+    from qcheck.typed import pos_int
+
+    n = pos_int(raw, MAX_CONTEXT) if isinstance(raw, int) else None
+    if n is None:
+        shown = f"an integer of {len(str(raw))} digits" if isinstance(raw, int) and len(str(raw)) > 20 else \
+            repr(raw)[:40]
+        return Capability("max_context", "broken", f"{where} is {shown}, not a context length (1 to {MAX_CONTEXT})")
+    return Capability("max_context", "supported", f"{n} tokens ({where})", value=n)
+
+
+def _shown(text: str, api_key: str | None) -> str:
+    """Server-controlled text as the report may show it: the API key and every URL's userinfo masked, at most
+    ``MAX_TEXT`` characters."""
+    from qcheck.report.sanitize import mask
+
+    text = mask(text, api_key)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 3] + "..."
+
+
+def _finish(result: ProbeResult, api_key: str | None) -> ProbeResult:
+    """The result as reported: every string the server chose (ids, adapter names, details, its messages) masked
+    and bounded."""
+    result.url = _shown(result.url, api_key)
+    result.model = _shown(result.model, api_key) if result.model is not None else None
+    result.models = [_shown(m, api_key) for m in result.models]
+    result.adapters = [_shown(a, api_key) for a in result.adapters]
+    for c in result.capabilities:
+        c.detail = _shown(c.detail, api_key)
+        c.server_message = _shown(c.server_message, api_key) if c.server_message is not None else None
+        if isinstance(c.value, str):
+            c.value = _shown(c.value, api_key)
+    return result
 
 
 def _guard(cid: str, probe: Callable[[], Capability | list[Capability]]) -> list[Capability]:
@@ -325,7 +363,7 @@ def run_probe(base: str, *, model: str | None, api_key: str | None, deadline: De
     model = probe_models(client, result, model)
     result.model = model
     if model is None:
-        return result
+        return _finish(result, api_key)
     probes: list[tuple[str, Callable[[], Capability | list[Capability]]]] = [
         ("logprobs", lambda: probe_logprobs(client, model)),
         ("prompt_logprobs", lambda: probe_prompt_logprobs(client, model)),
@@ -339,4 +377,4 @@ def run_probe(base: str, *, model: str | None, api_key: str | None, deadline: De
         if cid == "logprobs" and len(caps) == 1:
             caps.append(Capability("top_logprobs", caps[0].status, caps[0].detail))
         result.capabilities.extend(caps)
-    return result
+    return _finish(result, api_key)

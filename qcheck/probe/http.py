@@ -16,10 +16,27 @@ from urllib.parse import urlsplit
 from qcheck import net
 from qcheck.errors import RemoteError, UsageError
 
-__all__ = ["Deadline", "ProbeHTTPError", "Reply", "call", "check_url"]
+__all__ = ["Deadline", "ProbeHTTPError", "Reply", "call", "check_url", "loads"]
 
 #: the largest body read from one answer (a chat completion of a few tokens is a few kB)
 MAX_BODY = 4 * 1024 * 1024
+#: JSON from a server nested deeper than this is not parsed (an OpenAI answer is ~6 levels deep)
+MAX_JSON_DEPTH = 64
+
+
+def loads(text: str | bytes) -> object:
+    """JSON from the server, or ValueError: invalid, or nested deeper than ``MAX_JSON_DEPTH`` (counted without
+    recursion before the parser runs, so ``[[[[...`` is an answer qcheck cannot read, never a RecursionError)."""
+    from qcheck.readers.jsonfile import structure_scan
+
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    depth, _objects = structure_scan(data, MAX_JSON_DEPTH)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(data.decode("utf-8") if isinstance(text, bytes) else text)
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 class ProbeHTTPError(RemoteError):
@@ -32,9 +49,10 @@ class Reply:
     body: bytes
 
     def json(self) -> object:
+        """The body as JSON, or None when it is not JSON qcheck can read (``loads``)."""
         try:
-            return json.loads(self.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            return loads(self.body)
+        except ValueError:
             return None
 
 
@@ -50,11 +68,17 @@ class Deadline:
 
 def check_url(url: str) -> str:
     """The base URL without a trailing slash (``/v1`` kept when given); exit 2 for anything else."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+    from qcheck.report.sanitize import mask
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"{mask(url)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
     if parts.query or parts.fragment:
-        raise UsageError(f"{url!r}: give the server's base URL without a query or fragment")
+        raise UsageError(f"{mask(url)!r}: give the server's base URL without a query or fragment")
     return url.rstrip("/")
 
 

@@ -27,7 +27,7 @@ from qcheck.limits import DEFAULT_LIMITS, Limits
 from qcheck.model import Checkpoint, SourceFile, TensorInfo
 from qcheck.readers import gguf_tables as tables
 from qcheck.readers.binary import Cursor
-from qcheck.readers.gguf_records import ArraySummary, GGUFHeader
+from qcheck.readers.gguf_records import MAX_ALIGNMENT, ArraySummary, GGUFHeader
 from qcheck.source import ByteSource, FileSet, LocalFileSource
 
 #: arrays with at most this many elements are kept as lists; longer ones become ArraySummary
@@ -35,9 +35,6 @@ SMALL_ARRAY_MAX = 1024
 #: elements kept as lists over a whole file (a Python int in a list costs ~36 bytes): past this, small arrays
 #: become ArraySummary too, so 100k arrays of 1,024 elements cannot take gigabytes (real files keep < 10k)
 KEPT_ELEMENTS_MAX = 262_144
-#: the largest ``general.alignment`` accepted (ggml only asks for a power of two; 2**31 is a known
-#: overflow PoC, real files use 32)
-MAX_ALIGNMENT = 1 << 20
 #: smallest possible encodings, used to reject counts that cannot fit in the bytes that remain:
 #: a KV is key length (8) + a non-empty key (1) + value type (4) + the smallest value (1);
 #: a tensor info is name length (8) + n_dims (4) + type (4) + offset (8).

@@ -32,7 +32,7 @@ from typing import Any
 
 from qcheck.limits import Limits
 from qcheck.model import TensorInfo
-from qcheck.readers.gguf_records import ArraySummary, GGUFHeader
+from qcheck.readers.gguf_records import MAX_ALIGNMENT, ArraySummary, GGUFHeader
 from qcheck.source import ByteSource, LocalFileSource
 
 KIND = "gguf-header"
@@ -139,42 +139,109 @@ def _encode(header: GGUFHeader, source: ByteSource) -> dict[str, Any] | None:
 
 
 def _decode(entry: Any, source: ByteSource, limits: Limits) -> GGUFHeader | None:
-    """The kept header, if ``entry`` is well formed and the file's header bytes are still the ones it was read
-    from; else None."""
+    """The kept header, if ``entry`` is well formed, holds only what the reader itself would accept (checked again
+    here as strictly as a header: an entry is data from a file, even behind its tag), and the file's header bytes
+    are still the ones it was read from; else None."""
     if not isinstance(entry, dict):
         return None
     n = entry.get("header_bytes")
     if type(n) is not int or not 0 < n <= min(limits.max_header_bytes, source.size or 0):
         return None
     try:
-        metadata = {k: _value(v) for k, v in _dict(entry.get("metadata")).items()}
-        tensors = [_tensor(row) for row in _list(entry.get("tensors"))]
+        version, alignment, data_offset = (_int(entry.get(k)) for k in ("version", "alignment", "data_offset"))
+        if version not in (1, 2, 3) or not 0 < alignment <= MAX_ALIGNMENT or alignment & (alignment - 1) \
+                or data_offset != n + (alignment - n % alignment) % alignment:
+            raise ValueError("header fields")
+        raw_meta = _dict(entry.get("metadata"))
         value_types = {k: _str(v) for k, v in _dict(entry.get("value_types")).items()}
-        warnings = [_str(w) for w in _list(entry.get("warnings"))]
-        fields = [_int(entry.get(k)) for k in ("version", "alignment", "data_offset")]
-    except (TypeError, ValueError):
+        if len(raw_meta) > limits.max_kv or len(value_types) > limits.max_kv:
+            raise ValueError("too many keys")
+        metadata = {_str(k): _value(v, limits, 0) for k, v in raw_meta.items()}
+        tensors = _tensors(_list(entry.get("tensors")), limits, data_offset, alignment, source.size or 0)
+        warnings = [_str(w) for w in _list(entry.get("warnings"))[:10_000]]
+    except (TypeError, ValueError, RecursionError):
         return None
     if not _known(entry, source) and entry.get("sha256") != _digest(source, n):
         return None
-    return GGUFHeader(version=fields[0], metadata=metadata, tensors=tensors, alignment=fields[1],
-                      data_offset=fields[2], header_bytes=n, file_size=source.size, warnings=warnings,
+    return GGUFHeader(version=version, metadata=metadata, tensors=tensors, alignment=alignment,
+                      data_offset=data_offset, header_bytes=n, file_size=source.size, warnings=warnings,
                       value_types=value_types)
 
 
-def _value(v: Any) -> Any:
-    if isinstance(v, _SCALARS):
+def _value(v: Any, limits: Limits, depth: int) -> Any:
+    """A metadata value as the reader keeps it: a scalar within GGUF's ranges, a list (nested at most
+    ``max_nesting``), or an array summary."""
+    if type(v) is bool or type(v) is float:
         return v
-    if isinstance(v, list):
-        return [_value(x) for x in v]
-    if isinstance(v, dict) and set(v) == {"array_of", "count", "offset"}:
-        return ArraySummary(_str(v["array_of"]), _int(v["count"]), _int(v["offset"]))
+    if type(v) is int:
+        if not -(2**63) <= v < 2**64:
+            raise ValueError("integer out of GGUF's range")
+        return v
+    if type(v) is str:
+        if len(v) > limits.max_string_bytes:
+            raise ValueError("string too long")
+        return v
+    if depth >= limits.max_nesting:
+        raise ValueError("nested too deep")
+    if type(v) is list:
+        if len(v) > limits.max_array_elements:
+            raise ValueError("array too long")
+        return [_value(x, limits, depth + 1) for x in v]
+    if type(v) is dict and set(v) == {"array_of", "count", "offset"}:
+        count, offset = _int(v["count"]), _int(v["offset"])
+        if not 0 <= count <= limits.max_array_elements or offset < 0:
+            raise ValueError("array summary out of range")
+        return ArraySummary(_str(v["array_of"]), count, offset)
     raise TypeError("not a GGUF metadata value")
 
 
-def _tensor(row: Any) -> TensorInfo:
-    name, dtype, shape, nbytes, offset = _list(row)
-    return TensorInfo(name=_str(name), dtype=_str(dtype), shape=tuple(_int(d) for d in _list(shape)),
-                      nbytes=None if nbytes is None else _int(nbytes), offset=_int(offset))
+def _tensors(rows: list[Any], limits: Limits, data_offset: int, alignment: int, size: int) -> list[TensorInfo]:
+    """The tensor table, re-checked as the reader checks it: unique names of ggml's length, 0 to ``max_dims``
+    positive dimensions whose product is within ``max_tensor_elements``, the byte size ggml's type table gives,
+    aligned and contiguous offsets inside the file."""
+    from qcheck.readers import gguf_tables as tables
+
+    if len(rows) > min(MAX_TENSORS, limits.max_tensors):
+        raise ValueError("too many tensors")
+    sizes = {name: (block, type_size) for name, block, type_size in tables.TENSOR_TYPES.values()}
+    out: list[TensorInfo] = []
+    seen: set[str] = set()
+    expected = data_offset
+    after_unknown: int | None = None  # the previous tensor's offset when its size is unknown
+    for row in rows:
+        name, dtype, shape, nbytes, offset = _list(row)
+        name, dtype = _str(name), _str(dtype)
+        dims = [_int(d) for d in _list(shape)]
+        if name in seen or len(name.encode("utf-8", "surrogatepass")) >= tables.GGML_MAX_NAME \
+                or len(dims) > min(tables.GGML_MAX_DIMS, limits.max_dims):
+            raise ValueError("tensor name or rank")
+        seen.add(name)
+        numel = 1
+        for d in dims:
+            if not 0 < d < 2**63:
+                raise ValueError("dimension")
+            numel *= d
+        if numel > limits.max_tensor_elements:
+            raise ValueError("elements")
+        block_size = sizes.get(dtype)
+        if block_size is None:
+            if nbytes is not None:
+                raise ValueError("a size for a type of unknown size")
+        else:
+            block, type_size = block_size
+            if (dims and dims[-1] % block) or (not dims and block != 1) or _int(nbytes) != numel // block * type_size:
+                raise ValueError("byte size")
+        offset = _int(offset)
+        if offset < data_offset or (offset - data_offset) % alignment or offset + (nbytes or 1) > size:
+            raise ValueError("offset")
+        if (offset <= after_unknown) if after_unknown is not None else offset != expected:
+            raise ValueError("not contiguous")
+        if nbytes is None:
+            after_unknown = offset
+        else:
+            expected, after_unknown = offset + nbytes + (alignment - nbytes % alignment) % alignment, None
+        out.append(TensorInfo(name=name, dtype=dtype, shape=tuple(dims), nbytes=nbytes, offset=offset))
+    return out
 
 
 def _int(v: Any) -> int:

@@ -11,6 +11,10 @@ from typing import Any
 
 from qcheck.model import TensorInfo
 
+#: the largest ``general.alignment`` accepted (ggml only asks for a power of two; 2**31 is a known
+#: overflow PoC, real files use 32); the reader and the header cache both check it
+MAX_ALIGNMENT = 1 << 20
+
 
 @dataclass(frozen=True)
 class ArraySummary:

@@ -24,16 +24,16 @@ FORMATS = ("text", "json", "junit", "sarif", "github", "markdown")
 
 def render(result: Result, fmt: str) -> str:
     """``result`` in format ``fmt``. Every string a file controls is made inert here, for every format
-    (``qcheck.report.sanitize``): renderers get a sanitised copy, and no line of text output can start
-    a GitHub workflow command."""
-    from qcheck.report.sanitize import guard, json_text, sanitized
+    (``qcheck.report.sanitize``): renderers get a sanitised copy, no line of text output can start
+    a GitHub workflow command, and no URL's userinfo or bearer value is shown (``mask``)."""
+    from qcheck.report.sanitize import guard, json_text, mask, sanitized
 
     if fmt == "json":
-        return json_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False)) + "\n"
+        return mask(json_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False)), keylike=False) + "\n"
     renderer = RENDERERS.get(fmt)
     if renderer is None:
         raise ValueError(f"unknown format {fmt!r}")
-    text = renderer(sanitized(result))
+    text = mask(renderer(sanitized(result)), keylike=False)
     return text if fmt == "github" else guard(text)
 
 

@@ -15,6 +15,12 @@ content can never contain a line break; ``guard`` then neutralises a workflow co
 any line of rendered text. ``sanitized`` applies ``visible`` to every string of a result before a
 renderer sees it, so renderers cannot forget it. JSON output keeps its values exact: only the
 characters are escaped (``json_text``).
+
+Secrets are masked here too, by one function (``mask``) every message and report passes through: the values a
+caller knows are secret (an API key read from an option, an environment variable whose name says it is one:
+``secret_name``), every URL's userinfo (``scheme://***@host``), ``Bearer`` values and strings shaped like
+provider keys (``hf_``, ``sk-`` ...). ``render`` masks every report's URL userinfo and bearer values, in every
+format.
 """
 
 from __future__ import annotations
@@ -25,6 +31,38 @@ import re
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: a name that says its value is a secret (an environment variable, an engine option): KEY, TOKEN (not TOKENIZER),
+#: SECRET, PASSWORD/PASSWD, CREDENTIAL anywhere in it, in any case
+_SECRET_NAME = re.compile(r"(?i)key|token(?!ize)|secret|passw(?:or)?d|credential")
+#: ``scheme://userinfo@``: everything up to the last ``@`` before the path (a raw ``@`` in a password included;
+#: never across a quote or bracket, so masking rendered JSON or XML keeps it well formed)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s?#\"'<>]*@")
+_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',;]+")
+_KEYLIKE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|api_org_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{8,})\b")
+#: the text that stands for a secret
+MASK = "***"
+#: a known secret shorter than this is masked where it is written, not searched for in other text (``--api-key 1``
+#: must not turn every ``1`` of a message into ``***``)
+MIN_SEARCHED_SECRET = 4
+
+
+def secret_name(name: str) -> bool:
+    """Whether ``name`` (an environment variable, an option such as ``--hf-token``) holds a secret by its name."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def mask(text: str, *secrets: str | None, keylike: bool = True) -> str:
+    """``text`` with every secret masked: the given ``secrets`` (at least ``MIN_SEARCHED_SECRET`` characters),
+    every URL's userinfo, ``Bearer`` values and (``keylike``) strings shaped like provider keys."""
+    for secret in sorted((s for s in secrets if s and len(s) >= MIN_SEARCHED_SECRET), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    if "@" in text and "://" in text:
+        text = _USERINFO.sub(r"\1" + MASK + "@", text)
+    if "earer" in text or "EARER" in text:
+        text = _BEARER.sub(r"\1" + MASK, text)
+    return _KEYLIKE.sub(MASK, text) if keylike else text
+
 
 #: a log line the Actions runner would treat as a command: ``::name ...::`` or the legacy ``##[name]``
 _COMMAND_START = re.compile(r"^(\s*)(::|##\[)", re.MULTILINE)

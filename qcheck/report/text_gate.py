@@ -74,6 +74,8 @@ def render(result: Any) -> str:
         parts.append(f"{s['errors']} not judged")
     if s.get("skipped"):
         parts.append(f"{s['skipped']} skipped")
+    if s.get("nothing_judged"):
+        parts.append("nothing judged")
     if quality:
         parts.append("quality " + ("not measured" if s.get("quality_error")
                                    else "FAILED" if s.get("quality_failed") else "passed"))
