@@ -322,7 +322,7 @@ QUESTIONS = [
 ]
 
 #: GPU feature discovery's product labels (Kubernetes node selectors) of the GPUs asked about
-K8S_LABELS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB"}
+K8S_LABELS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-40GB"}  # a100 is the 40 GB part
 #: how each engine's own command line spells a setting (a value of None: a switch)
 ENGINE_FLAGS: dict[str, dict[str, str]] = {
     "vllm": {"context": "--max-model-len", "kv": "--kv-cache-dtype", "tp": "--tensor-parallel-size",
