@@ -10,8 +10,8 @@ deployment judged exactly as the one asked (``Verdict.options``; JSON ``verdicts
   the largest one below the current, and when that is not enough the smallest, each with what it buys at the context
   asked (the whole model on the GPU, or fewer layers in RAM) and the largest context it allows;
 * ``budget``: vLLM's ``--gpu-memory-utilization`` raised to the least value that starts (the engine's fraction knob);
-* ``quant``: a smaller quant of the same model beside it (the GGUF files of the model's directory: same
-  architecture and parameter count), the largest one that fits whole, else the smallest;
+* ``quant``: a smaller quant of the same model beside it (the GGUF files of the model's directory or Hub repo: same
+  architecture, layers and parameter count), the largest one that fits whole, else the smallest;
 * ``more-gpus``: the GPU count the model needs, only as a labelled alternative (never silently more GPUs than named).
 
 Each option's settings are spelled as the engine takes them (``qcheck.spelling``: flag tables, Modelfile
@@ -23,17 +23,21 @@ memory and speed code, never from a formula here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from qcheck.memory.records import GIB, DeploymentOption, OffloadPlan
 
 if TYPE_CHECKING:
+    from qcheck.hub.select import GgufChoice
+    from qcheck.hub.target import HubTarget
     from qcheck.matrix.loader import Matrix
     from qcheck.memory.records import MemoryEstimate
     from qcheck.model import Inspection, Verdict
     from qcheck.request import CheckRequest, Deploy, KVCacheTypes
+    from qcheck.source import FileSet
 
 __all__ = ["JudgeOne", "add_options", "needs_options"]
 
@@ -213,9 +217,9 @@ class _Options:
 
     def quant(self) -> DeploymentOption | None:
         """A smaller quant of the same model beside it: the largest that fits whole, else the smallest."""
-        judged: list[tuple[Inspection, Verdict]] = []
+        judged: list[tuple[_Sibling, Verdict]] = []
         for sibling in _smaller_siblings(self.inspection, self.request):
-            got = self.judge(self.whole(self.request.deploy), sibling, sibling.path)
+            got = self.judge(self.whole(self.request.deploy), sibling.inspection, sibling.inspection.path)
             if got is not None and got.status in ("native", "fallback", "unsupported"):
                 judged.append((sibling, got))
                 if _whole(got):
@@ -223,12 +227,13 @@ class _Options:
         if not judged:
             return None
         sibling, got = next(((s, g) for s, g in judged if _whole(g)), judged[-1])
-        flags = _words(self.engine, "model", sibling.path) + self.whole_flags(self.whole(self.request.deploy))
-        size = f"{(sibling.size_bytes or 0) / 1e9:.2f} GB"
-        shown = [os.path.basename(w) if w == sibling.path else w for w in flags]
-        label = f"{' '.join(shown) or os.path.basename(sibling.path)} ({_quant_name(sibling)}, {size})"
-        opt = _option("quant", label, flags, {"model": sibling.path}, got, self.gpus)
-        opt.model = sibling.path
+        ins = sibling.inspection
+        flags, shown = _model_words(self.engine, sibling)
+        whole = self.whole_flags(self.whole(self.request.deploy))
+        size = f"{(ins.size_bytes or 0) / 1e9:.2f} GB"
+        label = f"{' '.join(shown + whole) if flags else _display_name(ins.path)} ({_quant_name(ins)}, {size})"
+        opt = _option("quant", label, flags + whole, {"model": ins.path}, got, self.gpus)
+        opt.model = ins.path
         return opt
 
     def more_gpus(self) -> DeploymentOption | None:
@@ -346,22 +351,36 @@ def _budget_knob(matrix: Matrix, v: Verdict, deploy: Deploy) -> tuple[str | None
     return knob.field, None if default is None else float(default)
 
 
-def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> list[Inspection]:
-    """The other GGUF quants of the same model in its directory (same architecture and parameter count), smaller
-    than it, largest first; at most ``MAX_SIBLINGS`` headers are read."""
-    from qcheck.check import load_targets
-    from qcheck.errors import QcheckError
+@dataclasses.dataclass(frozen=True)
+class _Sibling:
+    """Another quant of the model: its inspection (``path`` a local file, or ``org/name[@rev]:FILE`` on the Hub) and,
+    for a Hub quant, the tag that names it alone in its repo (``org/name:Q4_K_M``, the form llama.cpp's ``-hf`` and
+    Ollama's ``hf.co/`` names take; None when the quant names several models there or a revision was asked)."""
+
+    inspection: Inspection
+    hub_tag: str | None = None
+
+
+def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:
+    """The other GGUF quants of the same model beside it (same architecture, layers and parameter count), smaller
+    than it, largest first: in its directory, or in its Hub repo for a Hub model. Read lazily (a caller that stops at
+    the first one that fits reads no more), at most ``MAX_SIBLINGS`` models' headers; a sibling that cannot be read
+    is not one."""
     from qcheck.hub.select import is_projector
     from qcheck.readers.directory import gguf_groups
 
     path = inspection.path
-    if inspection.container != "gguf" or not os.path.isfile(path):
-        return []
+    if inspection.container != "gguf":
+        return
+    if not os.path.isfile(path):
+        if inspection.revision is not None:  # read from the Hub: its repo's other quants
+            yield from _hub_siblings(inspection, request)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     try:
         names = [n for n in os.listdir(folder) if n.lower().endswith(".gguf") and not is_projector(n)]
     except OSError:
-        return []
+        return
     own = os.path.basename(path)
     sized = []
     for members in gguf_groups(names).values():
@@ -373,15 +392,104 @@ def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> list[Ins
             continue
         if size < (inspection.size_bytes or 0):
             sized.append((size, os.path.join(os.path.dirname(path), members[0])))
-    out = []
     for _, sibling in sorted(sized, reverse=True)[:MAX_SIBLINGS]:
-        try:
-            (other,) = load_targets(sibling, request.limits)[:1]
-        except (QcheckError, ValueError):
-            continue  # not a model qcheck can read: not an option
-        if _same_model(inspection, other):
-            out.append(other)
-    return out
+        other = _read_sibling(inspection, functools.partial(_first, sibling, request))
+        if other is not None:
+            yield _Sibling(other)
+
+
+def _first(target: str, request: CheckRequest) -> Inspection:
+    from qcheck.check import load_targets
+
+    return load_targets(target, request.limits)[0]
+
+
+def _read_sibling(inspection: Inspection, read: Callable[[], Inspection]) -> Inspection | None:
+    """The quant ``read`` gives when it is the same model as ``inspection``; None when it is another model or cannot
+    be read (a bad or hostile header, a failed request, a pickle): a sibling that cannot be read is not an option."""
+    from qcheck.errors import QcheckError
+
+    try:
+        other = read()
+    except (QcheckError, OSError, ValueError, MemoryError):
+        return None
+    return other if other.container == "gguf" and _same_model(inspection, other) else None
+
+
+def _hub_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:
+    """The other GGUF quants of a Hub model in its repo at the revision asked: one listing (its sizes pick the
+    smaller ones), then the headers of at most ``MAX_SIBLINGS`` of them from that listing's commit, largest first;
+    none when the repo cannot be listed."""
+    from qcheck.errors import QcheckError
+    from qcheck.hub import hub_target, open_repo
+    from qcheck.hub.select import gguf_choices
+    from qcheck.hub.target import HubTarget
+
+    try:
+        target = hub_target(inspection.path)
+        if target is None or target.revision == "*":
+            return
+        fs = open_repo(target, request.limits)
+        entries = fs.all_files() if hasattr(fs, "all_files") else fs.list()
+    except (QcheckError, OSError, ValueError, MemoryError):
+        return
+    choices = gguf_choices({e.name: e.size for e in entries})
+    smaller = [c for c in choices if c.size is not None and c.size < (inspection.size_bytes or 0)]
+    for choice in sorted(smaller, key=lambda c: c.size or 0, reverse=True)[:MAX_SIBLINGS]:
+        # named as `qcheck check` names it (and reads it back: the same files, the same answer)
+        path = HubTarget(target.repo_id, target.revision, choice.first).display()
+        other = _read_sibling(inspection, functools.partial(_from_repo, fs, choice, path, request))
+        if other is not None:
+            yield _Sibling(other, _hub_tag(target, choices, choice))
+
+
+def _from_repo(fs: FileSet, choice: GgufChoice, path: str, request: CheckRequest) -> Inspection:
+    from qcheck.classify import classify
+    from qcheck.readers import load_from_fileset
+
+    return classify(load_from_fileset(fs, list(choice.names), request.limits, path=path, origin="hub"))
+
+
+def _hub_tag(target: HubTarget, choices: list[GgufChoice], choice: GgufChoice) -> str | None:
+    """``org/name:Q3_K_M`` when that quant label names ``choice`` alone in the repo (qcheck's selector rule, which is
+    how it reads ``-hf org/name:Q3_K_M`` back) and no revision was asked (neither form takes one)."""
+    from qcheck.hub.select import quant_label, select_gguf
+
+    label = quant_label(choice.first)
+    if target.revision or not label or select_gguf(choices, label, target.repo_id) != [choice]:
+        return None
+    return f"{target.repo_id}:{label}"
+
+
+#: engines that take a Hub quant as a model name ``hf.co/org/name:QUANT`` (Ollama: huggingface/hub-docs
+#: docs/hub/ollama.md "ollama run hf.co/{username}/{repository}:{quantization}"; read back by qcheck.deploy.cmdline)
+_HF_CO_MODEL = ("ollama",)
+
+
+def _model_words(engine: str, sibling: _Sibling) -> tuple[list[str], list[str]]:
+    """The words that name the sibling to the engine, and as shown (a local file by its base name): a file's path
+    (llama.cpp ``-m FILE``), else a Hub quant in the engine's own Hub form: llama.cpp ``-hf org/name:Q3_K_M`` (or
+    ``-hf org/name -hff FILE`` when the quant names several models), Ollama ``hf.co/org/name:Q3_K_M``; none for an
+    engine without one (the option then names it as qcheck does, ``org/name:FILE``)."""
+    path = sibling.inspection.path
+    if os.path.isfile(path):
+        flags = _words(engine, "model", path)
+        return flags, [os.path.basename(w) if w == path else w for w in flags]
+    if sibling.hub_tag is not None:
+        flags = _words(engine, "hf_repo", sibling.hub_tag)
+        if not flags and engine in _HF_CO_MODEL:
+            flags = _words(engine, "model", f"hf.co/{sibling.hub_tag}")
+        return flags, flags
+    repo, _, file = path.partition(":")
+    if "@" in repo:
+        return [], []  # a revision: neither -hf nor hf.co/ takes one
+    repo_words, file_words = _words(engine, "hf_repo", repo), _words(engine, "hf_file", file)
+    flags = repo_words + file_words if repo_words and file_words else []
+    return flags, flags
+
+
+def _display_name(path: str) -> str:
+    return path if not os.path.isfile(path) else os.path.basename(path)
 
 
 def _same_model(a: Inspection, b: Inspection) -> bool:
