@@ -451,13 +451,20 @@ def _from_repo(fs: FileSet, choice: GgufChoice, path: str, request: CheckRequest
 
 
 def _hub_tag(target: HubTarget, choices: list[GgufChoice], choice: GgufChoice) -> str | None:
-    """``org/name:Q3_K_M`` when that quant label names ``choice`` alone in the repo (qcheck's selector rule, which is
-    how it reads ``-hf org/name:Q3_K_M`` back) and no revision was asked (neither form takes one)."""
+    """``org/name:Q3_K_M`` when that quant label names ``choice`` alone in the repo, both as qcheck reads it back
+    (``qcheck.hub.select.select_gguf``) and as llama.cpp picks a file for it (common/download.cpp
+    ``find_best_model``: the first model file, in listing order, whose path holds the tag followed by '.' or '-',
+    any case; ggml-org/llama.cpp@0216dab), and no revision was asked (neither -hf nor hf.co/ takes one)."""
+    import re
+
     from qcheck.hub.select import quant_label, select_gguf
 
     label = quant_label(choice.first)
     if target.revision or not label or select_gguf(choices, label, target.repo_id) != [choice]:
         return None
+    tag = re.compile(re.escape(label) + "[.-]", re.IGNORECASE)
+    if [c for c in choices if tag.search(c.first)] != [choice]:
+        return None  # llama.cpp would match another model's file too (Q4_K_M in UD-Q4_K_M): name the file instead
     return f"{target.repo_id}:{label}"
 
 
