@@ -32,7 +32,6 @@ from qcheck.memory.records import GIB, DeploymentOption, OffloadPlan
 
 if TYPE_CHECKING:
     from qcheck.hub.select import GgufChoice
-    from qcheck.hub.target import HubTarget
     from qcheck.matrix.loader import Matrix
     from qcheck.memory.records import MemoryEstimate
     from qcheck.model import Inspection, Verdict
@@ -354,10 +353,13 @@ def _budget_knob(matrix: Matrix, v: Verdict, deploy: Deploy) -> tuple[str | None
 @dataclasses.dataclass(frozen=True)
 class _Sibling:
     """Another quant of the model: its inspection (``path`` a local file, or ``org/name[@rev]:FILE`` on the Hub) and,
-    for a Hub quant, the tag that names it alone in its repo (``org/name:Q4_K_M``, the form llama.cpp's ``-hf`` and
-    Ollama's ``hf.co/`` names take; None when the quant names several models there or a revision was asked)."""
+    for a Hub quant the engines' own Hub forms can fetch (llama.cpp's ``-hf``, Ollama's ``hf.co/``: the default
+    branch), its repo, its first file and the quant tag that names it alone there (None when the tag names several
+    models)."""
 
     inspection: Inspection
+    hub_repo: str | None = None
+    hub_file: str | None = None
     hub_tag: str | None = None
 
 
@@ -439,8 +441,10 @@ def _hub_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Si
         # named as `qcheck check` names it (and reads it back: the same files, the same answer)
         path = HubTarget(target.repo_id, target.revision, choice.first).display()
         other = _read_sibling(inspection, functools.partial(_from_repo, fs, choice, path, request))
-        if other is not None:
-            yield _Sibling(other, _hub_tag(target, choices, choice))
+        if other is not None and target.revision in _DEFAULT_BRANCH:
+            yield _Sibling(other, target.repo_id, choice.first, _hub_tag(target.repo_id, choices, choice))
+        elif other is not None:
+            yield _Sibling(other)
 
 
 def _from_repo(fs: FileSet, choice: GgufChoice, path: str, request: CheckRequest) -> Inspection:
@@ -450,22 +454,27 @@ def _from_repo(fs: FileSet, choice: GgufChoice, path: str, request: CheckRequest
     return classify(load_from_fileset(fs, list(choice.names), request.limits, path=path, origin="hub"))
 
 
-def _hub_tag(target: HubTarget, choices: list[GgufChoice], choice: GgufChoice) -> str | None:
-    """``org/name:Q3_K_M`` when that quant label names ``choice`` alone in the repo, both as qcheck reads it back
-    (``qcheck.hub.select.select_gguf``) and as llama.cpp picks a file for it (common/download.cpp
+#: the revisions llama.cpp's -hf and Ollama's hf.co/ fetch (neither takes one: llama.cpp lists the repo at its
+#: ``main`` branch, common/hf-cache.cpp ``get_repo_commit``): a quant asked at another is named as qcheck names it
+_DEFAULT_BRANCH = (None, "main")
+
+
+def _hub_tag(repo: str, choices: list[GgufChoice], choice: GgufChoice) -> str | None:
+    """The quant label (``Q3_K_M``) when it names ``choice`` alone in the repo, both as qcheck reads ``org/name:TAG``
+    back (``qcheck.hub.select.select_gguf``) and as llama.cpp picks a file for it (common/download.cpp
     ``find_best_model``: the first model file, in listing order, whose path holds the tag followed by '.' or '-',
-    any case; ggml-org/llama.cpp@0216dab), and no revision was asked (neither -hf nor hf.co/ takes one)."""
+    any case; ggml-org/llama.cpp@0216dab)."""
     import re
 
     from qcheck.hub.select import quant_label, select_gguf
 
     label = quant_label(choice.first)
-    if target.revision or not label or select_gguf(choices, label, target.repo_id) != [choice]:
+    if not label or select_gguf(choices, label, repo) != [choice]:
         return None
     tag = re.compile(re.escape(label) + "[.-]", re.IGNORECASE)
     if [c for c in choices if tag.search(c.first)] != [choice]:
         return None  # llama.cpp would match another model's file too (Q4_K_M in UD-Q4_K_M): name the file instead
-    return f"{target.repo_id}:{label}"
+    return label
 
 
 #: engines that take a Hub quant as a model name ``hf.co/org/name:QUANT`` (Ollama: huggingface/hub-docs
@@ -476,21 +485,20 @@ _HF_CO_MODEL = ("ollama",)
 def _model_words(engine: str, sibling: _Sibling) -> tuple[list[str], list[str]]:
     """The words that name the sibling to the engine, and as shown (a local file by its base name): a file's path
     (llama.cpp ``-m FILE``), else a Hub quant in the engine's own Hub form: llama.cpp ``-hf org/name:Q3_K_M`` (or
-    ``-hf org/name -hff FILE`` when the quant names several models), Ollama ``hf.co/org/name:Q3_K_M``; none for an
-    engine without one (the option then names it as qcheck does, ``org/name:FILE``)."""
+    ``-hf org/name -hff FILE`` when the tag names several models), Ollama ``hf.co/org/name:Q3_K_M``; none for an
+    engine without one, or a revision they cannot fetch (the option then names it as qcheck does,
+    ``org/name[@rev]:FILE``)."""
     path = sibling.inspection.path
-    if os.path.isfile(path):
-        flags = _words(engine, "model", path)
+    if sibling.hub_repo is None:
+        flags = _words(engine, "model", path) if os.path.isfile(path) else []
         return flags, [os.path.basename(w) if w == path else w for w in flags]
     if sibling.hub_tag is not None:
-        flags = _words(engine, "hf_repo", sibling.hub_tag)
+        ref = f"{sibling.hub_repo}:{sibling.hub_tag}"
+        flags = _words(engine, "hf_repo", ref)
         if not flags and engine in _HF_CO_MODEL:
-            flags = _words(engine, "model", f"hf.co/{sibling.hub_tag}")
+            flags = _words(engine, "model", f"hf.co/{ref}")
         return flags, flags
-    repo, _, file = path.partition(":")
-    if "@" in repo:
-        return [], []  # a revision: neither -hf nor hf.co/ takes one
-    repo_words, file_words = _words(engine, "hf_repo", repo), _words(engine, "hf_file", file)
+    repo_words, file_words = _words(engine, "hf_repo", sibling.hub_repo), _words(engine, "hf_file", sibling.hub_file)
     flags = repo_words + file_words if repo_words and file_words else []
     return flags, flags
 

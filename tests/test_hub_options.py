@@ -168,15 +168,17 @@ def test_ollama_names_the_hub_quant_hf_co(hub: FakeHub, files: dict) -> None:
 
 
 @pytest.mark.parametrize("target, flags, model", [
-    # a revision: neither -hf nor hf.co/ takes one, so the option names the quant as qcheck does
-    ("org/Llama-GGUF@main:Q8_0", [], f"org/Llama-GGUF@main:{Q4}"),
+    # a branch: neither -hf nor hf.co/ takes one (both fetch main), so the option names the quant as qcheck does
+    ("org/Llama-GGUF@dev:Q8_0", [], f"org/Llama-GGUF@dev:{Q4}"),
+    ("org/Llama-GGUF@main:Q8_0", ["-hf", "org/Llama-GGUF:Q4_K_M"], f"org/Llama-GGUF@main:{Q4}"),
     # a quant label two models share: llama.cpp's file flag names the one meant
     ("org/Shared-GGUF:Q8_0", ["-hf", "org/Shared-GGUF", "-hff", Q4], f"org/Shared-GGUF:{Q4}"),
     # a label of its own (qcheck reads UD-Q4_K_M apart) that llama.cpp's -hf :Q4_K_M would still match in UD-Q4_K_M
     ("org/Unsloth-GGUF:Q8_0", ["-hf", "org/Unsloth-GGUF", "-hff", Q4], f"org/Unsloth-GGUF:{Q4}")])
-def test_a_quant_the_hub_tag_cannot_name_alone(hub: FakeHub, files: dict, target: str, flags: list[str],
-                                               model: str) -> None:
+def test_the_hub_words_follow_the_branch_and_what_the_tag_matches(hub: FakeHub, files: dict, target: str,
+                                                                   flags: list[str], model: str) -> None:
     hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"]})
+    hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"]}, branch="dev")
     hub.add_repo("org/Shared-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], OTHER: files["other"]})
     hub.add_repo("org/Unsloth-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"],
                                       OTHER.replace("Q4_K_M", "UD-Q4_K_M"): files["other"]})
