@@ -121,34 +121,30 @@ def _option_figures(o: dict[str, Any]) -> tuple[object, ...]:
 
 
 def test_llama_cpp_gets_the_largest_smaller_quant_that_fits_whole_in_its_hf_flag(hub: FakeHub, files: dict) -> None:
-    """Through the real CLI in a subprocess, text and JSON: -hf org/name:Q4_K_M, its size, all on the GPU; Q3_K_M's
-    header is never read (Q4_K_M already fits whole) and the repo is listed once more, not once per quant."""
+    """Through the real CLI in a subprocess: -hf org/name:Q4_K_M, its size, all on the GPU, exit 0; Q3_K_M's header
+    is never read (Q4_K_M already fits whole) and the repo is listed once more, not once per quant."""
     hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], Q3: files["Q3_K_M"]})
-    done = qcheck("check", "org/Llama-GGUF:Q8_0", "--engine", "llama.cpp", *ASK, "--json", matrix=False)
-    assert done.returncode == 0, done.stderr
-    (v,) = json.loads(done.stdout)["verdicts"]
-    assert v["startup"]["outcome"] == "offloaded"
-    quant = _quant(v)
-    assert quant is not None
-    assert quant["flags"] == ["-hf", "org/Llama-GGUF:Q4_K_M"]
-    assert quant["model"] == f"org/Llama-GGUF:{Q4}"
-    assert quant["label"] == "-hf org/Llama-GGUF:Q4_K_M (Q4_K_M, 4.91 GB)"
-    assert (quant["startup"], quant["fits"], quant["offload"]) == ("starts", True, None)
-    assert quant["decode_tokens_per_s"] > v["memory"]["speed"]["decode_tokens_per_s"]
+    done = qcheck("check", "org/Llama-GGUF:Q8_0", "--engine", "llama.cpp", *ASK, matrix=False, COLUMNS="200")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "-ngl 24 of 33" in done.stdout  # Q8_0 itself keeps layers in RAM
+    line = next(ln for ln in done.stdout.splitlines() if "-hf org/Llama-GGUF:Q4_K_M" in ln)
+    assert "(Q4_K_M, 4.91 GB)" in line and "starts, all on the GPU (5.4 GiB)" in line
     assert hub.requests(r"Q3_K_M\.gguf$") == []
     assert len(hub.requests(r"^/api/models/")) == 2  # the model's own listing, then one for its siblings
-    text = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["check", "org/Llama-GGUF:Q8_0", "--engine", "llama.cpp",
-                                                         *ASK], catch_exceptions=False)
-    assert text.exit_code == 0
-    line = next(ln for ln in text.stdout.splitlines() if "-hf org/Llama-GGUF:Q4_K_M" in ln)
-    assert "(Q4_K_M, 4.91 GB)" in line and "starts, all on the GPU (5.4 GiB)" in line
 
 
 def test_the_option_asked_back_gives_its_own_figures(hub: FakeHub, files: dict) -> None:
     """One answer: the option's figures are what `check org/name:FILE` and `check -- llama-server -hf ...` say."""
     hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], Q3: files["Q3_K_M"]})
-    quant = _quant(_verdict("org/Llama-GGUF:Q8_0", "--engine", "llama.cpp", *ASK))
+    v = _verdict("org/Llama-GGUF:Q8_0", "--engine", "llama.cpp", *ASK)
+    assert v["startup"]["outcome"] == "offloaded"
+    quant = _quant(v)
     assert quant is not None
+    assert quant["flags"] == ["-hf", "org/Llama-GGUF:Q4_K_M"]
+    assert quant["settings"] == {"model": f"org/Llama-GGUF:{Q4}"} and quant["model"] == f"org/Llama-GGUF:{Q4}"
+    assert quant["label"] == "-hf org/Llama-GGUF:Q4_K_M (Q4_K_M, 4.91 GB)"
+    assert (quant["startup"], quant["fits"], quant["offload"]) == ("starts", True, None)
+    assert quant["decode_tokens_per_s"] > v["memory"]["speed"]["decode_tokens_per_s"]
     by_name = _verdict(quant["model"], "--engine", "llama.cpp", *ASK)
     by_flags = _verdict("--gpu", GPU, "--", "llama-server", *quant["flags"], "-c", "8192")
     assert _figures(by_name) == _figures(by_flags) == _option_figures(quant)
@@ -202,6 +198,17 @@ def test_a_smaller_file_of_another_model_is_no_option(hub: FakeHub, files: dict)
     assert _quant(v) is None and _kinds(v) == ["as-asked", "kv-cache", "kv-cache", "more-gpus"]
 
 
+#: per engine, the verdict of Q8_0 alone in its repo (no smaller quant): what a repo that cannot be read must give
+_ALONE: dict[str, dict[str, Any]] = {}
+
+
+def _alone(engine: str, hub: FakeHub, files: dict) -> dict[str, Any]:
+    if engine not in _ALONE:
+        hub.add_repo("org/Alone-GGUF", {Q8: files["Q8_0"]})
+        _ALONE[engine] = _verdict("org/Alone-GGUF:Q8_0", "--engine", engine, *ASK)  # exit 0 (asserted there)
+    return _ALONE[engine]
+
+
 @pytest.mark.parametrize("fault, engine", [("listing", "llama.cpp"), ("header", "ollama"), ("pickle", "llama.cpp"),
                                            ("file", "ollama")])
 def test_a_repo_that_cannot_be_read_gives_no_quant_and_changes_nothing_else(hub: FakeHub, files: dict, engine: str,
@@ -213,19 +220,18 @@ def test_a_repo_that_cannot_be_read_gives_no_quant_and_changes_nothing_else(hub:
     pickled = VirtualFile(b"\x80\x02}q\x00.", 4_900_000_000)
     repo = {Q8: files["Q8_0"], Q4: {"header": hostile, "pickle": pickled}.get(fault, files["Q4_K_M"])}
     hub.add_repo("org/Faulty-GGUF", repo)
-    hub.add_repo("org/Alone-GGUF", {Q8: files["Q8_0"]})
     if fault == "listing":
         hub.inject(r"^/api/models/org/Faulty-GGUF", 500, times=10, skip=1)
     if fault == "file":
         hub.inject(rf"/resolve/.*/{Q4}$", 404, times=10)
+    alone = _alone(engine, hub, files)
     code, out, err = _run("check", "org/Faulty-GGUF:Q8_0", "--engine", engine, *ASK, "--json")
     if fault == "listing":  # the model's own listing answered, the siblings' one failed
         assert [r.status for r in hub.requests(r"^/api/models/org/Faulty-GGUF")][:2] == [200, 500]
     else:
         assert {r.status for r in hub.requests(rf"/{Q4}$")} == {404 if fault == "file" else 206}
-    alone_code, alone_out, _ = _run("check", "org/Alone-GGUF:Q8_0", "--engine", engine, *ASK, "--json")
-    assert "Traceback" not in err and code == alone_code == 0, out + err
-    (v,), (alone,) = json.loads(out)["verdicts"], json.loads(alone_out)["verdicts"]
+    assert "Traceback" not in err and code == 0, out + err  # the exit code of the model with no smaller quant
+    (v,) = json.loads(out)["verdicts"]
     assert _quant(v) is None and _kinds(v) == _kinds(alone)
     assert [o["flags"] for o in v["options"]] == [o["flags"] for o in alone["options"]]
 
@@ -260,3 +266,22 @@ def test_at_most_max_siblings_headers_are_read(hub: FakeHub, files: dict) -> Non
     assert _quant(v) is None
     read = {r.path.rsplit("/", 1)[1] for r in hub.requests(r"-v\d\d-Q4_K_M\.gguf$")}
     assert read == {f"Llama-3.2-1B-Instruct-v{i:02d}-Q4_K_M.gguf" for i in range(MAX_SIBLINGS)}
+
+
+def test_every_door_gets_the_same_hub_option(hub: FakeHub, files: dict, tmp_path: Path) -> None:
+    """The check command, a gate policy naming the Hub model and the Python API: the same options, Hub quant included."""
+    from qcheck.pipeline import run
+    from qcheck.request import CheckRequest, Deploy
+
+    hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"]})
+    target = "org/Llama-GGUF:Q8_0"
+    from_check = _verdict(target, "--engine", "llama.cpp", *ASK)["options"]
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'models = [{{ path = "{target}" }}]\n[memory]\ncontext = 8192\n'
+                      f'[[targets]]\nengine = ["llama.cpp"]\ngpu = ["{GPU}"]\n')
+    code, out, err = _run("gate", "--policy", str(policy), "--json")
+    assert code == 0, out + err
+    from_gate = next(v for r in json.loads(out)["models"] for v in r["verdicts"])["options"]
+    (api,) = run(CheckRequest(target, ("llama.cpp",), (GPU,), Deploy(context=8192, batch=1), memory=True)).verdicts
+    assert from_check == from_gate == [o.to_json() for o in api.options]
+    assert _quant({"options": from_check}) is not None
