@@ -67,10 +67,12 @@ def needs_options(v: Verdict) -> bool:
 
 def add_options(verdicts: Iterable[Verdict], inspection: Inspection, request: CheckRequest, matrix: Matrix,
                 judge_one: JudgeOne) -> None:
-    """Fill ``Verdict.options`` for every verdict whose deployment does not fit the GPUs named whole."""
+    """Fill ``Verdict.options`` for every verdict whose deployment does not fit the GPUs named whole. The model's
+    smaller quants are read once for all of them (one Hub listing, each header once), and only when one is needed."""
+    siblings = _Once(_smaller_siblings(inspection, request))
     for v in verdicts:
         if needs_options(v):
-            v.options = _Options(v, inspection, request, matrix, judge_one).all()
+            v.options = _Options(v, inspection, request, matrix, judge_one, siblings).all()
 
 
 @dataclasses.dataclass
@@ -82,6 +84,7 @@ class _Options:
     request: CheckRequest
     matrix: Matrix
     judge_one: JudgeOne
+    siblings: Iterable[_Sibling]
 
     @property
     def memory(self) -> MemoryEstimate:
@@ -217,7 +220,7 @@ class _Options:
     def quant(self) -> DeploymentOption | None:
         """A smaller quant of the same model beside it: the largest that fits whole, else the smallest."""
         judged: list[tuple[_Sibling, Verdict]] = []
-        for sibling in _smaller_siblings(self.inspection, self.request):
+        for sibling in self.siblings:
             got = self.judge(self.whole(self.request.deploy), sibling.inspection, sibling.inspection.path)
             if got is not None and got.status in ("native", "fallback", "unsupported"):
                 judged.append((sibling, got))
@@ -361,6 +364,27 @@ class _Sibling:
     hub_repo: str | None = None
     hub_file: str | None = None
     hub_tag: str | None = None
+
+
+class _Once:
+    """An iterator's items, produced once and kept: every verdict walks the same siblings, and one that stops early
+    (its first whole fit) leaves the rest unread until a later verdict needs them."""
+
+    def __init__(self, source: Iterator[_Sibling]) -> None:
+        self._source: Iterator[_Sibling] | None = source
+        self._seen: list[_Sibling] = []
+
+    def __iter__(self) -> Iterator[_Sibling]:
+        i = 0
+        while True:
+            if i == len(self._seen):
+                item = next(self._source, None) if self._source is not None else None
+                if item is None:
+                    self._source = None
+                    return
+                self._seen.append(item)
+            yield self._seen[i]
+            i += 1
 
 
 def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:

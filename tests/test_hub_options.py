@@ -268,6 +268,20 @@ def test_at_most_max_siblings_headers_are_read(hub: FakeHub, files: dict) -> Non
     assert read == {f"Llama-3.2-1B-Instruct-v{i:02d}-Q4_K_M.gguf" for i in range(MAX_SIBLINGS)}
 
 
+def test_several_verdicts_read_the_repo_once(hub: FakeHub, files: dict) -> None:
+    """Two engines on two 8 GB cards: four verdicts with options, one more listing and one header read between them
+    (each verdict's quant is the same Q4_K_M, in its own engine's words)."""
+    hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], Q3: files["Q3_K_M"]})
+    data = _check("org/Llama-GGUF:Q8_0", "--engine", "llama.cpp", "--engine", "ollama", "--gpu", GPU, "--gpu",
+                  "rtx-3060:8gb", "--context", "8192")
+    quants = [_quant(v) for v in data["verdicts"]]
+    assert [q["flags"] if q else None for q in quants] == [["-hf", "org/Llama-GGUF:Q4_K_M"]] * 2 + [
+        ["hf.co/org/Llama-GGUF:Q4_K_M"]] * 2
+    assert len(hub.requests(r"^/api/models/")) == 2
+    assert len({r.path for r in hub.requests(rf"/{Q4}$")}) == 1 and hub.requests(r"Q3_K_M\.gguf$") == []
+    assert len(hub.requests(rf"/{Q4}$")) == len(hub.requests(rf"/{Q8}$"))  # read as often as the model itself
+
+
 def test_every_door_gets_the_same_hub_option(hub: FakeHub, files: dict, tmp_path: Path) -> None:
     """The check command, a gate policy naming the Hub model and the Python API: the same options, Hub quant included."""
     from qcheck.pipeline import run
