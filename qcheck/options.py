@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -488,8 +489,6 @@ def _hub_tag(repo: str, choices: list[GgufChoice], choice: GgufChoice) -> str | 
     back (``qcheck.hub.select.select_gguf``) and as llama.cpp picks a file for it (common/download.cpp
     ``find_best_model``: the first model file, in listing order, whose path holds the tag followed by '.' or '-',
     any case; ggml-org/llama.cpp@0216dab)."""
-    import re
-
     from qcheck.hub.select import quant_label, select_gguf
 
     label = quant_label(choice.first)
@@ -501,26 +500,36 @@ def _hub_tag(repo: str, choices: list[GgufChoice], choice: GgufChoice) -> str | 
     return label
 
 
-#: engines that take a Hub quant as a model name ``hf.co/org/name:QUANT`` (Ollama: huggingface/hub-docs
-#: docs/hub/ollama.md "ollama run hf.co/{username}/{repository}:{quantization}"; read back by qcheck.deploy.cmdline)
+#: engines that take a Hub quant as a model name ``hf.co/org/name:TAG``, TAG a quant or a top-level file name
+#: (Ollama: huggingface/hub-docs docs/hub/ollama.md "ollama run hf.co/{username}/{repository}:{quantization}", "you can
+#: also directly use the full filename as a tag"; read back by qcheck.deploy.cmdline). Not a split set: the Hub
+#: answers Ollama "The specified tag is a sharded GGUF. Ollama does not support this yet" (ollama/ollama#5245, open).
 _HF_CO_MODEL = ("ollama",)
+#: the model names Ollama takes (ollama/ollama types/model/name.go ``Name.IsValid``: a namespace of 2-80 of
+#: [A-Za-z0-9_-], a model of 2-80 of [A-Za-z0-9._-], a tag of 1-80 of [A-Za-z0-9._-], each starting alphanumeric;
+#: so no file in a sub-folder, no dotted namespace)
+_OLLAMA_NAME = re.compile(r"hf\.co/[A-Za-z0-9][A-Za-z0-9_-]{1,79}/[A-Za-z0-9][A-Za-z0-9._-]{1,79}:"
+                          r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 
 def _model_words(engine: str, sibling: _Sibling) -> tuple[list[str], list[str]]:
     """The words that name the sibling to the engine, and as shown (a local file by its base name): a file's path
     (llama.cpp ``-m FILE``), else a Hub quant in the engine's own Hub form: llama.cpp ``-hf org/name:Q3_K_M`` (or
-    ``-hf org/name -hff FILE`` when the tag names several models), Ollama ``hf.co/org/name:Q3_K_M``; none for an
-    engine without one, or a revision they cannot fetch (the option then names it as qcheck does,
-    ``org/name[@rev]:FILE``)."""
+    ``-hf org/name -hff FILE`` when the tag names several models), Ollama ``hf.co/org/name:Q3_K_M`` (or
+    ``hf.co/org/name:FILE``); none for an engine without one, a form that cannot name it, or a revision they cannot
+    fetch (the option then names it as qcheck does, ``org/name[@rev]:FILE``)."""
     path = sibling.inspection.path
-    if sibling.hub_repo is None:
+    if sibling.hub_repo is None or sibling.hub_file is None:
         flags = _words(engine, "model", path) if os.path.isfile(path) else []
         return flags, [os.path.basename(w) if w == path else w for w in flags]
+    if engine in _HF_CO_MODEL:
+        name = f"hf.co/{sibling.hub_repo}:{sibling.hub_tag or sibling.hub_file}"
+        if (sibling.inspection.gguf_split_count or 1) > 1 or not _OLLAMA_NAME.fullmatch(name):
+            return [], []
+        flags = _words(engine, "model", name)
+        return flags, flags
     if sibling.hub_tag is not None:
-        ref = f"{sibling.hub_repo}:{sibling.hub_tag}"
-        flags = _words(engine, "hf_repo", ref)
-        if not flags and engine in _HF_CO_MODEL:
-            flags = _words(engine, "model", f"hf.co/{ref}")
+        flags = _words(engine, "hf_repo", f"{sibling.hub_repo}:{sibling.hub_tag}")
         return flags, flags
     repo_words, file_words = _words(engine, "hf_repo", sibling.hub_repo), _words(engine, "hf_file", sibling.hub_file)
     flags = repo_words + file_words if repo_words and file_words else []

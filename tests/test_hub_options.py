@@ -150,17 +150,36 @@ def test_the_option_asked_back_gives_its_own_figures(hub: FakeHub, files: dict) 
     assert _figures(by_name) == _figures(by_flags) == _option_figures(quant)
 
 
-def test_ollama_names_the_hub_quant_hf_co(hub: FakeHub, files: dict) -> None:
-    """Ollama takes a Hub quant as a model name: hf.co/org/name:QUANT (never llama.cpp's -hf), read back the same."""
+def _split_repo(hub: FakeHub, files: dict) -> list[str]:
+    """org/Split-GGUF: Q8_0 and Q4_K_M each split in two parts in their own folder (as big repos ship them), and a
+    single-file Q3_K_M; the Q4_K_M parts' names."""
+    q8_parts = [f"Q8_0/{STEM}-Q8_0-0000{i}-of-00002.gguf" for i in (1, 2)]
+    q4_parts = [f"Q4_K_M/{STEM}-Q4_K_M-0000{i}-of-00002.gguf" for i in (1, 2)]
+    hub.add_repo("org/Split-GGUF", {**dict(zip(q8_parts, files["Q8_0 split"], strict=True)),
+                                    **dict(zip(q4_parts, files["Q4_K_M split"], strict=True)), Q3: files["Q3_K_M"]})
+    return q4_parts
+
+
+@pytest.mark.parametrize("repo, flags", [
+    ("org/Llama-GGUF", ["hf.co/org/Llama-GGUF:Q4_K_M"]),
+    # a quant label another model shares: the Hub takes the file name as the tag
+    ("org/Shared-GGUF", [f"hf.co/org/Shared-GGUF:{Q4}"]),
+    # a split set: the Hub refuses Ollama a sharded GGUF, so no hf.co/ name (the option names it as qcheck does)
+    ("org/Split-GGUF", [])])
+def test_ollama_names_the_hub_quant_hf_co(hub: FakeHub, files: dict, repo: str, flags: list[str]) -> None:
+    """Ollama takes a Hub quant as a model name, hf.co/org/name:TAG (never llama.cpp's -hf); asked back by that name
+    (`ollama run`, the context from OLLAMA_CONTEXT_LENGTH) or by qcheck's, it gives the option's figures."""
     hub.add_repo("org/Llama-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], Q3: files["Q3_K_M"]})
-    quant = _quant(_verdict("org/Llama-GGUF:Q8_0", "--engine", "ollama", *ASK))
+    hub.add_repo("org/Shared-GGUF", {Q8: files["Q8_0"], Q4: files["Q4_K_M"], OTHER: files["other"]})
+    q4_parts = _split_repo(hub, files)
+    quant = _quant(_verdict(f"{repo}:Q8_0", "--engine", "ollama", *ASK))
     assert quant is not None
-    assert quant["flags"] == ["hf.co/org/Llama-GGUF:Q4_K_M"] and quant["model"] == f"org/Llama-GGUF:{Q4}"
-    assert quant["label"].startswith("hf.co/org/Llama-GGUF:Q4_K_M (Q4_K_M, 4.91 GB)")
-    again = _verdict(quant["model"], "--engine", "ollama", *ASK)
+    model = f"{repo}:{q4_parts[0] if flags == [] else Q4}"
+    assert (quant["flags"], quant["model"]) == (flags, model)
+    assert quant["label"].startswith(f"{flags[0] if flags else model} (Q4_K_M, ")
+    again = _verdict(model, "--engine", "ollama", *ASK) if not flags else \
+        _verdict("--gpu", GPU, "--", "OLLAMA_CONTEXT_LENGTH=8192", "ollama", "run", *flags)
     assert _figures(again) == _option_figures(quant)
-    assert _check("--gpu", GPU, "--", "ollama", "run", *quant["flags"])["inspection"]["path"] == \
-        "org/Llama-GGUF:Q4_K_M"
 
 
 @pytest.mark.parametrize("target, flags, model", [
@@ -239,10 +258,7 @@ def test_a_repo_that_cannot_be_read_gives_no_quant_and_changes_nothing_else(hub:
 def test_a_split_set_is_one_sibling_of_every_parts_size(hub: FakeHub, files: dict) -> None:
     """Q8_0 and Q4_K_M each split in two parts in their own folder (as big repos ship them): the option is the Q4_K_M
     set, -hf org/name:Q4_K_M, its size the sum of its parts, and asked back by its first part it gives its figures."""
-    q8_parts = [f"Q8_0/{STEM}-Q8_0-0000{i}-of-00002.gguf" for i in (1, 2)]
-    q4_parts = [f"Q4_K_M/{STEM}-Q4_K_M-0000{i}-of-00002.gguf" for i in (1, 2)]
-    hub.add_repo("org/Split-GGUF", {**dict(zip(q8_parts, files["Q8_0 split"], strict=True)),
-                                    **dict(zip(q4_parts, files["Q4_K_M split"], strict=True)), Q3: files["Q3_K_M"]})
+    q4_parts = _split_repo(hub, files)
     data = _check("org/Split-GGUF:Q8_0", "--engine", "llama.cpp", *ASK)
     assert data["inspection"]["gguf_split_count"] == 2
     (v,) = data["verdicts"]
