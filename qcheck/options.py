@@ -446,7 +446,8 @@ def _read_sibling(inspection: Inspection, read: Callable[[], Inspection]) -> Ins
 def _hub_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:
     """The other GGUF quants of a Hub model in its repo at the revision asked: one listing (its sizes pick the
     smaller ones), then the headers of at most ``MAX_SIBLINGS`` of them from that listing's commit, largest first;
-    none when the repo cannot be listed."""
+    none when the repo cannot be listed. Each request is tried once: the option is optional, so a failure costs no
+    wait and prints nothing."""
     from qcheck.errors import QcheckError
     from qcheck.hub import hub_target, open_repo
     from qcheck.hub.select import gguf_choices
@@ -456,7 +457,7 @@ def _hub_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Si
         target = hub_target(inspection.path)
         if target is None or target.revision == "*":
             return
-        fs = open_repo(target, request.limits)
+        fs = open_repo(target, request.limits, retries=0)  # optional: one attempt, no wait, no retry notice
         entries = fs.all_files() if hasattr(fs, "all_files") else fs.list()
     except (QcheckError, OSError, ValueError, MemoryError):
         return

@@ -232,9 +232,9 @@ def _alone(engine: str, hub: FakeHub, files: dict) -> dict[str, Any]:
                                            ("file", "ollama")])
 def test_a_repo_that_cannot_be_read_gives_no_quant_and_changes_nothing_else(hub: FakeHub, files: dict, engine: str,
                                                                             fault: str) -> None:
-    """The second listing fails (HTTP 500 every try), a sibling's header is hostile (2^62 tensors and keys) or a
-    pickle, or its bytes cannot be fetched (404): no quant option, the same exit code and other options as a repo
-    with no smaller quant, one clean output and no traceback."""
+    """The second listing fails (HTTP 500), a sibling's header is hostile (2^62 tensors and keys) or a pickle, or its
+    bytes cannot be fetched (404): no quant option, the same exit code and other options as a repo with no smaller
+    quant, nothing on stderr (an optional read is tried once: no retry, no wait, no notice)."""
     hostile = VirtualFile(struct.pack("<4sIQQ", b"GGUF", 3, 1 << 62, 1 << 62), 4_900_000_000)
     pickled = VirtualFile(b"\x80\x02}q\x00.", 4_900_000_000)
     repo = {Q8: files["Q8_0"], Q4: {"header": hostile, "pickle": pickled}.get(fault, files["Q4_K_M"])}
@@ -245,11 +245,11 @@ def test_a_repo_that_cannot_be_read_gives_no_quant_and_changes_nothing_else(hub:
         hub.inject(rf"/resolve/.*/{Q4}$", 404, times=10)
     alone = _alone(engine, hub, files)
     code, out, err = _run("check", "org/Faulty-GGUF:Q8_0", "--engine", engine, *ASK, "--json")
-    if fault == "listing":  # the model's own listing answered, the siblings' one failed
-        assert [r.status for r in hub.requests(r"^/api/models/org/Faulty-GGUF")][:2] == [200, 500]
+    if fault == "listing":  # the model's own listing answered, the siblings' one failed, tried once
+        assert [r.status for r in hub.requests(r"^/api/models/org/Faulty-GGUF")] == [200, 500]
     else:
         assert {r.status for r in hub.requests(rf"/{Q4}$")} == {404 if fault == "file" else 206}
-    assert "Traceback" not in err and code == 0, out + err  # the exit code of the model with no smaller quant
+    assert (code, err) == (0, ""), out + err  # the exit code of the model with no smaller quant; not a word more
     (v,) = json.loads(out)["verdicts"]
     assert _quant(v) is None and _kinds(v) == _kinds(alone)
     assert [o["flags"] for o in v["options"]] == [o["flags"] for o in alone["options"]]
