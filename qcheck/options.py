@@ -10,8 +10,8 @@ deployment judged exactly as the one asked (``Verdict.options``; JSON ``verdicts
   the largest one below the current, and when that is not enough the smallest, each with what it buys at the context
   asked (the whole model on the GPU, or fewer layers in RAM) and the largest context it allows;
 * ``budget``: vLLM's ``--gpu-memory-utilization`` raised to the least value that starts (the engine's fraction knob);
-* ``quant``: a smaller quant of the same model beside it (the GGUF files of the model's directory: same
-  architecture and parameter count), the largest one that fits whole, else the smallest;
+* ``quant``: a smaller quant of the same model beside it (the GGUF files of the model's directory or Hub repo: same
+  architecture, layers and parameter count), the largest one that fits whole, else the smallest;
 * ``more-gpus``: the GPU count the model needs, only as a labelled alternative (never silently more GPUs than named).
 
 Each option's settings are spelled as the engine takes them (``qcheck.spelling``: flag tables, Modelfile
@@ -23,17 +23,21 @@ memory and speed code, never from a formula here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from qcheck.memory.records import GIB, DeploymentOption, OffloadPlan
 
 if TYPE_CHECKING:
+    from qcheck.hub.select import GgufChoice
     from qcheck.matrix.loader import Matrix
     from qcheck.memory.records import MemoryEstimate
     from qcheck.model import Inspection, Verdict
     from qcheck.request import CheckRequest, Deploy, KVCacheTypes
+    from qcheck.source import FileSet
 
 __all__ = ["JudgeOne", "add_options", "needs_options"]
 
@@ -64,10 +68,12 @@ def needs_options(v: Verdict) -> bool:
 
 def add_options(verdicts: Iterable[Verdict], inspection: Inspection, request: CheckRequest, matrix: Matrix,
                 judge_one: JudgeOne) -> None:
-    """Fill ``Verdict.options`` for every verdict whose deployment does not fit the GPUs named whole."""
+    """Fill ``Verdict.options`` for every verdict whose deployment does not fit the GPUs named whole. The model's
+    smaller quants are read once for all of them (one Hub listing, each header once), and only when one is needed."""
+    siblings = _Once(_smaller_siblings(inspection, request))
     for v in verdicts:
         if needs_options(v):
-            v.options = _Options(v, inspection, request, matrix, judge_one).all()
+            v.options = _Options(v, inspection, request, matrix, judge_one, siblings).all()
 
 
 @dataclasses.dataclass
@@ -79,6 +85,7 @@ class _Options:
     request: CheckRequest
     matrix: Matrix
     judge_one: JudgeOne
+    siblings: Iterable[_Sibling]
 
     @property
     def memory(self) -> MemoryEstimate:
@@ -213,9 +220,9 @@ class _Options:
 
     def quant(self) -> DeploymentOption | None:
         """A smaller quant of the same model beside it: the largest that fits whole, else the smallest."""
-        judged: list[tuple[Inspection, Verdict]] = []
-        for sibling in _smaller_siblings(self.inspection, self.request):
-            got = self.judge(self.whole(self.request.deploy), sibling, sibling.path)
+        judged: list[tuple[_Sibling, Verdict]] = []
+        for sibling in self.siblings:
+            got = self.judge(self.whole(self.request.deploy), sibling.inspection, sibling.inspection.path)
             if got is not None and got.status in ("native", "fallback", "unsupported"):
                 judged.append((sibling, got))
                 if _whole(got):
@@ -223,12 +230,13 @@ class _Options:
         if not judged:
             return None
         sibling, got = next(((s, g) for s, g in judged if _whole(g)), judged[-1])
-        flags = _words(self.engine, "model", sibling.path) + self.whole_flags(self.whole(self.request.deploy))
-        size = f"{(sibling.size_bytes or 0) / 1e9:.2f} GB"
-        shown = [os.path.basename(w) if w == sibling.path else w for w in flags]
-        label = f"{' '.join(shown) or os.path.basename(sibling.path)} ({_quant_name(sibling)}, {size})"
-        opt = _option("quant", label, flags, {"model": sibling.path}, got, self.gpus)
-        opt.model = sibling.path
+        ins = sibling.inspection
+        flags, shown = _model_words(self.engine, sibling)
+        whole = self.whole_flags(self.whole(self.request.deploy))
+        size = f"{(ins.size_bytes or 0) / 1e9:.2f} GB"
+        label = f"{' '.join(shown + whole) if flags else _display_name(ins.path)} ({_quant_name(ins)}, {size})"
+        opt = _option("quant", label, flags + whole, {"model": ins.path}, got, self.gpus)
+        opt.model = ins.path
         return opt
 
     def more_gpus(self) -> DeploymentOption | None:
@@ -346,22 +354,60 @@ def _budget_knob(matrix: Matrix, v: Verdict, deploy: Deploy) -> tuple[str | None
     return knob.field, None if default is None else float(default)
 
 
-def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> list[Inspection]:
-    """The other GGUF quants of the same model in its directory (same architecture and parameter count), smaller
-    than it, largest first; at most ``MAX_SIBLINGS`` headers are read."""
-    from qcheck.check import load_targets
-    from qcheck.errors import QcheckError
+@dataclasses.dataclass(frozen=True)
+class _Sibling:
+    """Another quant of the model: its inspection (``path`` a local file, or ``org/name[@rev]:FILE`` on the Hub) and,
+    for a Hub quant the engines' own Hub forms can fetch (llama.cpp's ``-hf``, Ollama's ``hf.co/``: the default
+    branch), its repo, its first file and the quant tag that names it alone there (None when the tag names several
+    models)."""
+
+    inspection: Inspection
+    hub_repo: str | None = None
+    hub_file: str | None = None
+    hub_tag: str | None = None
+
+
+class _Once:
+    """An iterator's items, produced once and kept: every verdict walks the same siblings, and one that stops early
+    (its first whole fit) leaves the rest unread until a later verdict needs them."""
+
+    def __init__(self, source: Iterator[_Sibling]) -> None:
+        self._source: Iterator[_Sibling] | None = source
+        self._seen: list[_Sibling] = []
+
+    def __iter__(self) -> Iterator[_Sibling]:
+        i = 0
+        while True:
+            if i == len(self._seen):
+                item = next(self._source, None) if self._source is not None else None
+                if item is None:
+                    self._source = None
+                    return
+                self._seen.append(item)
+            yield self._seen[i]
+            i += 1
+
+
+def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:
+    """The other GGUF quants of the same model beside it (same architecture, layers and parameter count), smaller
+    than it, largest first: in its directory, or in its Hub repo for a Hub model. Read lazily (a caller that stops at
+    the first one that fits reads no more), at most ``MAX_SIBLINGS`` models' headers; a sibling that cannot be read
+    is not one."""
     from qcheck.hub.select import is_projector
     from qcheck.readers.directory import gguf_groups
 
     path = inspection.path
-    if inspection.container != "gguf" or not os.path.isfile(path):
-        return []
+    if inspection.container != "gguf":
+        return
+    if not os.path.isfile(path):
+        if inspection.revision is not None:  # read from the Hub: its repo's other quants
+            yield from _hub_siblings(inspection, request)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     try:
         names = [n for n in os.listdir(folder) if n.lower().endswith(".gguf") and not is_projector(n)]
     except OSError:
-        return []
+        return
     own = os.path.basename(path)
     sized = []
     for members in gguf_groups(names).values():
@@ -373,15 +419,126 @@ def _smaller_siblings(inspection: Inspection, request: CheckRequest) -> list[Ins
             continue
         if size < (inspection.size_bytes or 0):
             sized.append((size, os.path.join(os.path.dirname(path), members[0])))
-    out = []
     for _, sibling in sorted(sized, reverse=True)[:MAX_SIBLINGS]:
-        try:
-            (other,) = load_targets(sibling, request.limits)[:1]
-        except (QcheckError, ValueError):
-            continue  # not a model qcheck can read: not an option
-        if _same_model(inspection, other):
-            out.append(other)
-    return out
+        other = _read_sibling(inspection, functools.partial(_first, sibling, request))
+        if other is not None:
+            yield _Sibling(other)
+
+
+def _first(target: str, request: CheckRequest) -> Inspection:
+    from qcheck.check import load_targets
+
+    return load_targets(target, request.limits)[0]
+
+
+def _read_sibling(inspection: Inspection, read: Callable[[], Inspection]) -> Inspection | None:
+    """The quant ``read`` gives when it is the same model as ``inspection``; None when it is another model or cannot
+    be read (a bad or hostile header, a failed request, a pickle): a sibling that cannot be read is not an option."""
+    from qcheck.errors import QcheckError
+
+    try:
+        other = read()
+    except (QcheckError, OSError, ValueError, MemoryError):
+        return None
+    return other if other.container == "gguf" and _same_model(inspection, other) else None
+
+
+def _hub_siblings(inspection: Inspection, request: CheckRequest) -> Iterator[_Sibling]:
+    """The other GGUF quants of a Hub model in its repo at the revision asked: one listing (its sizes pick the
+    smaller ones), then the headers of at most ``MAX_SIBLINGS`` of them from that listing's commit, largest first;
+    none when the repo cannot be listed. Each request is tried once: the option is optional, so a failure costs no
+    wait and prints nothing."""
+    from qcheck.errors import QcheckError
+    from qcheck.hub import hub_target, open_repo
+    from qcheck.hub.select import gguf_choices
+    from qcheck.hub.target import HubTarget
+
+    try:
+        target = hub_target(inspection.path)
+        if target is None or target.revision == "*":
+            return
+        fs = open_repo(target, request.limits, retries=0)  # optional: one attempt, no wait, no retry notice
+        entries = fs.all_files() if hasattr(fs, "all_files") else fs.list()
+    except (QcheckError, OSError, ValueError, MemoryError):
+        return
+    choices = gguf_choices({e.name: e.size for e in entries})
+    smaller = [c for c in choices if c.size is not None and c.size < (inspection.size_bytes or 0)]
+    for choice in sorted(smaller, key=lambda c: c.size or 0, reverse=True)[:MAX_SIBLINGS]:
+        # named as `qcheck check` names it (and reads it back: the same files, the same answer)
+        path = HubTarget(target.repo_id, target.revision, choice.first).display()
+        other = _read_sibling(inspection, functools.partial(_from_repo, fs, choice, path, request))
+        if other is not None and target.revision in _DEFAULT_BRANCH:
+            yield _Sibling(other, target.repo_id, choice.first, _hub_tag(target.repo_id, choices, choice))
+        elif other is not None:
+            yield _Sibling(other)
+
+
+def _from_repo(fs: FileSet, choice: GgufChoice, path: str, request: CheckRequest) -> Inspection:
+    from qcheck.classify import classify
+    from qcheck.readers import load_from_fileset
+
+    return classify(load_from_fileset(fs, list(choice.names), request.limits, path=path, origin="hub"))
+
+
+#: the revisions llama.cpp's -hf and Ollama's hf.co/ fetch (neither takes one: llama.cpp lists the repo at its
+#: ``main`` branch, common/hf-cache.cpp ``get_repo_commit``): a quant asked at another is named as qcheck names it
+_DEFAULT_BRANCH = (None, "main")
+
+
+def _hub_tag(repo: str, choices: list[GgufChoice], choice: GgufChoice) -> str | None:
+    """The quant label (``Q3_K_M``) when it names ``choice`` alone in the repo, both as qcheck reads ``org/name:TAG``
+    back (``qcheck.hub.select.select_gguf``) and as llama.cpp picks a file for it (common/download.cpp
+    ``find_best_model``: the first model file, in listing order, whose path holds the tag followed by '.' or '-',
+    any case; ggml-org/llama.cpp@0216dab)."""
+    from qcheck.hub.select import quant_label, select_gguf
+
+    label = quant_label(choice.first)
+    if not label or select_gguf(choices, label, repo) != [choice]:
+        return None
+    tag = re.compile(re.escape(label) + "[.-]", re.IGNORECASE)
+    if [c for c in choices if tag.search(c.first)] != [choice]:
+        return None  # llama.cpp would match another model's file too (Q4_K_M in UD-Q4_K_M): name the file instead
+    return label
+
+
+#: engines that take a Hub quant as a model name ``hf.co/org/name:TAG``, TAG a quant or a top-level file name
+#: (Ollama: huggingface/hub-docs docs/hub/ollama.md "ollama run hf.co/{username}/{repository}:{quantization}", "you can
+#: also directly use the full filename as a tag"; read back by qcheck.deploy.cmdline). Not a split set: the Hub
+#: answers Ollama "The specified tag is a sharded GGUF. Ollama does not support this yet" (ollama/ollama#5245, open).
+_HF_CO_MODEL = ("ollama",)
+#: the model names Ollama takes (ollama/ollama types/model/name.go ``Name.IsValid``: a namespace of 2-80 of
+#: [A-Za-z0-9_-], a model of 2-80 of [A-Za-z0-9._-], a tag of 1-80 of [A-Za-z0-9._-], each starting alphanumeric;
+#: so no file in a sub-folder, no dotted namespace)
+_OLLAMA_NAME = re.compile(r"hf\.co/[A-Za-z0-9][A-Za-z0-9_-]{1,79}/[A-Za-z0-9][A-Za-z0-9._-]{1,79}:"
+                          r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+
+
+def _model_words(engine: str, sibling: _Sibling) -> tuple[list[str], list[str]]:
+    """The words that name the sibling to the engine, and as shown (a local file by its base name): a file's path
+    (llama.cpp ``-m FILE``), else a Hub quant in the engine's own Hub form: llama.cpp ``-hf org/name:Q3_K_M`` (or
+    ``-hf org/name -hff FILE`` when the tag names several models), Ollama ``hf.co/org/name:Q3_K_M`` (or
+    ``hf.co/org/name:FILE``); none for an engine without one, a form that cannot name it, or a revision they cannot
+    fetch (the option then names it as qcheck does, ``org/name[@rev]:FILE``)."""
+    path = sibling.inspection.path
+    if sibling.hub_repo is None or sibling.hub_file is None:
+        flags = _words(engine, "model", path) if os.path.isfile(path) else []
+        return flags, [os.path.basename(w) if w == path else w for w in flags]
+    if engine in _HF_CO_MODEL:
+        name = f"hf.co/{sibling.hub_repo}:{sibling.hub_tag or sibling.hub_file}"
+        if (sibling.inspection.gguf_split_count or 1) > 1 or not _OLLAMA_NAME.fullmatch(name):
+            return [], []
+        flags = _words(engine, "model", name)
+        return flags, flags
+    if sibling.hub_tag is not None:
+        flags = _words(engine, "hf_repo", f"{sibling.hub_repo}:{sibling.hub_tag}")
+        return flags, flags
+    repo_words, file_words = _words(engine, "hf_repo", sibling.hub_repo), _words(engine, "hf_file", sibling.hub_file)
+    flags = repo_words + file_words if repo_words and file_words else []
+    return flags, flags
+
+
+def _display_name(path: str) -> str:
+    return path if not os.path.isfile(path) else os.path.basename(path)
 
 
 def _same_model(a: Inspection, b: Inspection) -> bool:

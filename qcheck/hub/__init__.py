@@ -38,9 +38,10 @@ __all__ = [
 ]
 
 
-def open_repo(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS) -> FileSet:
+def open_repo(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS, *, retries: int | None = None) -> FileSet:
     """The repo at the target's revision as a FileSet: a ``HubFileSet`` pinned to a commit, or the cached snapshot
-    when ``HF_HUB_OFFLINE`` is set."""
+    when ``HF_HUB_OFFLINE`` is set. ``retries`` overrides ``QCHECK_HUB_RETRIES`` for this repo's requests (an
+    optional read, such as the smaller quants an option looks for, makes one attempt: no wait, no retry notice)."""
     from qcheck.hub.fileset import HubFileSet, cached_snapshot, fetch_listing, hub_cache_dir
     from qcheck.hub.http import HubClient, hub_offline
 
@@ -52,7 +53,7 @@ def open_repo(target: HubTarget | str, limits: Limits = DEFAULT_LIMITS) -> FileS
                          f"{t.repo_id}@* --gpu G; name one branch here ({t.repo_id}@main)")
     if hub_offline():
         return cached_snapshot(t.repo_id, t.revision)
-    client = HubClient.from_env()
+    client = HubClient.from_env(retries=retries)
     commit, files = fetch_listing(client, t.repo_id, t.revision, limits)
     return HubFileSet(client, t.repo_id, commit, files, requested_revision=t.revision, limits=limits,
                       cache_dir=hub_cache_dir())

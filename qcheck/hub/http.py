@@ -97,15 +97,16 @@ class HubClient:
         self._net = Client(settings, headers=headers, secrets=(self.token,))
 
     @classmethod
-    def from_env(cls) -> HubClient:
-        """Endpoint, token and retry policy from the environment (``HF_ENDPOINT``, ``HF_TOKEN``, ``QCHECK_HUB_*``)."""
+    def from_env(cls, *, retries: int | None = None) -> HubClient:
+        """Endpoint, token and retry policy from the environment (``HF_ENDPOINT``, ``HF_TOKEN``, ``QCHECK_HUB_*``);
+        ``retries`` overrides ``QCHECK_HUB_RETRIES``."""
         from huggingface_hub import get_token
 
         try:
             token = get_token()
         except Exception:  # a broken token file must not stop public repos
             token = None
-        return cls(token=token)
+        return cls(token=token) if retries is None else cls(token=token, retries=retries)
 
     @property
     def has_token(self) -> bool:

@@ -89,6 +89,7 @@ class Injection:
     action: int | str
     times: int
     headers: dict[str, str]
+    skip: int = 0  # matching requests let through first (answered normally)
 
 
 def _is_lfs(name: str, data: bytes | VirtualFile) -> bool:
@@ -153,14 +154,15 @@ class FakeHub:
         repo.refs[branch] = sha
         return sha
 
-    def inject(self, path_regex: str, action: int | str, *, times: int = 1, headers: dict[str, str] | None = None
-               ) -> None:
+    def inject(self, path_regex: str, action: int | str, *, times: int = 1, headers: dict[str, str] | None = None,
+               skip: int = 0) -> None:
         """Answer the next ``times`` requests whose path matches with ``action``: an HTTP status, ``"timeout"``
         (sleep ``timeout_sleep`` then drop the connection), ``"reset"`` (drop it at once), ``"drip"`` (a 200 whose
         status line, headers and 1 MB body arrive one byte every ``drip_interval`` s: per-read timeouts never
-        fire) or ``"drip-body"`` (headers at once, then the body one byte at a time)."""
+        fire) or ``"drip-body"`` (headers at once, then the body one byte at a time). ``skip``: the first that many
+        matching requests are answered normally (a repo's second listing fails while its first succeeds)."""
         with self._lock:
-            self.injections.append(Injection(re.compile(path_regex), action, times, dict(headers or {})))
+            self.injections.append(Injection(re.compile(path_regex), action, times, dict(headers or {}), skip))
 
     def requests(self, path_regex: str = "", method: str | None = None) -> list[LoggedRequest]:
         with self._lock:
@@ -178,6 +180,9 @@ class FakeHub:
         with self._lock:
             for inj in self.injections:
                 if inj.times > 0 and inj.pattern.search(path):
+                    if inj.skip > 0:
+                        inj.skip -= 1
+                        return None
                     inj.times -= 1
                     return inj
         return None
