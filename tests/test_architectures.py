@@ -230,6 +230,7 @@ def _state_verified(root: Path) -> None:
     ``versions`` covers): ``--validate`` refuses a rule without ``verified`` (issue #35), while the other tests keep
     the unmigrated files, which still load for checks."""
     import re
+
     import tomllib
 
     from qcheck.matrix.versions import contains, parse_specifier, parse_version
