@@ -208,7 +208,7 @@ def command(reference: str, reference_adapter: bool, reference_files: str | None
       FILE.gguf    an F32, F16 or BF16 GGUF (convert_hf_to_gguf.py --outtype f16)
       URL          a server running it, with --reference-files DIR (tokenizer,
                    config.json)
-    Only a quantised GGUF at hand? It is a candidate, never the reference.
+    A quantised GGUF cannot be the reference: it is the candidate.
 
     Reported: mean/median/p99/max KL divergence, top-1 agreement, Δp, PPL ratio, NLL correlation,
     accuracy (reference and candidate), recovery, flips in both directions, greedy agreement, with
