@@ -41,13 +41,28 @@ def test_config_group_sizes_that_cannot_be_real_are_dropped(group, kept):
 
 
 @pytest.mark.parametrize("block, kept", [([128, 128], False), ([64, 64], True), ([0, 128], False),
-                                         ([128, 0], False), ([128], False), ([128, 128, 128], False)])
+                                         ([128, 0], False), ([128], False), ([128, 128, 128], False),
+                                         ([-64, 64], False), ([64, -64], False), ([1, 128], True), ([128, 1], True)])
 def test_config_block_sizes_other_than_two_positive_edges_are_dropped(block, kept):
+    """A block edge of 1 is the smallest real one (kept, and it disagrees with the scales); 0 or negative is not."""
     fx = b.fp8_block_deepseek()
     fx.configs["config.json"]["quantization_config"]["weight_block_size"] = block
     insp = classify(fx.checkpoint())
     assert insp.quantization.block_size == [128, 128]
-    assert _mismatches(insp) == (["config says block size [64, 64], but scale shapes give [128, 128]"] if kept else [])
+    assert _mismatches(insp) == ([f"config says block size {block}, but scale shapes give [128, 128]"] if kept else [])
+
+
+@pytest.mark.parametrize("block, kept", [([0, 128], False), ([128, 0], False), ([1, 128], True), ([1, 1], True),
+                                         ([-1, 128], False)])
+def test_a_block_edge_of_zero_from_any_reader_is_dropped(block, kept):
+    """compressed-tensors reads an unreadable block_structure edge as 0 (fp8's reader refuses it itself): the one
+    check of every config's block drops a 0 edge and keeps an edge of 1."""
+    from qcheck.classify import _sane
+    from qcheck.classify.base import Draft
+
+    draft = Draft(tensors={}, metadata={}, qlinears=[], expected_block=list(block))
+    _sane(draft)
+    assert draft.expected_block == (block if kept else None)
 
 
 @pytest.mark.parametrize("count, tail", [(7, ""), (8, ""), (9, ", ... (1 more)"), (12, ", ... (4 more)")])
@@ -85,6 +100,8 @@ def test_an_unknown_quant_method_is_classified_from_its_tensors_and_says_so():
     assert "quant_method 'brand-new-fp8' classified as fp8 from its tensors" in insp.warnings
     assert "config.json quantization_config: unknown quant_method 'brand-new-fp8'; classified from the tensors" \
         in insp.warnings
+    known = classify(b.fp8_ct_channel().checkpoint())  # a known method that agrees with its tensors: no such note
+    assert known.quantization.method == "fp8" and not any("classified as" in w for w in known.warnings)
 
 
 def test_mixed_precision_warning_gives_each_methods_share():
@@ -122,6 +139,15 @@ def test_without_a_config_the_layout_names_the_producer():
     insp = classify(fx.checkpoint())
     assert (insp.quantization.method, insp.quantization.producer) == ("nvfp4", "modelopt")
     assert "no quantization config found; classified from tensor names, dtypes and shapes" in insp.warnings
+    # the minority method's producer is not the majority's: NVFP4 (ModelOpt) in one layer of three, FP8 in two
+    shape = b.Shape(layers=3)
+
+    def linear(p: str, o: int, i: int) -> b.Spec:
+        return b.nvfp4_modelopt(p, o, i) if p.startswith("model.layers.0.") else b.fp8_channel(p, o, i)
+
+    mixed = classify(b.Fixture(b.model_tensors(shape, linear), {"config.json": b.llama_config(shape)},
+                               {"format": "pt"}).checkpoint())
+    assert (mixed.quantization.method, mixed.quantization.producer) == ("fp8", None)
     mlx = copy.deepcopy(b.mlx_fixture())
     mlx.configs = {}
     q = classify(mlx.checkpoint()).quantization
@@ -343,6 +369,72 @@ def test_per_module_hints_override_only_what_they_give():
 
     hints = Hints(bits=4, group_size=128, overrides={"a": (8, None), "b": (None, 32), "c": (None, None)})
     assert [hints.for_module(m) for m in ("a", "b", "c", "d")] == [(8, 128), (4, 32), (4, 128), (4, 128)]
+
+
+def test_plain_dtype_counts_dotted_weights_leaves_side_tensors_out_and_memoises_only_the_unclaimed_answer():
+    from qcheck.classify import _plain_dtype
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    def table(**spec: tuple[str, tuple[int, ...]]) -> TensorTable:
+        return TensorTable({n: TensorInfo(n, d, shape, None) for n, (d, shape) in spec.items()})
+
+    two = table(**{"a.weight": ("BF16", (64, 64)), "b.weight": ("F16", (32, 32))})
+    # the answer without claims is kept for the next unclaimed call; a call with claims neither reads nor writes it
+    assert [_plain_dtype(two, set()), _plain_dtype(two, {"a.weight"}), _plain_dtype(two, set())] == [
+        "bfloat16", "float16", "bfloat16"]
+    # a tensor named just "weight" is no "*.weight" (it would outweigh the model's BF16 weights)
+    assert _plain_dtype(table(**{"weight": ("F32", (128, 128)), "a.weight": ("BF16", (8, 8))}), set()) == "bfloat16"
+    # only quantisation side tensors: no plain dtype
+    assert _plain_dtype(table(**{"a.weight_scale": ("F32", (4, 4)), "a.input_scale": ("F32", ())}), set()) is None
+
+
+def test_majority_counts_a_layer_of_unknown_size_as_one_element():
+    """Two layers whose size the shapes cannot tell do not outweigh one layer of three elements."""
+    from qcheck.classify import _majority
+    from qcheck.classify.base import QLinear
+
+    layers = [QLinear("a0", "int4", "x", [], None), QLinear("a1", "int4", "x", [], None),
+              QLinear("b0", "fp8", "y", [], 3)]
+    assert _majority(layers) == ("fp8", {"fp8": 3, "int4": 2})
+    assert _majority([]) == (None, {})
+
+
+def _view_hints(quant: dict, side: dict | None = None, family: str | None = None):
+    from qcheck.classify import _hints
+    from qcheck.classify.configs import ConfigView
+
+    hints = _hints(ConfigView(quant=quant, side={"quantize_config.json": side} if side else {}), family)
+    return hints.bits, hints.group_size, hints.overrides
+
+
+def test_hints_come_from_the_first_compressed_tensors_group_with_weights():
+    """Without top-level bits/group_size, the first config group with weight args gives them (even without a group
+    size of its own); top-level values win over the groups."""
+    groups = {"no_weights": {"weights": None}, "g0": {"weights": {"num_bits": 4, "group_size": 128}},
+              "g1": {"weights": {"num_bits": 8, "group_size": 32}}}
+    assert _view_hints({"config_groups": groups}, family="compressed-tensors") == (4, 128, {})
+    first_without_group = {"g0": {"weights": {"num_bits": 4}}, "g1": {"weights": {"num_bits": 8, "group_size": 32}}}
+    assert _view_hints({"config_groups": first_without_group}) == (4, None, {})
+    assert _view_hints({"bits": 8, "group_size": 64, "config_groups": groups}) == (8, 64, {})
+
+
+@pytest.mark.parametrize("dtype, bits", [("int4", 4), ("uint4", 4), ("int8", 8), ("INT4", 4), ("fp8_e4m3", None)])
+def test_hints_from_quarks_global_weight_dtype(dtype, bits):
+    quant = {"global_quant_config": {"weight": {"dtype": dtype, "group_size": 32}}}
+    assert _view_hints(quant, family="quark") == (bits, 32, {})
+    assert _view_hints({**quant, "bits": 2, "group_size": 64}, family="quark") == (2, 64, {})
+
+
+def test_hints_take_gptqmodel_dynamic_overrides_from_the_config_or_the_side_file():
+    """'+:' rules and exact names override a module's bits/group; '-:' rules (skip a module) and non-dict values are
+    no override; the quantization_config's dynamic wins over quantize_config.json's."""
+    dynamic = {"+:model.layers.0.mlp": {"bits": 8}, "model.layers.1.self_attn": {"group_size": 32},
+               "-:model.layers.2": {"bits": 16}, "model.layers.3": 8}
+    expected = {"model.layers.0.mlp": (8, None), "model.layers.1.self_attn": (None, 32)}
+    assert _view_hints({"bits": 4, "dynamic": dynamic}, family="gptq") == (4, None, expected)
+    assert _view_hints({"bits": 4}, side={"dynamic": dynamic}, family="gptq") == (4, None, expected)
+    assert _view_hints({"bits": 4, "dynamic": {"a": {"bits": 3}}}, side={"dynamic": dynamic})[2] == {"a": (3, None)}
 
 
 # ----------------------------------------------------------------------------- shape arithmetic (base.py)
