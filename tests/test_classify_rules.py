@@ -727,12 +727,31 @@ def _fp8(weight: tuple[int, ...], scale: tuple[int, ...] | None, *, scale_dtype:
     ((256, 512), (3, 7), {}, ("fp8", "block", None, [86, 74], "fp8-block")),
     ((256, 512), (300, 600), {}, ("fp8", "block", None, [0, 0], "fp8-block")),
     ((256, 512), None, {}, ("fp8", None, None, None, "fp8")),
+    # at the edges: one scalar in a 2-D weight_scale (per-tensor; only DeepSeek's weight_scale_inv [1, 1] is a
+    # block) and a 1-D weight_scale_inv of one; two groups or MX groups; ModelOpt blocks that fit no edge; one scale
+    # per output row shared by an expert stack (a block one row high)
+    ((128, 128), (1, 1), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 512), (1,), {"scale_name": "weight_scale_inv"}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 256), (256, 2), {}, ("fp8", "group", 128, None, "fp8")),
+    ((256, 64), (256, 2), {"scale_dtype": "U8"}, ("mxfp8", "group", 32, None, "mxfp8")),
+    ((10, 10), (7, 1, 7, 1), {}, ("fp8", "block", None, [0, 0], "fp8-block-modelopt")),
+    ((2, 64, 128), (64, 1), {}, ("fp8", "block", None, [1, 128], "fp8-block")),
 ])
 def test_fp8_scale_layouts(weight, scale, kw, expected):
     q = _fp8(weight, scale, **kw)
     assert (q.method, q.granularity, q.group_size, q.block_size, q.layout) == expected
     assert q.producer == ("deepseek" if kw.get("scale_name") == "weight_scale_inv" else None)
     assert q.logical == b.nbytes("F8_E4M3", weight) and q.bits == 8
+
+
+def test_fp8_weights_without_scales_are_each_found():
+    from qcheck.classify import fp8
+    from qcheck.classify.base import Hints
+
+    ck = b.Fixture({"a.weight": ("F8_E4M3", (64, 64)), "b.weight": ("F8_E4M3", (64, 64)),
+                    "c.weight": ("F8_E4M3", (64, 64)), "c.weight_scale": ("F32", ())}).checkpoint()
+    found = {q.name: q.granularity for q in fp8.scan(ck.tensors, set(), Hints())}
+    assert found == {"a": None, "b": None, "c": "per-tensor"}
 
 
 def test_fp8_input_scale_and_scale_dtype():
@@ -839,7 +858,7 @@ def _gptq_scan(spec: dict, hints=None) -> dict:
 
 
 def test_gptq_and_awq_packs_and_what_is_skipped():
-    spec = {"x.qweight": ("I32", (16,)),  # 1-D: skipped, the scan goes on
+    spec = {"x.qweight": ("I32", (16,)), "x.scales": ("F16", (1, 64)),  # 1-D: skipped, the scan goes on
             "y.qweight": ("I32", (16, 64)),  # no scales: skipped
             "z.qweight": ("I32", (16, 64)), "z.scales": ("F16", (64,)),  # 1-D scales: skipped
             **b.gptq("g", 64, 128), **b.awq_gemm("a", 64, 256),
@@ -854,6 +873,17 @@ def test_gptq_and_awq_packs_and_what_is_skipped():
     assert (a.method, a.layout, a.bits, a.group_size, a.logical) == ("awq", "awq-gemm", 4, 128, 64 * 256)
     w = out["w"]  # an empty g_idx is no g_idx: GPTQ input rows from the bits (16 x 32 / 4)
     assert (w.method, w.layout, w.logical, w.tensors) == ("gptq", "gptq", 128 * 64, ["w.qweight", "w.scales"])
+    from qcheck.classify import gptq_awq
+
+    ck = b.Fixture(spec).checkpoint()
+    assert {q.name for q in gptq_awq.scan(ck.tensors, {"g.qweight"}, Hints(bits=4))} == {"a", "w"}  # g claimed
+    one = _gptq_scan({"o.qweight": ("I32", (1, 64)), "o.scales": ("F16", (1, 64)), "o.g_idx": ("I32", (1,))})
+    assert (one["o"].logical, one["o"].bits) == (64, 32)  # a g_idx of one entry is one input (not "no g_idx")
+    per_channel = _gptq_scan(b.gptq("c", 64, 128, group=-1), Hints(bits=4, group_size=-1))["c"]
+    assert (per_channel.group_size, per_channel.granularity) == (-1, "per-channel")
+    # rows the config's bits do not divide: the input size rounds down (an integer), the bits are not the config's
+    odd = _gptq_scan({"d.qweight": ("I32", (25, 64)), "d.scales": ("F16", (1, 64))}, Hints(bits=3))["d"]
+    assert (odd.logical, odd.bits) == (266 * 64, 32 * 25 / 266)
 
 
 def test_gptq_packs_in_other_word_sizes_and_fused_experts():
@@ -891,6 +921,20 @@ def test_awq_gemv_group_from_the_config_when_the_padding_hides_it():
     assert (q.bits, q.logical) == (4, 64 * 256)
     (q,) = _gptq_scan(b.awq_gemv("v", 64, 256, group=128, ), Hints(bits=8, group_size=128)).values()
     assert (q.bits, q.logical) == (8, 64 * 128)
+    (q,) = _gptq_scan(b.awq_gemv("v", 2, 256, group=128), Hints(bits=4)).values()  # two rows: still GEMV
+    assert (q.layout, q.logical) == ("awq-gemv", 2 * 256)
+    seventeen = b.awq_gemv("v", 64, 17 * 128, group=128)  # 17 groups padded to 24 columns
+    (q,) = _gptq_scan(seventeen, Hints(bits=4, group_size=128)).values()
+    assert (q.group_size, q.logical) == (128, 64 * 17 * 128)
+    experts = {"v.qweight": ("I32", (4, 64, 32)), "v.scales": ("F16", (4, 64, 8))}  # a stack of 4 GEMV experts
+    (q,) = _gptq_scan(experts, Hints(bits=4, group_size=32)).values()
+    assert (q.layout, q.logical, q.group_size) == ("awq-gemv", 4 * 64 * 256, 32)
+    # 8-bit words of 3 columns hold 12 inputs; group 1 pads 12 scales to 16 columns
+    (q,) = _gptq_scan({"v.qweight": ("I32", (64, 3)), "v.scales": ("F16", (64, 16))}, Hints(bits=8, group_size=1)
+                      ).values()
+    assert (q.layout, q.logical, q.group_size) == ("awq-gemv", 64 * 12, 1)
+    (q,) = _gptq_scan({"v.qweight": ("I32", (64, 10)), "v.scales": ("F16", (64, 8))}, Hints(bits=3)).values()
+    assert q.logical == 64 * 106  # 10 x 32 / 3 rounds down: an integer count
     single = {"v.qweight": ("I32", (1, 8)), "v.scales": ("F16", (1, 64))}  # one row, one scale row: GEMM
     (q,) = _gptq_scan(single, Hints(bits=4)).values()
     assert q.layout == "awq-gemm"
@@ -922,6 +966,8 @@ def test_gptq_side_config_disagreement_and_where():
     assert (alone.act_order, alone.zero_point, alone.producer) == (True, True, "auto-gptq")
     other = _gptq_config(None, {"bits": 4}, side_name="quant_config.json")
     assert other.config_method == "(quant_config.json)"
+    named = _gptq_config({"quant_method": "gptq", "bits": 4}, {"bits": 8}, side_name="quant_config.json")
+    assert [f.where for f in named.findings] == ["quant_config.json"]
     same = _gptq_config({"quant_method": "gptq", "bits": 4}, {"bits": 4, "group_size": 32})
     assert same.findings == [] and same.expected_group == 32
 
