@@ -114,6 +114,9 @@ def test_packed_per_channel_needs_the_bits_and_a_group_of_zero_is_no_group():
     assert (q.logical, q.group_size) == (64 * 256, 256)
     (q,) = _scan({**spec, "a.weight_scale": ("BF16", (64, 2))}, Hints(bits=4, group_size=0)).values()
     assert (q.group_size, q.logical) == (128, 64 * 256)  # group 0 is no group: the bits decide
+    assert q.zero_point is False  # no zero-point tensor: symmetric
+    (q,) = _scan({**spec, "a.weight_scale": ("BF16", (64, 256))}, Hints(group_size=1)).values()
+    assert (q.group_size, q.logical) == (1, 64 * 256)  # groups of one input: the scale columns are the inputs
 
 
 def test_packed_int8_and_64_bit_words_and_input_scales():

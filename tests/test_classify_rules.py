@@ -441,6 +441,7 @@ def test_hints_take_gptqmodel_dynamic_overrides_from_the_config_or_the_side_file
 @pytest.mark.parametrize("in_dim, rows, hint, expected", [
     (128, 1, 128, (128, False)), (128, 1, 256, (256, False)), (128, 1, 64, (None, True)), (128, 1, -1, (-1, False)),
     (128, 1, -2, (None, True)), (128, 1, 0, (None, True)), (128, 1, None, (None, True)), (None, 1, 128, (None, True)),
+    (1, 1, 1, (1, False)), (0, 1, 0, (None, True)),
     (256, 2, 128, (128, False)), (256, 2, None, (128, False)), (250, 3, None, (None, False)),
     (None, 2, 128, (None, False))])
 def test_row_group(in_dim, rows, hint, expected):
@@ -460,6 +461,7 @@ def test_exact_div(a, b, expected):
 @pytest.mark.parametrize("dim, count, block", [
     (256, 2, 128), (100, 1, 128), (256, 4, 64), (2048, 8, 256), (96, 3, 32), (48, 3, 16), (2048, 4, 512),
     (4096, 4, 1024), (100, 7, 16), (100, 9, 12), (10, 4, 3), (10, 6, None), (7168, 56, 128), (0, 1, None), (4, 0, None),
+    (1, 1, 128),
     (-4, 1, None), (4, -1, None)])
 def test_block_edge_from_a_dimension_and_a_block_count(dim, count, block):
     """128 is preferred, then 64, 256, 32, 16, 512, 1024 (what producers use); else the ceil quotient if it fits."""
@@ -1012,6 +1014,15 @@ def test_mlx_hints_per_mode(block, hints):
     assert hints_from(block).for_module("x") == hints
 
 
+def test_mlx_hints_from_the_block_or_a_quant_method_mlx_config():
+    from qcheck.classify.configs import ConfigView
+    from qcheck.classify.mlx import view_hints
+
+    quant = {"quant_method": "mlx", "bits": 8, "group_size": 32}
+    assert view_hints(ConfigView(quant=quant)).for_module("x") == (8, 32)
+    assert view_hints(ConfigView(quant=quant, mlx={"bits": 3, "group_size": 64})).for_module("x") == (3, 64)
+
+
 def test_mlx_overrides_and_mixed_bits():
     from qcheck.classify.mlx import hints_from
 
@@ -1048,6 +1059,8 @@ def test_mlx_scans_from_the_shapes_and_the_hints():
     assert (q.bits, q.group_size) == (8, 32)  # the group from the shapes, not the hint's default
     (q,) = _mlx_scan(b.mlx_affine("a", 64, 96, bits=4, group=32), Hints(bits=4, group_size=64)).values()
     assert q.group_size == 32
+    (q,) = _mlx_scan(b.mlx_affine("a", 64, 128, bits=4, group=128), Hints(bits=4)).values()  # one scale column
+    assert (q.group_size, q.logical) == (128, 64 * 128)
     metal = {n.replace(".biases", ".qbiases"): t for n, t in b.mlx_affine("t", 64, 128).items()}
     (q,) = _mlx_scan(metal).values()
     assert (q.layout, q.producer, q.zero_point) == ("mlx-metal", "transformers (metal)", True)
@@ -1279,6 +1292,8 @@ def _mx_scan(spec: dict) -> dict:
      ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
     ({"m.weight": ("F6_E3M2", (64, 128)), "m.weight_scale": ("U8", (64, 4))},
      ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("U8", (64, 1))},  # one MX scale per row: a group of 128
+     ("mxfp4", "mxfp4-packed", None, 128, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
     ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64,))},  # a 1-D scale: its length is the groups
      ("nvfp4", "nvfp4-modelopt", None, 2, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
 ])
