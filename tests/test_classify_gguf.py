@@ -92,6 +92,12 @@ def test_moe_split_and_unknown_file_type() -> None:
     assert any("999" in w for w in insp.warnings)
 
 
+def test_head_dim_of_one_hidden_unit_per_head() -> None:
+    md = {**MD, "general.file_type": 15, "llama.embedding_length": 1, "llama.attention.head_count": 1}
+    assert classify(_ckpt({}, md)).head_dim == 1
+    assert classify(_ckpt({}, {**md, "llama.embedding_length": 0})).head_dim is None
+
+
 def test_an_architecture_llama_cpp_never_defined_is_flagged_on_gguf_only() -> None:
     """llama.cpp refuses a GGUF whose general.architecture it never defined; the note is about GGUF names, so a
     safetensors model (architectures are class names there) never gets it."""
