@@ -1361,3 +1361,6 @@ def test_logical_parameters_count_unknown_layers_as_stored_and_name_them():
         total, unknown = logical_parameters(tensors, layers, table)
         assert (total, unknown) == (8192 + 32 * 32 + 64, ["b", "gone"])
     assert logical_parameters(tensors, [], TensorTable(tensors)) == (16 * 64 + 64 + 32 * 32 + 64, [])
+    side_only = {n: TensorInfo(n, "F32", (4, 4), 64) for n in ("a.weight_scale", "a.input_scale", "b.k_scale")}
+    for table in (None, TensorTable(side_only)):  # quantisation state alone holds no model parameter
+        assert logical_parameters(side_only, [], table) == (0, [])
