@@ -507,11 +507,11 @@ def test_bnb_4bit_layers_their_tensors_and_double_quantisation():
 
 
 def test_bnb_int8_layers_need_their_row_scales():
-    spec = {"embed.weight": ("I8", (16, 8)), "a.weight": ("I8", (16, 8)), "a.SCB": ("F32", (16,)),
-            "a.weight_format": ("U8", ()), "f.weight": ("BF16", (16, 8)), "f.SCB": ("F32", (16,)),
-            "c.weight": ("I8", (16, 8)), "c.SCB": ("F32", (16,))}
+    spec = {"c.weight": ("I8", (16, 8)), "c.SCB": ("F32", (16,)),
+            "embed.weight": ("I8", (16, 8)), "a.weight": ("I8", (16, 8)), "a.SCB": ("F32", (16,)),
+            "a.weight_format": ("U8", ()), "f.weight": ("BF16", (16, 8)), "f.SCB": ("F32", (16,))}
     out = _bnb_scan(spec, claimed={"c.weight"})
-    assert set(out) == {"a"}  # no SCB, not int8 or claimed: not an LLM.int8 layer
+    assert set(out) == {"a"}  # claimed (first: the scan goes on), no SCB, not int8: not an LLM.int8 layer
     a = out["a"]
     assert (a.logical, a.bits, a.group_size, a.granularity, a.weight_dtype, a.scale_dtype, a.zero_point) == (
         128, 8, -1, "per-channel", "int8", "float32", False)
@@ -675,6 +675,11 @@ def test_exl2_and_exl3_layers_from_their_shapes():
                                                                                      "a.q_scale", "a.q_groups"])
     assert out["p"].bits == 8.0
     assert (out["t"].bits, out["t"].logical, out["t"].tensors) == (3, 4 * 8 * 256, ["t.trellis", "t.suh"])
+    assert type(out["t"].bits) is int  # an integer in the JSON (3, not 3.0)
+    assert {q.name for q in exllama.scan(ck.tensors, {"a.q_weight", "t.trellis"}, Hints())} == {"p"}  # claimed
+    one = b.Fixture({"a.q_weight": ("I32", (1, 64)), "a.q_invperm": ("I16", (1,))}).checkpoint()
+    (q,) = exllama.scan(one.tensors, set(), Hints())  # a permutation of one input
+    assert (q.bits, q.logical) == (32.0, 64)
     odd = b.Fixture({"a.q_weight": ("I32", (41, 64)), "a.q_invperm": ("I16", (96,))}).checkpoint()
     (q,) = exllama.scan(odd.tensors, set(), Hints())
     assert q.bits == round(32 * 41 / 96, 4) == 13.6667
@@ -1211,6 +1216,8 @@ def test_modelopt_int4_awq_scan():
     from qcheck.classify.base import Hints
 
     spec = {"x.weight": ("U8", (64,)), "y.weight": ("U8", (32, 128)),  # 1-D; no scale: skipped
+            "d.weight": ("U8", (64,)), "d.weight_scale": ("F16", (64, 1)),  # 1-D even with a scale: skipped
+            "c.weight": ("U8", (32, 128)), "c.weight_scale": ("BF16", (64, 1)),  # claimed by another scanner
             "z.weight": ("U8", (32, 128)), "z.weight_scale": ("U8", (64, 1)),  # a U8 scale is another format's
             "w.weight": ("U8", (32, 128)), "w.weight_scale": ("F16", (64,)),  # 1-D scale: skipped
             "v.weight": ("U8", (32, 128)), "v.weight_scale": ("F16", (32, 1)),  # rows not 2 x packed rows
@@ -1259,6 +1266,26 @@ def test_mlx_configs_modes_overrides_and_exclusions():
 
 
 # ---------------------------------------------------------------------------------------- FP4/FP6 (mx.py)
+def test_mxfp4_config_names_gpt_oss_only_when_a_layer_has_its_expert_blocks():
+    from qcheck.classify import mx
+    from qcheck.classify.base import Draft
+
+    view = _view(**{"config.json": {"quantization_config": {"quant_method": "mxfp4",
+                                                            "modules_to_not_convert": ["lm_head"]}}})
+
+    def producer(*layouts: str) -> str | None:
+        layers = [_layer(name=f"l{i}", layout=layout) for i, layout in enumerate(layouts)]
+        draft = Draft(tensors={}, metadata={}, qlinears=layers)
+        mx.apply_config(view, draft, "mxfp4", "mxfp4")
+        assert (draft.expected_method, draft.expected_bits, draft.expected_group, draft.excluded) == (
+            "mxfp4", 4, 32, ["lm_head"])
+        return draft.producer
+
+    assert producer("mxfp4-gpt-oss", "mxfp4-gpt-oss") == "gpt-oss"
+    assert producer("mxfp4-packed", "mxfp4-gpt-oss") == "gpt-oss"
+    assert producer("mxfp4-packed") is None and producer() is None
+
+
 def _mx_scan(spec: dict) -> dict:
     from qcheck.classify import mx
     from qcheck.classify.base import Hints
