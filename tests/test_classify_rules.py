@@ -1286,6 +1286,12 @@ def test_mxfp4_config_names_gpt_oss_only_when_a_layer_has_its_expert_blocks():
     assert producer("mxfp4-packed") is None and producer() is None
 
 
+def test_gpt_oss_blocks_of_a_plain_matrix():
+    """``*_blocks`` [rows, 16] with ``*_scales`` [rows]: one row of 32 values per scale, no expert dimension."""
+    (q,) = _mx_scan({"m.down_proj_blocks": ("U8", (64, 16)), "m.down_proj_scales": ("U8", (64,))}).values()
+    assert (q.layout, q.logical, q.group_size) == ("mxfp4-gpt-oss", 64 * 32, 32)
+
+
 def _mx_scan(spec: dict) -> dict:
     from qcheck.classify import mx
     from qcheck.classify.base import Hints
