@@ -1292,6 +1292,19 @@ def test_gpt_oss_blocks_of_a_plain_matrix():
     assert (q.layout, q.logical, q.group_size) == ("mxfp4-gpt-oss", 64 * 32, 32)
 
 
+def test_a_layer_sharing_a_tensor_another_layout_claimed_is_not_counted_twice():
+    """compressed-tensors claims x.weight_packed and x.weight_scale first; the FP8 scanner's x (x.weight with the
+    same scale) is dropped, and the FP8 layer after it is still found."""
+    from qcheck.classify.base import Hints
+    from qcheck.classify.fingerprints import scan_all
+
+    spec = {"x.weight_packed": ("I32", (64, 16)), "x.weight_scale": ("BF16", (64, 1)),
+            "x.weight": ("F8_E4M3", (64, 64)), "y.weight": ("F8_E4M3", (64, 64))}
+    found = scan_all(b.Fixture(spec).checkpoint().tensors, {}, Hints(bits=4))
+    assert [(q.name, q.method, q.tensors) for q in found] == [
+        ("x", "int4", ["x.weight_packed", "x.weight_scale"]), ("y", "fp8", ["y.weight"])]
+
+
 def _mx_scan(spec: dict) -> dict:
     from qcheck.classify import mx
     from qcheck.classify.base import Hints
