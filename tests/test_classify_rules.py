@@ -1255,6 +1255,9 @@ def test_mlx_configs_modes_overrides_and_exclusions():
     assert _mlx_config({"config.json": {"quantization": {"mode": "nvfp4"}}}).expected_group == 16
     metal = _mlx_config({"config.json": {"quantization_config": {"quant_method": "metal", "bits": 8}}})
     assert (metal.producer, metal.config_method, metal.expected_bits) == ("transformers (metal)", "metal", 8)
+    # a quant_method "mlx" config is MLX's, not transformers' metal layout
+    mlx_method = _mlx_config({"config.json": {"quantization_config": {"quant_method": "mlx", "bits": 8}}})
+    assert (mlx_method.producer, mlx_method.config_method) == ("mlx-lm", "mlx")
     mixed = _mlx_config({"config.json": {
         "quantization": {"bits": 4, "group_size": 64, "lm_head": False, "model.layers.0.mlp": {"bits": 8},
                          "model.layers.1.mlp": {"group_size": 32}},
