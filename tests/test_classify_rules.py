@@ -148,6 +148,14 @@ def test_without_a_config_the_layout_names_the_producer():
     mixed = classify(b.Fixture(b.model_tensors(shape, linear), {"config.json": b.llama_config(shape)},
                                {"format": "pt"}).checkpoint())
     assert (mixed.quantization.method, mixed.quantization.producer) == ("fp8", None)
+    # one large DeepSeek FP8 layer holds most elements; two small ModelOpt NVFP4 layers are more layers, not more
+    # weight: the producer is the majority method's (deepseek), not the most common producer over all layers
+    spec = {"big.weight": ("F8_E4M3", (1024, 1024)), "big.weight_scale_inv": ("F32", (8, 8))}
+    for name in ("s1", "s2"):
+        spec.update({f"{name}.weight": ("U8", (64, 32)), f"{name}.weight_scale": ("F8_E4M3", (64, 4)),
+                     f"{name}.weight_scale_2": ("F32", ())})
+    q = classify(b.Fixture(spec).checkpoint()).quantization
+    assert (q.method, q.producer) == ("fp8", "deepseek")
     mlx = copy.deepcopy(b.mlx_fixture())
     mlx.configs = {}
     q = classify(mlx.checkpoint()).quantization
