@@ -283,7 +283,7 @@ def test_quark_mxfp6_relabels_the_fp4_scanners_layers():
     odd_tensors = {"n.weight": TensorInfo("n.weight", "U8", (64, 97), 64 * 97),
                    "n.weight_scale": TensorInfo("n.weight_scale", "U8", (64, 3), 192),
                    "f.weight": TensorInfo("f.weight", "F8_E4M3", (64, 64), 64 * 64),
-                   "f.weight_scale": TensorInfo("f.weight_scale", "F32", (), 4)}
+                   "f.weight_scale": TensorInfo("f.weight_scale", "F32", (64, 1), 256)}
     odd = QLinear(name="n", method="mxfp4", layout="mxfp4-packed", tensors=["n.weight", "n.weight_scale"],
                   logical=64 * 194, bits=4)
     fp8 = QLinear(name="f", method="fp8", layout="fp8", tensors=["f.weight", "f.weight_scale"], logical=64 * 64,
