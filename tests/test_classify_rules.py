@@ -1074,6 +1074,9 @@ def test_mlx_scans_from_the_shapes_and_the_hints():
     assert q.group_size == 32
     (q,) = _mlx_scan(b.mlx_affine("a", 64, 128, bits=4, group=128), Hints(bits=4)).values()  # one scale column
     assert (q.group_size, q.logical) == (128, 64 * 128)
+    # bits known, no group, and scales that do not divide the 128 inputs: no group (not the default 64)
+    (q,) = _mlx_scan({"a.weight": ("U32", (64, 16)), "a.scales": ("BF16", (64, 3))}, Hints(bits=4)).values()
+    assert (q.bits, q.group_size, q.logical) == (4, None, 64 * 128)
     metal = {n.replace(".biases", ".qbiases"): t for n, t in b.mlx_affine("t", 64, 128).items()}
     (q,) = _mlx_scan(metal).values()
     assert (q.layout, q.producer, q.zero_point) == ("mlx-metal", "transformers (metal)", True)
