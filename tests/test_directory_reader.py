@@ -284,6 +284,28 @@ def test_single_shard_of_a_sharded_model_warns(tmp_path):
     assert any("model.safetensors.index.json lists the shards of a larger model" in w for w in ck.warnings)
 
 
+def test_a_nested_shard_names_its_own_index_and_its_index_or_config_alone_are_read_as_such(tmp_path):
+    sharded_model(tmp_path / "a" / "b")
+    shard, index = "a/b/model-00001-of-00002.safetensors", "a/b/model.safetensors.index.json"
+    ck = load_from_fileset(LocalFileSet(tmp_path), [shard], path="x")
+    assert [w for w in ck.warnings if "lists the shards" in w] == [
+        f"{index} lists the shards of a larger model; only {shard} was read (pass the directory for the whole model)"]
+    with_index = load_from_fileset(LocalFileSet(tmp_path), [shard, index], path="x")
+    assert not any("lists the shards" in w for w in with_index.warnings)
+    whole = load_from_fileset(LocalFileSet(tmp_path), ["a/b/config.json", index], path="x")  # the index alone
+    assert len(whole.tensors) == 5
+    with pytest.raises(InputError, match=r"a/b/config\.json: a JSON side file is not a checkpoint"):
+        load_from_fileset(LocalFileSet(tmp_path), ["a/b/config.json"], path="x")
+
+
+def test_files_of_two_formats_given_together_are_refused_by_name(tmp_path):
+    write_gguf(tmp_path / "m.gguf", [("token_embd.weight", (32, 16), Q.F32)])
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(InputError, match=r"files of different formats given together \(gguf: m.gguf; "
+                                         r"safetensors: model.safetensors\)"):
+        load_from_fileset(LocalFileSet(tmp_path), ["m.gguf", "model.safetensors"], path="x")
+
+
 class MemoryFileSet:
     """A FileSet that is not a local directory: what a Hub repo looks like to the readers."""
 
