@@ -417,3 +417,13 @@ def test_hub_repo_with_escaping_index_is_refused(hub):
     with pytest.raises(InputError, match=r"org/evil.*escapes the model directory"):
         load_checkpoint("org/evil")
     assert not hub.requests(r"other-org")
+
+
+def test_the_package_hands_out_its_lazy_names_and_no_others():
+    import qcheck.readers as readers
+    from qcheck.hub.target import looks_like_repo_id as hub_rule
+    from qcheck.readers.directory import read_side_files
+
+    assert readers.read_side_files is read_side_files and readers.looks_like_repo_id is hub_rule
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        readers.nothing  # noqa: B018
