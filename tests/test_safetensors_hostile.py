@@ -107,6 +107,20 @@ def test_what_an_unknown_file_looks_like_at_the_edges_of_text(tmp_path, head, sa
     assert str(info.value).endswith(f"not a checkpoint: {said}")
 
 
+def test_a_protocol_0_pickle_is_recognised_within_its_first_mebibyte(tmp_path):
+    """Protocol 0/1 pickles have no magic: qcheck parses the first 1 MiB to STOP. One ending exactly at 1 MiB is a
+    pickle; one byte longer is not recognised (named as text, never unpickled)."""
+    def text_pickle(total: int) -> bytes:
+        return b"S'" + b"a" * (total - 5) + b"'\n."
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(text_pickle(1 << 20))
+    assert load_checkpoint(str(path)).container == "pickle"
+    path.write_bytes(text_pickle((1 << 20) + 1))
+    with pytest.raises(InputError, match=r"not a checkpoint: it looks like text$"):
+        load_checkpoint(str(path))
+
+
 CLI_CASES = ["17-length-2^64-1", "18-not-utf8", "19-duplicate-tensor", "21-appended-polyglot",
              "22-deep-nesting-in-shape", "21-shape-product-overflow"]
 
