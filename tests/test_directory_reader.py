@@ -427,3 +427,24 @@ def test_the_package_hands_out_its_lazy_names_and_no_others():
     assert readers.read_side_files is read_side_files and readers.looks_like_repo_id is hub_rule
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         readers.nothing  # noqa: B018
+
+
+def test_several_gguf_models_are_read_one_by_one_only_when_asked(tmp_path):
+    from qcheck.readers import load_checkpoints
+
+    for name in ("a.gguf", "b.gguf"):
+        write_gguf(tmp_path / name, [("token_embd.weight", (32, 16), Q.F32)])
+    assert [c.path for c in load_checkpoints(str(tmp_path), all_models=True)] == [
+        str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]
+    with pytest.raises(InputError, match=r"2 GGUF checkpoints here: a\.gguf; b\.gguf"):
+        load_checkpoints(str(tmp_path))  # the default is one model
+
+
+@pytest.mark.parametrize("target, suffix", [
+    ("./nope", ""), ("/nope/at/all", ""), ("nope.gguf", ""), ("org/model.gguf", ""),
+    ("org/na..me", " (nor a Hub repo id: '--' and '..' are not allowed in a repo id)")])
+def test_a_missing_path_says_why_it_is_no_repo_id_only_when_it_looks_like_one(tmp_path, monkeypatch, target, suffix):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as info:
+        load_checkpoint(target)
+    assert str(info.value) == f"{target}: no such file or directory{suffix}"
