@@ -438,6 +438,11 @@ def test_several_gguf_models_are_read_one_by_one_only_when_asked(tmp_path):
         str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]
     with pytest.raises(InputError, match=r"2 GGUF checkpoints here: a\.gguf; b\.gguf"):
         load_checkpoints(str(tmp_path))  # the default is one model
+    # a safetensors model beside them wins, as without all_models
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    write_json(tmp_path / "config.json", {"model_type": "llama"})
+    [one] = load_checkpoints(str(tmp_path), all_models=True)
+    assert (one.path, one.container) == (str(tmp_path), "safetensors")
 
 
 @pytest.mark.parametrize("target, suffix", [
