@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -453,3 +454,18 @@ def test_a_missing_path_says_why_it_is_no_repo_id_only_when_it_looks_like_one(tm
     with pytest.raises(InputError) as info:
         load_checkpoint(target)
     assert str(info.value) == f"{target}: no such file or directory{suffix}"
+
+
+def test_a_sharded_model_at_exactly_its_limits_is_read_and_one_below_is_refused(tmp_path):
+    """max_shards, max_tensors and max_json_bytes each equal to what the model has: read; one less: refused."""
+    root = sharded_model(tmp_path / "m")
+    biggest = max(root.glob("*.json"), key=lambda p: p.stat().st_size)
+    json_bytes = biggest.stat().st_size
+    at = Limits(max_shards=2, max_tensors=5, max_json_bytes=json_bytes)
+    assert len(load_checkpoint(str(root), at).tensors) == 5
+    for over, message in ((Limits(max_shards=1), "weight_map names more than 1 shards"),
+                          (Limits(max_tensors=4), "weight_map lists 5 tensors, over the limit of 4"),
+                          (Limits(max_json_bytes=json_bytes - 1),
+                           f"over the {json_bytes - 1}-byte limit for side files")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            load_checkpoint(str(root), over)
