@@ -121,6 +121,20 @@ def test_a_protocol_0_pickle_is_recognised_within_its_first_mebibyte(tmp_path):
         load_checkpoint(str(path))
 
 
+def test_a_header_of_exactly_max_safetensors_header_bytes_is_read(tmp_path):
+    import struct
+
+    import torch
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(4)}, str(path))
+    (n,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert load_checkpoint(str(path), Limits(max_safetensors_header=n)).tensors["w"].shape == (4,)
+    with pytest.raises(InputError, match=f"header length {n} is over the {n - 1}-byte limit"):
+        load_checkpoint(str(path), Limits(max_safetensors_header=n - 1))
+
+
 CLI_CASES = ["17-length-2^64-1", "18-not-utf8", "19-duplicate-tensor", "21-appended-polyglot",
              "22-deep-nesting-in-shape", "21-shape-product-overflow"]
 
