@@ -492,6 +492,34 @@ def test_largest_rank_from_config_and_rank_pattern_when_the_tensors_cannot_say()
     assert (adapter.rank, adapter.max_rank) == (8, 16)
 
 
+def test_rank_pattern_ranks_start_at_1():
+    """Without r, a rank_pattern of 1 is the largest rank; a 0 in it is no rank."""
+    for pattern, largest in (({"q_proj": 1}, 1), ({"q_proj": 0}, None)):
+        cfg = peft_config(8, rank_pattern=pattern)
+        del cfg["r"]
+        adapter, _ = _adapter(cfg, container="pickle", files=("adapter_model.bin",))
+        assert adapter.max_rank == largest, pattern
+
+
+def test_half_pairs_and_vectors_are_malformed_and_the_next_pairs_still_count():
+    """A lora_A without its lora_B, and a pair where one side is a vector: each is listed (no crash), and the pairs
+    after them still give their ranks."""
+    pre = "base_model.model.model.layers.0."
+    extra = {f"{pre}a_proj.lora_A.weight": (8, 64),  # no lora_B
+             f"{pre}b_proj.lora_A.weight": (8, 64), f"{pre}b_proj.lora_B.weight": (64,),  # B is a vector
+             f"{pre}c_proj.lora_A.weight": (8,), f"{pre}c_proj.lora_B.weight": (64, 8)}  # A is a vector
+    adapter, warnings = _adapter(peft_config(8, targets=["a_proj", "b_proj", "c_proj", "q_proj"]),
+                                 {"self_attn.q_proj": (8, 8)}, extra=extra)
+    (line,) = [w for w in warnings if w.startswith("malformed LoRA pairs: ")]
+    assert line == (f"malformed LoRA pairs: {pre}a_proj.lora_A.weight has no lora_B partner; "
+                    f"{pre}b_proj.lora_A.weight [8, 64] / {pre}b_proj.lora_B.weight [64] are not matrices; "
+                    f"{pre}c_proj.lora_A.weight [8] / {pre}c_proj.lora_B.weight [64, 8] are not matrices")
+    assert adapter.rank == 8 and adapter.max_rank == 8
+    only_b = {f"{pre}a_proj.lora_B.weight": (64, 8)}
+    _, warnings = _adapter(peft_config(8), {"self_attn.q_proj": (8, 8)}, extra=only_b)
+    assert f"malformed LoRA pairs: {pre}a_proj.lora_B.weight has no lora_A partner" in warnings
+
+
 def test_peft_type_missing_or_not_a_string():
     for value in (None, 5, "  "):
         cfg = peft_config(8, peft_type=value)

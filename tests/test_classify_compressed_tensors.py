@@ -114,6 +114,9 @@ def test_packed_per_channel_needs_the_bits_and_a_group_of_zero_is_no_group():
     assert (q.logical, q.group_size) == (64 * 256, 256)
     (q,) = _scan({**spec, "a.weight_scale": ("BF16", (64, 2))}, Hints(bits=4, group_size=0)).values()
     assert (q.group_size, q.logical) == (128, 64 * 256)  # group 0 is no group: the bits decide
+    assert q.zero_point is False  # no zero-point tensor: symmetric
+    (q,) = _scan({**spec, "a.weight_scale": ("BF16", (64, 256))}, Hints(group_size=1)).values()
+    assert (q.group_size, q.logical) == (1, 64 * 256)  # groups of one input: the scale columns are the inputs
 
 
 def test_packed_int8_and_64_bit_words_and_input_scales():
@@ -146,6 +149,8 @@ def test_integer_weights_their_scales_and_quark_int4_words():
     assert (q.method, q.bits, q.logical, q.layout) == ("int4", 4, 64 * 128, "int-quantized")
     (q8,) = _scan({k: v for k, v in spec.items() if k.startswith("q.")}, Hints(bits=8)).values()
     assert (q8.method, q8.bits, q8.logical) == ("int8", 8, 64 * 64)
+    (q3,) = _scan({"r.weight": ("I32", (64, 10)), "r.weight_scale": ("F32", (64, 1))}, Hints(bits=3)).values()
+    assert q3.logical == 64 * 106  # 10 words x 32 / 3 rounds down: an integer count
     assert _scan(spec, claimed=frozenset({"t.weight"})).keys() == {"c", "c1", "g", "q"}
 
 
@@ -184,6 +189,13 @@ def test_the_group_matching_the_tensors_describes_them():
     assert one.declared_methods == ["fp8"] and not any("several config_groups" in w for w in one.warnings)
     assert (one.producer, one.config_method, one.excluded) == ("compressed-tensors", "compressed-tensors", ["lm_head"])
     assert _apply(quant, quant_method=None).config_method == "compressed-tensors"
+
+
+def test_groups_that_are_no_scheme_before_a_real_one_are_skipped():
+    groups = {"broken": "not a scheme", "no_weights": {"targets": ["Linear"], "weights": None},
+              "group_0": b.scheme(b.qargs(8, "float", "channel"), b.qargs(8, "float", "token", dynamic=True))}
+    draft = _apply(b.ct_config(groups, fmt="float-quantized"), tensor_method="fp8")
+    assert (draft.expected_method, draft.declared_methods) == ("fp8", ["fp8"])
 
 
 def test_a_config_without_usable_groups_says_so():

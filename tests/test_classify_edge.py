@@ -438,6 +438,7 @@ def test_bnb_quant_type_disagrees_with_quant_state() -> None:
     insp = classify(fx.checkpoint())
     (finding,) = _mismatches(insp)
     assert finding.message == "bnb_4bit_quant_type fp4, but the tensors' quant_state is nf4"
+    assert finding.where == "config.json quantization_config"
     assert insp.quantization.weight_dtype == "nf4"
 
 

@@ -92,6 +92,28 @@ def test_moe_split_and_unknown_file_type() -> None:
     assert any("999" in w for w in insp.warnings)
 
 
+def test_head_dim_of_one_hidden_unit_per_head() -> None:
+    md = {**MD, "general.file_type": 15, "llama.embedding_length": 1, "llama.attention.head_count": 1}
+    assert classify(_ckpt({}, md)).head_dim == 1
+    assert classify(_ckpt({}, {**md, "llama.embedding_length": 0})).head_dim is None
+
+
+def test_an_architecture_llama_cpp_never_defined_is_flagged_on_gguf_only() -> None:
+    """llama.cpp refuses a GGUF whose general.architecture it never defined; the note is about GGUF names, so a
+    safetensors model (architectures are class names there) never gets it."""
+    note = "is not an architecture llama.cpp has defined in any build read"
+    unknown = classify(_ckpt({}, {**MD, "general.architecture": "totally-new-arch", "general.file_type": 15}))
+    assert [w for w in unknown.warnings if note in w] != []
+    known = classify(_ckpt({}, {**MD, "general.file_type": 15}))
+    assert [w for w in known.warnings if note in w] == []
+    st_ckpt = Checkpoint(path="m", container="safetensors", metadata={}, tensors={
+        "model.layers.0.mlp.up_proj.weight": TensorInfo("model.layers.0.mlp.up_proj.weight", "BF16", (64, 64), 8192)})
+    st_ckpt.configs["config.json"] = {"architectures": ["TotallyNewForCausalLM"], "model_type": "totally_new"}
+    st_insp = classify(st_ckpt)
+    assert st_insp.architecture == "TotallyNewForCausalLM"
+    assert [w for w in st_insp.warnings if note in w] == []
+
+
 # ---------------------------------------------------------------------- hostile metadata
 # Any JSON value under any of these keys, any tensor types: the classifier never crashes and its record fits
 # the public JSON contract (qcheck/schemas/inspection.schema.json).

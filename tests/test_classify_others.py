@@ -70,7 +70,8 @@ def test_hqq_config():
 
 # -------------------------------------------------------------------------------------------------- AQLM
 def test_aqlm_scan():
-    spec = {"x.codes": ("I16", (8, 4)),  # 2-D codes: skipped
+    spec = {"x.codes": ("I16", (8, 4)), "x.codebooks": ("F16", (1, 65536, 1, 8)),  # 2-D codes: skipped
+            "x.scales": ("F16", (8, 1, 1, 1)),
             "y.codes": ("I16", (8, 4, 1)), "y.codebooks": ("F16", (1, 65536, 1, 8)),  # no scales: skipped
             "z.codes": ("I16", (8, 4, 1)), "z.codebooks": ("F16", (65536, 1, 8)), "z.scales": ("F16", (8, 1, 1, 1)),
             "a.codes": ("I16", (64, 16, 1)), "a.codebooks": ("F16", (1, 65536, 1, 8)),
@@ -85,6 +86,15 @@ def test_aqlm_scan():
     assert out["c"].bits == 2 * 8 / 8  # two codebooks of 8 bits over groups of 8
     assert out["o"].bits is None  # a codebook size that is no power of two
     assert (out["e"].bits, out["e"].logical) == (None, 0)  # an empty group
+    edges = {"s.codes": ("I16", (64, 16, 1)), "s.codebooks": ("F16", (1, 0, 1, 8)),  # an empty codebook
+             "s.scales": ("F16", (64, 1, 1, 1)),
+             "g.codes": ("I16", (64, 16, 1)), "g.codebooks": ("F16", (1, 256, 1, 0)),  # groups of no input
+             "g.scales": ("F16", (64, 1, 1, 1)),
+             "u.codes": ("I16", (64, 16, 1)), "u.codebooks": ("F16", (1, 256, 1, 1)),  # groups of one weight
+             "u.scales": ("F16", (64, 1, 1, 1))}
+    out = {q.name: q for q in others.scan_aqlm(_tensors(edges), set(), Hints())}
+    assert [out[k].bits for k in ("s", "g", "u")] == [None, None, 8.0]
+    assert others.scan_aqlm(_tensors(spec), {"a.codes", "c.codes", "o.codes", "e.codes"}, Hints()) == []  # claimed
 
 
 def test_aqlm_config():
@@ -119,6 +129,10 @@ def test_torchao_metadata_is_bounded_and_hostile_json_is_skipped():
     assert others._torchao_names({"tensor_names": "[oops"}) == []
     assert others._torchao_names({"tensor_names": 5}) == []
     assert others._torchao_names({"tensor_names": json.dumps(["n"] * 10) + " " * 64 * 65536}) == []
+    names = json.dumps(["n"])
+    at_cap = names + " " * (64 * 65536 - len(names))  # exactly 64 x MAX_META_JSON characters: read
+    assert others._torchao_names({"tensor_names": at_cap}) == ["n"]
+    assert others._torchao_names({"tensor_names": at_cap + " "}) == []
 
 
 def test_torchao_scan_per_tensor_type():
@@ -143,6 +157,9 @@ def test_torchao_scan_per_tensor_type():
     assert others.scan_torchao(_tensors(spec), set(), Hints(metadata={})) == []
     claimed = others.scan_torchao(_tensors(spec), {"m.a._weight_qdata", "m.a._weight_scale"}, hints)
     assert "m.a" not in {q.name for q in claimed}
+    # a parameter without qdata listed first does not end the scan
+    first = Hints(metadata=_torchao_meta({"m.f.weight": "Float8Tensor", "m.a.weight": "Float8Tensor"}))
+    assert [q.name for q in others.scan_torchao(_tensors(spec), set(), first)] == ["m.a"]
 
 
 @pytest.mark.parametrize("quant_type, fmt, act", [
@@ -209,6 +226,14 @@ def test_quark_weight_input_and_kv_specs():
     assert (odd.scale_granularity, odd.expected_group, odd.activation_scheme, odd.expected_bits) == (
         "per_block", None, "static", 4)
     assert _quark({"global_quant_config": {"weight": {"dtype": "int8"}, "input_tensors": []}}).activation_dtype is None
+    assert _quark({"global_quant_config": {"weight": {"dtype": "int8"}}}).expected_bits == 8
+    assert _quark({"global_quant_config": {"weight": {"dtype": "fp4", "group_size": 16}}}).expected_bits == 4  # nvfp4
+    # an input spec of a dtype Quark names but qcheck does not: no activation scheme either
+    assert _quark({"global_quant_config": {"weight": {"dtype": "int8"}, "input_tensors": {
+        "dtype": "bfp16", "qscheme": "per_tensor"}}}).activation_scheme is None
+    # a group size on a per-tensor input spec is no per-group scheme
+    assert _quark({"global_quant_config": {"weight": {"dtype": "int8"}, "input_tensors": {
+        "dtype": "int8", "qscheme": "per_tensor", "group_size": 32}}}).activation_scheme == "static per-tensor"
     none = _quark({"global_quant_config": {"weight": []}})
     assert none.warnings == ["config.json quantization_config: Quark config has no global_quant_config.weight"]
     dynamic_kv = {**quant, "layer_quant_config": {"*k_proj": {"output_tensors": {"dtype": "fp8_e4m3",
@@ -216,6 +241,29 @@ def test_quark_weight_input_and_kv_specs():
     assert _quark(dynamic_kv).kv_cache_static is False
     no_kv = {**quant, "layer_quant_config": {"*k_proj": {"output_tensors": {"dtype": "bfp16"}}}}
     assert _quark(no_kv).kv_cache_declared is None
+    # kv_cache_group must be a list of patterns: a string's characters are no patterns
+    assert _quark({**quant, "export": {"kv_cache_group": "*k_proj"}}).kv_cache_declared is None
+    # the first layer entry a KV pattern matches gives the KV cache
+    two = {**quant, "layer_quant_config": {"*k_proj": kv_spec, "*v_proj": {"output_tensors": {
+        "dtype": "int8", "is_dynamic": True}}}}
+    assert (_quark(two).kv_cache_dtype, _quark(two).kv_cache_static) == ("float8_e4m3", True)
+
+
+def test_quark_reads_64_kv_patterns_and_4096_layer_entries():
+    """Bounds against a hostile config (the substring search is patterns x entries): the 64th pattern and the
+    4096th entry are read, the next ones are not."""
+    kv_spec = {"output_tensors": {"dtype": "fp8_e4m3", "is_dynamic": False}}
+    base = {"global_quant_config": {"weight": {"dtype": "int8"}}}
+
+    def kv(patterns: list[str], layers: dict) -> str | None:
+        return _quark({**base, "export": {"kv_cache_group": patterns}, "layer_quant_config": layers}).kv_cache_dtype
+
+    junk = [f"nothing{i}" for i in range(64)]
+    assert kv([*junk[:63], "k_proj"], {"*k_proj": kv_spec}) == "float8_e4m3"
+    assert kv([*junk, "k_proj"], {"*k_proj": kv_spec}) is None
+    entries = {f"layer{i}": {} for i in range(4096)}
+    assert kv(["k_proj"], {**dict(list(entries.items())[:4095]), "*k_proj": kv_spec}) == "float8_e4m3"
+    assert kv(["k_proj"], {**entries, "*k_proj": kv_spec}) is None
 
 
 def test_quark_mxfp6_relabels_the_fp4_scanners_layers():
@@ -231,6 +279,19 @@ def test_quark_mxfp6_relabels_the_fp4_scanners_layers():
     assert (layer.method, layer.layout, layer.bits, layer.logical, layer.group_size, layer.weight_dtype) == (
         "mxfp6", "mxfp6-packed", 6, 64 * 96 * 8 // 6, 32, "fp6_e2m3")
     assert d.expected_bits == 6
+    # only the FP4 scanner's packed layers are relabelled; rows of bytes that are no multiple of 3 count whole values
+    odd_tensors = {"n.weight": TensorInfo("n.weight", "U8", (64, 97), 64 * 97),
+                   "n.weight_scale": TensorInfo("n.weight_scale", "U8", (64, 3), 192),
+                   "f.weight": TensorInfo("f.weight", "F8_E4M3", (64, 64), 64 * 64),
+                   "f.weight_scale": TensorInfo("f.weight_scale", "F32", (64, 1), 256)}
+    odd = QLinear(name="n", method="mxfp4", layout="mxfp4-packed", tensors=["n.weight", "n.weight_scale"],
+                  logical=64 * 194, bits=4)
+    fp8 = QLinear(name="f", method="fp8", layout="fp8", tensors=["f.weight", "f.weight_scale"], logical=64 * 64,
+                  bits=8)
+    _quark({"global_quant_config": {"weight": {"dtype": "fp6_e2m3", "qscheme": "per_group", "group_size": 32}}},
+           qlinears=[odd, fp8], tensors=odd_tensors)
+    assert (odd.method, odd.logical, odd.group_size) == ("mxfp6", 64 * 97 * 8 // 6, 43)  # 129 values in 3 groups
+    assert (fp8.method, fp8.layout, fp8.bits, fp8.logical) == ("fp8", "fp8", 8, 64 * 64)
 
 
 @pytest.mark.parametrize("quant, method, bits, act", [

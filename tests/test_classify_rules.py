@@ -41,13 +41,28 @@ def test_config_group_sizes_that_cannot_be_real_are_dropped(group, kept):
 
 
 @pytest.mark.parametrize("block, kept", [([128, 128], False), ([64, 64], True), ([0, 128], False),
-                                         ([128, 0], False), ([128], False), ([128, 128, 128], False)])
+                                         ([128, 0], False), ([128], False), ([128, 128, 128], False),
+                                         ([-64, 64], False), ([64, -64], False), ([1, 128], True), ([128, 1], True)])
 def test_config_block_sizes_other_than_two_positive_edges_are_dropped(block, kept):
+    """A block edge of 1 is the smallest real one (kept, and it disagrees with the scales); 0 or negative is not."""
     fx = b.fp8_block_deepseek()
     fx.configs["config.json"]["quantization_config"]["weight_block_size"] = block
     insp = classify(fx.checkpoint())
     assert insp.quantization.block_size == [128, 128]
-    assert _mismatches(insp) == (["config says block size [64, 64], but scale shapes give [128, 128]"] if kept else [])
+    assert _mismatches(insp) == ([f"config says block size {block}, but scale shapes give [128, 128]"] if kept else [])
+
+
+@pytest.mark.parametrize("block, kept", [([0, 128], False), ([128, 0], False), ([1, 128], True), ([1, 1], True),
+                                         ([-1, 128], False)])
+def test_a_block_edge_of_zero_from_any_reader_is_dropped(block, kept):
+    """compressed-tensors reads an unreadable block_structure edge as 0 (fp8's reader refuses it itself): the one
+    check of every config's block drops a 0 edge and keeps an edge of 1."""
+    from qcheck.classify import _sane
+    from qcheck.classify.base import Draft
+
+    draft = Draft(tensors={}, metadata={}, qlinears=[], expected_block=list(block))
+    _sane(draft)
+    assert draft.expected_block == (block if kept else None)
 
 
 @pytest.mark.parametrize("count, tail", [(7, ""), (8, ""), (9, ", ... (1 more)"), (12, ", ... (4 more)")])
@@ -85,6 +100,8 @@ def test_an_unknown_quant_method_is_classified_from_its_tensors_and_says_so():
     assert "quant_method 'brand-new-fp8' classified as fp8 from its tensors" in insp.warnings
     assert "config.json quantization_config: unknown quant_method 'brand-new-fp8'; classified from the tensors" \
         in insp.warnings
+    known = classify(b.fp8_ct_channel().checkpoint())  # a known method that agrees with its tensors: no such note
+    assert known.quantization.method == "fp8" and not any("classified as" in w for w in known.warnings)
 
 
 def test_mixed_precision_warning_gives_each_methods_share():
@@ -122,6 +139,23 @@ def test_without_a_config_the_layout_names_the_producer():
     insp = classify(fx.checkpoint())
     assert (insp.quantization.method, insp.quantization.producer) == ("nvfp4", "modelopt")
     assert "no quantization config found; classified from tensor names, dtypes and shapes" in insp.warnings
+    # the minority method's producer is not the majority's: NVFP4 (ModelOpt) in one layer of three, FP8 in two
+    shape = b.Shape(layers=3)
+
+    def linear(p: str, o: int, i: int) -> b.Spec:
+        return b.nvfp4_modelopt(p, o, i) if p.startswith("model.layers.0.") else b.fp8_channel(p, o, i)
+
+    mixed = classify(b.Fixture(b.model_tensors(shape, linear), {"config.json": b.llama_config(shape)},
+                               {"format": "pt"}).checkpoint())
+    assert (mixed.quantization.method, mixed.quantization.producer) == ("fp8", None)
+    # one large DeepSeek FP8 layer holds most elements; two small ModelOpt NVFP4 layers are more layers, not more
+    # weight: the producer is the majority method's (deepseek), not the most common producer over all layers
+    spec = {"big.weight": ("F8_E4M3", (1024, 1024)), "big.weight_scale_inv": ("F32", (8, 8))}
+    for name in ("s1", "s2"):
+        spec.update({f"{name}.weight": ("U8", (64, 32)), f"{name}.weight_scale": ("F8_E4M3", (64, 4)),
+                     f"{name}.weight_scale_2": ("F32", ())})
+    q = classify(b.Fixture(spec).checkpoint()).quantization
+    assert (q.method, q.producer) == ("fp8", "deepseek")
     mlx = copy.deepcopy(b.mlx_fixture())
     mlx.configs = {}
     q = classify(mlx.checkpoint()).quantization
@@ -345,10 +379,77 @@ def test_per_module_hints_override_only_what_they_give():
     assert [hints.for_module(m) for m in ("a", "b", "c", "d")] == [(8, 128), (4, 32), (4, 128), (4, 128)]
 
 
+def test_plain_dtype_counts_dotted_weights_leaves_side_tensors_out_and_memoises_only_the_unclaimed_answer():
+    from qcheck.classify import _plain_dtype
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    def table(**spec: tuple[str, tuple[int, ...]]) -> TensorTable:
+        return TensorTable({n: TensorInfo(n, d, shape, None) for n, (d, shape) in spec.items()})
+
+    two = table(**{"a.weight": ("BF16", (64, 64)), "b.weight": ("F16", (32, 32))})
+    # the answer without claims is kept for the next unclaimed call; a call with claims neither reads nor writes it
+    assert [_plain_dtype(two, set()), _plain_dtype(two, {"a.weight"}), _plain_dtype(two, set())] == [
+        "bfloat16", "float16", "bfloat16"]
+    # a tensor named just "weight" is no "*.weight" (it would outweigh the model's BF16 weights)
+    assert _plain_dtype(table(**{"weight": ("F32", (128, 128)), "a.weight": ("BF16", (8, 8))}), set()) == "bfloat16"
+    # only quantisation side tensors: no plain dtype
+    assert _plain_dtype(table(**{"a.weight_scale": ("F32", (4, 4)), "a.input_scale": ("F32", ())}), set()) is None
+
+
+def test_majority_counts_a_layer_of_unknown_size_as_one_element():
+    """Two layers whose size the shapes cannot tell do not outweigh one layer of three elements."""
+    from qcheck.classify import _majority
+    from qcheck.classify.base import QLinear
+
+    layers = [QLinear("a0", "int4", "x", [], None), QLinear("a1", "int4", "x", [], None),
+              QLinear("b0", "fp8", "y", [], 3)]
+    assert _majority(layers) == ("fp8", {"fp8": 3, "int4": 2})
+    assert _majority([]) == (None, {})
+
+
+def _view_hints(quant: dict, side: dict | None = None, family: str | None = None):
+    from qcheck.classify import _hints
+    from qcheck.classify.configs import ConfigView
+
+    hints = _hints(ConfigView(quant=quant, side={"quantize_config.json": side} if side else {}), family)
+    return hints.bits, hints.group_size, hints.overrides
+
+
+def test_hints_come_from_the_first_compressed_tensors_group_with_weights():
+    """Without top-level bits/group_size, the first config group with weight args gives them (even without a group
+    size of its own); top-level values win over the groups."""
+    groups = {"no_weights": {"weights": None}, "g0": {"weights": {"num_bits": 4, "group_size": 128}},
+              "g1": {"weights": {"num_bits": 8, "group_size": 32}}}
+    assert _view_hints({"config_groups": groups}, family="compressed-tensors") == (4, 128, {})
+    first_without_group = {"g0": {"weights": {"num_bits": 4}}, "g1": {"weights": {"num_bits": 8, "group_size": 32}}}
+    assert _view_hints({"config_groups": first_without_group}) == (4, None, {})
+    assert _view_hints({"bits": 8, "group_size": 64, "config_groups": groups}) == (8, 64, {})
+
+
+@pytest.mark.parametrize("dtype, bits", [("int4", 4), ("uint4", 4), ("int8", 8), ("INT4", 4), ("fp8_e4m3", None)])
+def test_hints_from_quarks_global_weight_dtype(dtype, bits):
+    quant = {"global_quant_config": {"weight": {"dtype": dtype, "group_size": 32}}}
+    assert _view_hints(quant, family="quark") == (bits, 32, {})
+    assert _view_hints({**quant, "bits": 2, "group_size": 64}, family="quark") == (2, 64, {})
+
+
+def test_hints_take_gptqmodel_dynamic_overrides_from_the_config_or_the_side_file():
+    """'+:' rules and exact names override a module's bits/group; '-:' rules (skip a module) and non-dict values are
+    no override; the quantization_config's dynamic wins over quantize_config.json's."""
+    dynamic = {"+:model.layers.0.mlp": {"bits": 8}, "model.layers.1.self_attn": {"group_size": 32},
+               "-:model.layers.2": {"bits": 16}, "model.layers.3": 8}
+    expected = {"model.layers.0.mlp": (8, None), "model.layers.1.self_attn": (None, 32)}
+    assert _view_hints({"bits": 4, "dynamic": dynamic}, family="gptq") == (4, None, expected)
+    assert _view_hints({"bits": 4}, side={"dynamic": dynamic}, family="gptq") == (4, None, expected)
+    assert _view_hints({"bits": 4, "dynamic": {"a": {"bits": 3}}}, side={"dynamic": dynamic})[2] == {"a": (3, None)}
+
+
 # ----------------------------------------------------------------------------- shape arithmetic (base.py)
 @pytest.mark.parametrize("in_dim, rows, hint, expected", [
     (128, 1, 128, (128, False)), (128, 1, 256, (256, False)), (128, 1, 64, (None, True)), (128, 1, -1, (-1, False)),
     (128, 1, -2, (None, True)), (128, 1, 0, (None, True)), (128, 1, None, (None, True)), (None, 1, 128, (None, True)),
+    (1, 1, 1, (1, False)), (0, 1, 0, (None, True)),
     (256, 2, 128, (128, False)), (256, 2, None, (128, False)), (250, 3, None, (None, False)),
     (None, 2, 128, (None, False))])
 def test_row_group(in_dim, rows, hint, expected):
@@ -368,6 +469,7 @@ def test_exact_div(a, b, expected):
 @pytest.mark.parametrize("dim, count, block", [
     (256, 2, 128), (100, 1, 128), (256, 4, 64), (2048, 8, 256), (96, 3, 32), (48, 3, 16), (2048, 4, 512),
     (4096, 4, 1024), (100, 7, 16), (100, 9, 12), (10, 4, 3), (10, 6, None), (7168, 56, 128), (0, 1, None), (4, 0, None),
+    (1, 1, 128),
     (-4, 1, None), (4, -1, None)])
 def test_block_edge_from_a_dimension_and_a_block_count(dim, count, block):
     """128 is preferred, then 64, 256, 32, 16, 512, 1024 (what producers use); else the ceil quotient if it fits."""
@@ -413,11 +515,11 @@ def test_bnb_4bit_layers_their_tensors_and_double_quantisation():
 
 
 def test_bnb_int8_layers_need_their_row_scales():
-    spec = {"embed.weight": ("I8", (16, 8)), "a.weight": ("I8", (16, 8)), "a.SCB": ("F32", (16,)),
-            "a.weight_format": ("U8", ()), "f.weight": ("BF16", (16, 8)), "f.SCB": ("F32", (16,)),
-            "c.weight": ("I8", (16, 8)), "c.SCB": ("F32", (16,))}
+    spec = {"c.weight": ("I8", (16, 8)), "c.SCB": ("F32", (16,)),
+            "embed.weight": ("I8", (16, 8)), "a.weight": ("I8", (16, 8)), "a.SCB": ("F32", (16,)),
+            "a.weight_format": ("U8", ()), "f.weight": ("BF16", (16, 8)), "f.SCB": ("F32", (16,))}
     out = _bnb_scan(spec, claimed={"c.weight"})
-    assert set(out) == {"a"}  # no SCB, not int8 or claimed: not an LLM.int8 layer
+    assert set(out) == {"a"}  # claimed (first: the scan goes on), no SCB, not int8: not an LLM.int8 layer
     a = out["a"]
     assert (a.logical, a.bits, a.group_size, a.granularity, a.weight_dtype, a.scale_dtype, a.zero_point) == (
         128, 8, -1, "per-channel", "int8", "float32", False)
@@ -581,6 +683,11 @@ def test_exl2_and_exl3_layers_from_their_shapes():
                                                                                      "a.q_scale", "a.q_groups"])
     assert out["p"].bits == 8.0
     assert (out["t"].bits, out["t"].logical, out["t"].tensors) == (3, 4 * 8 * 256, ["t.trellis", "t.suh"])
+    assert type(out["t"].bits) is int  # an integer in the JSON (3, not 3.0)
+    assert {q.name for q in exllama.scan(ck.tensors, {"a.q_weight", "t.trellis"}, Hints())} == {"p"}  # claimed
+    one = b.Fixture({"a.q_weight": ("I32", (1, 64)), "a.q_invperm": ("I16", (1,))}).checkpoint()
+    (q,) = exllama.scan(one.tensors, set(), Hints())  # a permutation of one input
+    assert (q.bits, q.logical) == (32.0, 64)
     odd = b.Fixture({"a.q_weight": ("I32", (41, 64)), "a.q_invperm": ("I16", (96,))}).checkpoint()
     (q,) = exllama.scan(odd.tensors, set(), Hints())
     assert q.bits == round(32 * 41 / 96, 4) == 13.6667
@@ -635,12 +742,31 @@ def _fp8(weight: tuple[int, ...], scale: tuple[int, ...] | None, *, scale_dtype:
     ((256, 512), (3, 7), {}, ("fp8", "block", None, [86, 74], "fp8-block")),
     ((256, 512), (300, 600), {}, ("fp8", "block", None, [0, 0], "fp8-block")),
     ((256, 512), None, {}, ("fp8", None, None, None, "fp8")),
+    # at the edges: one scalar in a 2-D weight_scale (per-tensor; only DeepSeek's weight_scale_inv [1, 1] is a
+    # block) and a 1-D weight_scale_inv of one; two groups or MX groups; ModelOpt blocks that fit no edge; one scale
+    # per output row shared by an expert stack (a block one row high)
+    ((128, 128), (1, 1), {}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 512), (1,), {"scale_name": "weight_scale_inv"}, ("fp8", "per-tensor", None, None, "fp8")),
+    ((256, 256), (256, 2), {}, ("fp8", "group", 128, None, "fp8")),
+    ((256, 64), (256, 2), {"scale_dtype": "U8"}, ("mxfp8", "group", 32, None, "mxfp8")),
+    ((10, 10), (7, 1, 7, 1), {}, ("fp8", "block", None, [0, 0], "fp8-block-modelopt")),
+    ((2, 64, 128), (64, 1), {}, ("fp8", "block", None, [1, 128], "fp8-block")),
 ])
 def test_fp8_scale_layouts(weight, scale, kw, expected):
     q = _fp8(weight, scale, **kw)
     assert (q.method, q.granularity, q.group_size, q.block_size, q.layout) == expected
     assert q.producer == ("deepseek" if kw.get("scale_name") == "weight_scale_inv" else None)
     assert q.logical == b.nbytes("F8_E4M3", weight) and q.bits == 8
+
+
+def test_fp8_weights_without_scales_are_each_found():
+    from qcheck.classify import fp8
+    from qcheck.classify.base import Hints
+
+    ck = b.Fixture({"a.weight": ("F8_E4M3", (64, 64)), "b.weight": ("F8_E4M3", (64, 64)),
+                    "c.weight": ("F8_E4M3", (64, 64)), "c.weight_scale": ("F32", ())}).checkpoint()
+    found = {q.name: q.granularity for q in fp8.scan(ck.tensors, set(), Hints())}
+    assert found == {"a": None, "b": None, "c": "per-tensor"}
 
 
 def test_fp8_input_scale_and_scale_dtype():
@@ -747,7 +873,7 @@ def _gptq_scan(spec: dict, hints=None) -> dict:
 
 
 def test_gptq_and_awq_packs_and_what_is_skipped():
-    spec = {"x.qweight": ("I32", (16,)),  # 1-D: skipped, the scan goes on
+    spec = {"x.qweight": ("I32", (16,)), "x.scales": ("F16", (1, 64)),  # 1-D: skipped, the scan goes on
             "y.qweight": ("I32", (16, 64)),  # no scales: skipped
             "z.qweight": ("I32", (16, 64)), "z.scales": ("F16", (64,)),  # 1-D scales: skipped
             **b.gptq("g", 64, 128), **b.awq_gemm("a", 64, 256),
@@ -762,6 +888,17 @@ def test_gptq_and_awq_packs_and_what_is_skipped():
     assert (a.method, a.layout, a.bits, a.group_size, a.logical) == ("awq", "awq-gemm", 4, 128, 64 * 256)
     w = out["w"]  # an empty g_idx is no g_idx: GPTQ input rows from the bits (16 x 32 / 4)
     assert (w.method, w.layout, w.logical, w.tensors) == ("gptq", "gptq", 128 * 64, ["w.qweight", "w.scales"])
+    from qcheck.classify import gptq_awq
+
+    ck = b.Fixture(spec).checkpoint()
+    assert {q.name for q in gptq_awq.scan(ck.tensors, {"g.qweight"}, Hints(bits=4))} == {"a", "w"}  # g claimed
+    one = _gptq_scan({"o.qweight": ("I32", (1, 64)), "o.scales": ("F16", (1, 64)), "o.g_idx": ("I32", (1,))})
+    assert (one["o"].logical, one["o"].bits) == (64, 32)  # a g_idx of one entry is one input (not "no g_idx")
+    per_channel = _gptq_scan(b.gptq("c", 64, 128, group=-1), Hints(bits=4, group_size=-1))["c"]
+    assert (per_channel.group_size, per_channel.granularity) == (-1, "per-channel")
+    # rows the config's bits do not divide: the input size rounds down (an integer), the bits are not the config's
+    odd = _gptq_scan({"d.qweight": ("I32", (25, 64)), "d.scales": ("F16", (1, 64))}, Hints(bits=3))["d"]
+    assert (odd.logical, odd.bits) == (266 * 64, 32 * 25 / 266)
 
 
 def test_gptq_packs_in_other_word_sizes_and_fused_experts():
@@ -799,6 +936,20 @@ def test_awq_gemv_group_from_the_config_when_the_padding_hides_it():
     assert (q.bits, q.logical) == (4, 64 * 256)
     (q,) = _gptq_scan(b.awq_gemv("v", 64, 256, group=128, ), Hints(bits=8, group_size=128)).values()
     assert (q.bits, q.logical) == (8, 64 * 128)
+    (q,) = _gptq_scan(b.awq_gemv("v", 2, 256, group=128), Hints(bits=4)).values()  # two rows: still GEMV
+    assert (q.layout, q.logical) == ("awq-gemv", 2 * 256)
+    seventeen = b.awq_gemv("v", 64, 17 * 128, group=128)  # 17 groups padded to 24 columns
+    (q,) = _gptq_scan(seventeen, Hints(bits=4, group_size=128)).values()
+    assert (q.group_size, q.logical) == (128, 64 * 17 * 128)
+    experts = {"v.qweight": ("I32", (4, 64, 32)), "v.scales": ("F16", (4, 64, 8))}  # a stack of 4 GEMV experts
+    (q,) = _gptq_scan(experts, Hints(bits=4, group_size=32)).values()
+    assert (q.layout, q.logical, q.group_size) == ("awq-gemv", 4 * 64 * 256, 32)
+    # 8-bit words of 3 columns hold 12 inputs; group 1 pads 12 scales to 16 columns
+    (q,) = _gptq_scan({"v.qweight": ("I32", (64, 3)), "v.scales": ("F16", (64, 16))}, Hints(bits=8, group_size=1)
+                      ).values()
+    assert (q.layout, q.logical, q.group_size) == ("awq-gemv", 64 * 12, 1)
+    (q,) = _gptq_scan({"v.qweight": ("I32", (64, 10)), "v.scales": ("F16", (64, 8))}, Hints(bits=3)).values()
+    assert q.logical == 64 * 106  # 10 x 32 / 3 rounds down: an integer count
     single = {"v.qweight": ("I32", (1, 8)), "v.scales": ("F16", (1, 64))}  # one row, one scale row: GEMM
     (q,) = _gptq_scan(single, Hints(bits=4)).values()
     assert q.layout == "awq-gemm"
@@ -830,6 +981,8 @@ def test_gptq_side_config_disagreement_and_where():
     assert (alone.act_order, alone.zero_point, alone.producer) == (True, True, "auto-gptq")
     other = _gptq_config(None, {"bits": 4}, side_name="quant_config.json")
     assert other.config_method == "(quant_config.json)"
+    named = _gptq_config({"quant_method": "gptq", "bits": 4}, {"bits": 8}, side_name="quant_config.json")
+    assert [f.where for f in named.findings] == ["quant_config.json"]
     same = _gptq_config({"quant_method": "gptq", "bits": 4}, {"bits": 4, "group_size": 32})
     assert same.findings == [] and same.expected_group == 32
 
@@ -874,6 +1027,15 @@ def test_mlx_hints_per_mode(block, hints):
     assert hints_from(block).for_module("x") == hints
 
 
+def test_mlx_hints_from_the_block_or_a_quant_method_mlx_config():
+    from qcheck.classify.configs import ConfigView
+    from qcheck.classify.mlx import view_hints
+
+    quant = {"quant_method": "mlx", "bits": 8, "group_size": 32}
+    assert view_hints(ConfigView(quant=quant)).for_module("x") == (8, 32)
+    assert view_hints(ConfigView(quant=quant, mlx={"bits": 3, "group_size": 64})).for_module("x") == (3, 64)
+
+
 def test_mlx_overrides_and_mixed_bits():
     from qcheck.classify.mlx import hints_from
 
@@ -910,6 +1072,11 @@ def test_mlx_scans_from_the_shapes_and_the_hints():
     assert (q.bits, q.group_size) == (8, 32)  # the group from the shapes, not the hint's default
     (q,) = _mlx_scan(b.mlx_affine("a", 64, 96, bits=4, group=32), Hints(bits=4, group_size=64)).values()
     assert q.group_size == 32
+    (q,) = _mlx_scan(b.mlx_affine("a", 64, 128, bits=4, group=128), Hints(bits=4)).values()  # one scale column
+    assert (q.group_size, q.logical) == (128, 64 * 128)
+    # bits known, no group, and scales that do not divide the 128 inputs: no group (not the default 64)
+    (q,) = _mlx_scan({"a.weight": ("U32", (64, 16)), "a.scales": ("BF16", (64, 3))}, Hints(bits=4)).values()
+    assert (q.bits, q.group_size, q.logical) == (4, None, 64 * 128)
     metal = {n.replace(".biases", ".qbiases"): t for n, t in b.mlx_affine("t", 64, 128).items()}
     (q,) = _mlx_scan(metal).values()
     assert (q.layout, q.producer, q.zero_point) == ("mlx-metal", "transformers (metal)", True)
@@ -1060,6 +1227,8 @@ def test_modelopt_int4_awq_scan():
     from qcheck.classify.base import Hints
 
     spec = {"x.weight": ("U8", (64,)), "y.weight": ("U8", (32, 128)),  # 1-D; no scale: skipped
+            "d.weight": ("U8", (64,)), "d.weight_scale": ("F16", (64, 1)),  # 1-D even with a scale: skipped
+            "c.weight": ("U8", (32, 128)), "c.weight_scale": ("BF16", (64, 1)),  # claimed by another scanner
             "z.weight": ("U8", (32, 128)), "z.weight_scale": ("U8", (64, 1)),  # a U8 scale is another format's
             "w.weight": ("U8", (32, 128)), "w.weight_scale": ("F16", (64,)),  # 1-D scale: skipped
             "v.weight": ("U8", (32, 128)), "v.weight_scale": ("F16", (32, 1)),  # rows not 2 x packed rows
@@ -1097,6 +1266,9 @@ def test_mlx_configs_modes_overrides_and_exclusions():
     assert _mlx_config({"config.json": {"quantization": {"mode": "nvfp4"}}}).expected_group == 16
     metal = _mlx_config({"config.json": {"quantization_config": {"quant_method": "metal", "bits": 8}}})
     assert (metal.producer, metal.config_method, metal.expected_bits) == ("transformers (metal)", "metal", 8)
+    # a quant_method "mlx" config is MLX's, not transformers' metal layout
+    mlx_method = _mlx_config({"config.json": {"quantization_config": {"quant_method": "mlx", "bits": 8}}})
+    assert (mlx_method.producer, mlx_method.config_method) == ("mlx-lm", "mlx")
     mixed = _mlx_config({"config.json": {
         "quantization": {"bits": 4, "group_size": 64, "lm_head": False, "model.layers.0.mlp": {"bits": 8},
                          "model.layers.1.mlp": {"group_size": 32}},
@@ -1108,6 +1280,45 @@ def test_mlx_configs_modes_overrides_and_exclusions():
 
 
 # ---------------------------------------------------------------------------------------- FP4/FP6 (mx.py)
+def test_mxfp4_config_names_gpt_oss_only_when_a_layer_has_its_expert_blocks():
+    from qcheck.classify import mx
+    from qcheck.classify.base import Draft
+
+    view = _view(**{"config.json": {"quantization_config": {"quant_method": "mxfp4",
+                                                            "modules_to_not_convert": ["lm_head"]}}})
+
+    def producer(*layouts: str) -> str | None:
+        layers = [_layer(name=f"l{i}", layout=layout) for i, layout in enumerate(layouts)]
+        draft = Draft(tensors={}, metadata={}, qlinears=layers)
+        mx.apply_config(view, draft, "mxfp4", "mxfp4")
+        assert (draft.expected_method, draft.expected_bits, draft.expected_group, draft.excluded) == (
+            "mxfp4", 4, 32, ["lm_head"])
+        return draft.producer
+
+    assert producer("mxfp4-gpt-oss", "mxfp4-gpt-oss") == "gpt-oss"
+    assert producer("mxfp4-packed", "mxfp4-gpt-oss") == "gpt-oss"
+    assert producer("mxfp4-packed") is None and producer() is None
+
+
+def test_gpt_oss_blocks_of_a_plain_matrix():
+    """``*_blocks`` [rows, 16] with ``*_scales`` [rows]: one row of 32 values per scale, no expert dimension."""
+    (q,) = _mx_scan({"m.down_proj_blocks": ("U8", (64, 16)), "m.down_proj_scales": ("U8", (64,))}).values()
+    assert (q.layout, q.logical, q.group_size) == ("mxfp4-gpt-oss", 64 * 32, 32)
+
+
+def test_a_layer_sharing_a_tensor_another_layout_claimed_is_not_counted_twice():
+    """compressed-tensors claims x.weight_packed and x.weight_scale first; the FP8 scanner's x (x.weight with the
+    same scale) is dropped, and the FP8 layer after it is still found."""
+    from qcheck.classify.base import Hints
+    from qcheck.classify.fingerprints import scan_all
+
+    spec = {"x.weight_packed": ("I32", (64, 16)), "x.weight_scale": ("BF16", (64, 1)),
+            "x.weight": ("F8_E4M3", (64, 64)), "y.weight": ("F8_E4M3", (64, 64))}
+    found = scan_all(b.Fixture(spec).checkpoint().tensors, {}, Hints(bits=4))
+    assert [(q.name, q.method, q.tensors) for q in found] == [
+        ("x", "int4", ["x.weight_packed", "x.weight_scale"]), ("y", "fp8", ["y.weight"])]
+
+
 def _mx_scan(spec: dict) -> dict:
     from qcheck.classify import mx
     from qcheck.classify.base import Hints
@@ -1141,6 +1352,8 @@ def _mx_scan(spec: dict) -> dict:
      ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
     ({"m.weight": ("F6_E3M2", (64, 128)), "m.weight_scale": ("U8", (64, 4))},
      ("mxfp6", "mxfp6-packed", None, 32, 64 * 128, 6, False, ["m.weight", "m.weight_scale"])),
+    ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("U8", (64, 1))},  # one MX scale per row: a group of 128
+     ("mxfp4", "mxfp4-packed", None, 128, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
     ({"m.weight": ("U8", (64, 64)), "m.weight_scale": ("F8_E4M3", (64,))},  # a 1-D scale: its length is the groups
      ("nvfp4", "nvfp4-modelopt", None, 2, 64 * 128, 4, False, ["m.weight", "m.weight_scale"])),
 ])
@@ -1208,3 +1421,6 @@ def test_logical_parameters_count_unknown_layers_as_stored_and_name_them():
         total, unknown = logical_parameters(tensors, layers, table)
         assert (total, unknown) == (8192 + 32 * 32 + 64, ["b", "gone"])
     assert logical_parameters(tensors, [], TensorTable(tensors)) == (16 * 64 + 64 + 32 * 32 + 64, [])
+    side_only = {n: TensorInfo(n, "F32", (4, 4), 64) for n in ("a.weight_scale", "a.input_scale", "b.k_scale")}
+    for table in (None, TensorTable(side_only)):  # quantisation state alone holds no model parameter
+        assert logical_parameters(side_only, [], table) == (0, [])

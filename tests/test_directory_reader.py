@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -284,6 +285,28 @@ def test_single_shard_of_a_sharded_model_warns(tmp_path):
     assert any("model.safetensors.index.json lists the shards of a larger model" in w for w in ck.warnings)
 
 
+def test_a_nested_shard_names_its_own_index_and_its_index_or_config_alone_are_read_as_such(tmp_path):
+    sharded_model(tmp_path / "a" / "b")
+    shard, index = "a/b/model-00001-of-00002.safetensors", "a/b/model.safetensors.index.json"
+    ck = load_from_fileset(LocalFileSet(tmp_path), [shard], path="x")
+    assert [w for w in ck.warnings if "lists the shards" in w] == [
+        f"{index} lists the shards of a larger model; only {shard} was read (pass the directory for the whole model)"]
+    with_index = load_from_fileset(LocalFileSet(tmp_path), [shard, index], path="x")
+    assert not any("lists the shards" in w for w in with_index.warnings)
+    whole = load_from_fileset(LocalFileSet(tmp_path), ["a/b/config.json", index], path="x")  # the index alone
+    assert len(whole.tensors) == 5
+    with pytest.raises(InputError, match=r"a/b/config\.json: a JSON side file is not a checkpoint"):
+        load_from_fileset(LocalFileSet(tmp_path), ["a/b/config.json"], path="x")
+
+
+def test_files_of_two_formats_given_together_are_refused_by_name(tmp_path):
+    write_gguf(tmp_path / "m.gguf", [("token_embd.weight", (32, 16), Q.F32)])
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(InputError, match=r"files of different formats given together \(gguf: m.gguf; "
+                                         r"safetensors: model.safetensors\)"):
+        load_from_fileset(LocalFileSet(tmp_path), ["m.gguf", "model.safetensors"], path="x")
+
+
 class MemoryFileSet:
     """A FileSet that is not a local directory: what a Hub repo looks like to the readers."""
 
@@ -395,3 +418,54 @@ def test_hub_repo_with_escaping_index_is_refused(hub):
     with pytest.raises(InputError, match=r"org/evil.*escapes the model directory"):
         load_checkpoint("org/evil")
     assert not hub.requests(r"other-org")
+
+
+def test_the_package_hands_out_its_lazy_names_and_no_others():
+    import qcheck.readers as readers
+    from qcheck.hub.target import looks_like_repo_id as hub_rule
+    from qcheck.readers.directory import read_side_files
+
+    assert readers.read_side_files is read_side_files and readers.looks_like_repo_id is hub_rule
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        readers.nothing  # noqa: B018
+
+
+def test_several_gguf_models_are_read_one_by_one_only_when_asked(tmp_path):
+    from qcheck.readers import load_checkpoints
+
+    for name in ("a.gguf", "b.gguf"):
+        write_gguf(tmp_path / name, [("token_embd.weight", (32, 16), Q.F32)])
+    assert [c.path for c in load_checkpoints(str(tmp_path), all_models=True)] == [
+        str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]
+    with pytest.raises(InputError, match=r"2 GGUF checkpoints here: a\.gguf; b\.gguf"):
+        load_checkpoints(str(tmp_path))  # the default is one model
+    # a safetensors model beside them wins, as without all_models
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    write_json(tmp_path / "config.json", {"model_type": "llama"})
+    [one] = load_checkpoints(str(tmp_path), all_models=True)
+    assert (one.path, one.container) == (str(tmp_path), "safetensors")
+
+
+@pytest.mark.parametrize("target, suffix", [
+    ("./nope", ""), ("/nope/at/all", ""), ("nope.gguf", ""), ("org/model.gguf", ""),
+    ("org/na..me", " (nor a Hub repo id: '--' and '..' are not allowed in a repo id)")])
+def test_a_missing_path_says_why_it_is_no_repo_id_only_when_it_looks_like_one(tmp_path, monkeypatch, target, suffix):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as info:
+        load_checkpoint(target)
+    assert str(info.value) == f"{target}: no such file or directory{suffix}"
+
+
+def test_a_sharded_model_at_exactly_its_limits_is_read_and_one_below_is_refused(tmp_path):
+    """max_shards, max_tensors and max_json_bytes each equal to what the model has: read; one less: refused."""
+    root = sharded_model(tmp_path / "m")
+    biggest = max(root.glob("*.json"), key=lambda p: p.stat().st_size)
+    json_bytes = biggest.stat().st_size
+    at = Limits(max_shards=2, max_tensors=5, max_json_bytes=json_bytes)
+    assert len(load_checkpoint(str(root), at).tensors) == 5
+    for over, message in ((Limits(max_shards=1), "weight_map names more than 1 shards"),
+                          (Limits(max_tensors=4), "weight_map lists 5 tensors, over the limit of 4"),
+                          (Limits(max_json_bytes=json_bytes - 1),
+                           f"over the {json_bytes - 1}-byte limit for side files")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            load_checkpoint(str(root), over)

@@ -463,6 +463,31 @@ def test_position_buckets_at_their_edges():
     assert (bucket["top1_agreement"], bucket["top1_agreement_interval"], bucket["tokens"]) == (None, None, 1)
 
 
+def test_position_buckets_skip_an_empty_bucket_and_report_the_later_ones():
+    """Tokens only at 600 and 9000: the empty buckets before and between them are left out, the later ones kept."""
+    m = CandidateMetrics(n_boot=50)
+    m.add_rows("d", RowComparison(np.array([0.2, 0.6]), np.array([True, False]), np.array([-1.0, -1.0]),
+                                  np.array([-1.2, -1.6]), exact=True), np.array([600, 9000]))
+    buckets = m.by_position()
+    assert [(b["from"], b["to"], b["tokens"], b["max_position"]) for b in buckets] == [
+        (512, 2048, 1, 600), (8192, None, 1, 9000)]
+    assert [b["kld_mean"] for b in buckets] == pytest.approx([0.2, 0.6])
+    assert [b["top1_agreement"] for b in buckets] == [1.0, 0.0]
+
+
+def test_greedy_agreement_counts_the_identical_generations():
+    """Two of three generations token for token the same: 2/3 (not the 1/3 that differ), Wilson of (2, 3)."""
+    from qcheck.eval.runners.base import Generation
+
+    m = CandidateMetrics(n_boot=50)
+    item = _item("g", "generate", "gen", prompt="p", expected="a")
+    for cand in ([1, 2], [1, 2], [1, 3]):
+        m.add_generation(item, Generation([1, 2]), Generation(cand), "a", "a")
+    metrics, intervals = m.summary()
+    assert (metrics["greedy_agreement"], metrics["generate_items"]) == (pytest.approx(2 / 3), 3)
+    assert intervals["greedy_agreement"] == stats.wilson(2, 3).to_json()
+
+
 def test_pearson_and_exp_edges():
     from qcheck.eval.metrics import _exp_or_nan, _pearson, _safe_exp
 
@@ -538,6 +563,14 @@ def test_candidate_top_k_ids_must_lie_in_the_reference_vocabulary():
         else:
             with pytest.raises(InputError, match="token id outside the reference vocabulary"):
                 compare_rows(rows_from(ref, y), scores, y, "t")
+    # a one-token vocabulary: id 0 is its last id, inside it; id 1 is outside
+    one = np.zeros((1, 1), dtype=np.float32)
+    rows = compare_rows(rows_from(one, np.array([0])), TokenScores(np.zeros(1, dtype=np.float32),
+                        topk_ids=np.array([[0]]), topk_logprobs=np.zeros((1, 1))), np.array([0]), "t")
+    assert rows.kld[0] == pytest.approx(0.0) and rows.rest_mass[0] == pytest.approx(0.0)
+    with pytest.raises(InputError, match="token id outside the reference vocabulary"):
+        compare_rows(rows_from(one, np.array([0])), TokenScores(np.zeros(1, dtype=np.float32),
+                     topk_ids=np.array([[1]]), topk_logprobs=np.zeros((1, 1))), np.array([0]), "t")
 
 
 def _bucketed_by_hand(p: dict[int, float], q: dict[int, float]) -> float:

@@ -216,3 +216,32 @@ def test_the_gate_policy_key(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     verdict = json.loads(proc.stdout)["models"][0]["verdicts"][0]
     assert verdict["fails"] is True and verdict["policy"]["require_kv_scales"] is True
+
+
+def test_scale_names_of_no_kind_or_no_layer_do_not_end_the_count() -> None:
+    """A tensor whose last component looks like a scale but names no KV scale (an MLP output scale), or a scale
+    outside any layer, comes first in the file: the layers' k/v scales after it still count."""
+    from qcheck.classify.base import Draft
+    from qcheck.classify.kv_scales import kv_scales
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    names = ["model.layers.0.mlp.down_proj.output_scale", "lm_head.k_scale", "model.layers.0.self_attn.k_proj.weight",
+             "model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale"]
+    table = TensorTable({n: TensorInfo(n, "F32", (1,), 4) for n in names})
+    out = kv_scales(table, Draft(tensors={}, metadata={}, qlinears=[]))
+    assert (out.attention_layers, out.k_scales, out.v_scales, out.missing) == (1, 1, 1, [])
+
+
+def test_missing_layers_are_listed_in_number_order_and_other_digits_first() -> None:
+    """Layer 10 after layer 2 (numbers, not text); an index in non-ASCII digits is not read as a number."""
+    from qcheck.classify.base import Draft
+    from qcheck.classify.kv_scales import kv_scales
+    from qcheck.classify.table import TensorTable
+    from qcheck.model import TensorInfo
+
+    names = [f"model.layers.{i}.self_attn.k_proj.weight" for i in ("10", "2", "\u0663")]
+    table = TensorTable({n: TensorInfo(n, "F8_E4M3", (8, 8), 64) for n in names})
+    draft = Draft(tensors={}, metadata={}, qlinears=[], kv_cache_declared="kv_cache_scheme")
+    out = kv_scales(table, draft)
+    assert out.missing == ["model.layers.\u0663", "model.layers.2", "model.layers.10"]

@@ -87,6 +87,54 @@ def test_not_a_checkpoint_never_echoes_its_bytes(tmp_path):
         load_checkpoint(str(path))
 
 
+NOT_SHOWN = "it is not a GGUF, safetensors, PyTorch zip or pickle file (contents not shown)"
+
+
+@pytest.mark.parametrize("head, said", [
+    (b'  {"a": 1}', "it looks like JSON or text"), (b"[1, 2]", "it looks like JSON or text"),
+    (b"plain words ~", "it looks like text"), (b"a\tb", "it looks like text"), (b"a\nb", "it looks like text"),
+    (b"a\rb", "it looks like text"), (b"a\x7fb", NOT_SHOWN), (b"a\x1fb", NOT_SHOWN), (b"a\x0bb", NOT_SHOWN),
+    (b"a\x0eb", NOT_SHOWN), (b"abc\x00", NOT_SHOWN),
+    (b"a" * 64 + b"\x00", "it looks like text"),  # only the first 64 bytes are looked at
+])
+def test_what_an_unknown_file_looks_like_at_the_edges_of_text(tmp_path, head, said):
+    """Printable ASCII (32..126) plus tab, newline and carriage return is text; DEL, other control bytes and NUL
+    are not; a leading { or [ (after spaces) is JSON."""
+    path = tmp_path / "unknown.bin"
+    path.write_bytes(head)
+    with pytest.raises(InputError) as info:
+        load_checkpoint(str(path))
+    assert str(info.value).endswith(f"not a checkpoint: {said}")
+
+
+def test_a_protocol_0_pickle_is_recognised_within_its_first_mebibyte(tmp_path):
+    """Protocol 0/1 pickles have no magic: qcheck parses the first 1 MiB to STOP. One ending exactly at 1 MiB is a
+    pickle; one byte longer is not recognised (named as text, never unpickled)."""
+    def text_pickle(total: int) -> bytes:
+        return b"S'" + b"a" * (total - 5) + b"'\n."
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(text_pickle(1 << 20))
+    assert load_checkpoint(str(path)).container == "pickle"
+    path.write_bytes(text_pickle((1 << 20) + 1))
+    with pytest.raises(InputError, match=r"not a checkpoint: it looks like text$"):
+        load_checkpoint(str(path))
+
+
+def test_a_header_of_exactly_max_safetensors_header_bytes_is_read(tmp_path):
+    import struct
+
+    import torch
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(4)}, str(path))
+    (n,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert load_checkpoint(str(path), Limits(max_safetensors_header=n)).tensors["w"].shape == (4,)
+    with pytest.raises(InputError, match=f"header length {n} is over the {n - 1}-byte limit"):
+        load_checkpoint(str(path), Limits(max_safetensors_header=n - 1))
+
+
 CLI_CASES = ["17-length-2^64-1", "18-not-utf8", "19-duplicate-tensor", "21-appended-polyglot",
              "22-deep-nesting-in-shape", "21-shape-product-overflow"]
 

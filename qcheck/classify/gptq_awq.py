@@ -35,7 +35,7 @@ def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> 
         lead = prod(t.shape[:-2])
         rows, cols = t.shape[-2], t.shape[-1]
         srows, out_dim = scales.shape[-2], scales.shape[-1]
-        pack = 32 if t.dtype.upper() in ("I32", "U32") else 8 * _itemsize(t.dtype)
+        pack = 8 * _itemsize(t.dtype)
         names = [name, scales.name] + ([qzeros.name] if qzeros else []) + ([g_idx.name] if g_idx else [])
         bits_hint, group_hint = hints.for_module(prefix)
         if g_idx is None and cols != out_dim and srows == rows and srows > 1:
