@@ -86,8 +86,16 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "Q8_0 split": _split(_q8_0(), tmp), "Q4_K_M split": _split(llama31_8b("Q4_K_M"), tmp)}
 
 
+def _runner() -> CliRunner:
+    """stdout and stderr apart on every click the project allows (8.1 mixes them unless told not to)."""
+    try:
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+    except TypeError:  # click >= 8.2 keeps them apart and has no such argument
+        return CliRunner()
+
+
 def _run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    result = _runner().invoke(cli, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
 
