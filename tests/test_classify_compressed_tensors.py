@@ -159,6 +159,14 @@ def test_group_scales_that_do_not_divide_the_input():
     assert (q.granularity, q.group_size) == ("group", None)
 
 
+def test_an_integer_weight_with_no_input_columns_has_no_group_size():
+    """0 columns and 4 scale columns: no group can be read (not a group of 0 inputs, which no engine knows)."""
+    (q,) = _scan({"z.weight": ("I8", (64, 0)), "z.weight_scale": ("F32", (64, 4))}).values()
+    assert (q.granularity, q.group_size, q.logical) == ("group", None, 0)
+    (one,) = _scan({"z.weight": ("I8", (64, 1)), "z.weight_scale": ("F32", (64, 1))}).values()  # one column
+    assert (one.granularity, one.group_size) == ("per-channel", -1)
+
+
 # ------------------------------------------------------------------------------------------------- config
 def _apply(quant: dict[str, Any], tensor_method: str | None = None, where: str = "config.json quantization_config",
            quant_method: str | None = "compressed-tensors") -> Draft:

@@ -366,6 +366,26 @@ def test_mlx_block_only_in_quantization_config() -> None:
     assert insp.findings == []
 
 
+def test_mlx_quant_method_config_without_a_quantization_block() -> None:
+    """A ``quant_method: mlx`` config's bits and group are what the checkpoint is judged against, as the
+    scanner reads them (8-bit, group 32 here), not MLX's affine defaults (4, 64) with two false mismatches."""
+    fx = b.mlx_fixture(bits=8, group=32)
+    cfg = fx.configs["config.json"]
+    del cfg["quantization"]
+    cfg["quantization_config"] = {"quant_method": "mlx", "bits": 8, "group_size": 32}
+    insp = classify(fx.checkpoint())
+    q = insp.quantization
+    assert (q.method, q.producer, q.config_method, q.weight_bits, q.group_size) == ("mlx", "mlx-lm", "mlx", 8, 32)
+    assert insp.findings == [] and insp.parameters == LOGICAL
+    # a stale config (4 bits stated): MLX shapes give bits x group only, so the stated bits make the group 64,
+    # against the stated 32; the same finding as from a ``quantization`` block
+    cfg["quantization_config"]["bits"] = 4
+    (finding,) = _mismatches(classify(fx.checkpoint()))
+    assert finding.message == "config says group_size 32, but tensor shapes give 64 (model.layers.0.self_attn.q_proj)"
+    cfg["quantization"] = {k: v for k, v in cfg.pop("quantization_config").items() if k != "quant_method"}
+    assert [f.message for f in _mismatches(classify(fx.checkpoint()))] == [finding.message]
+
+
 def test_modelopt_mixed_precision() -> None:
     """ModelOpt MIXED_PRECISION (FP8 attention, NVFP4 MLP) with quantized_layers in the flat config.json form."""
     shape = b.DEFAULT

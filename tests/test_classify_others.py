@@ -162,6 +162,18 @@ def test_torchao_scan_per_tensor_type():
     assert [q.name for q in others.scan_torchao(_tensors(spec), set(), first)] == ["m.a"]
 
 
+def test_torchao_int4_qdata_of_no_known_size_counts_unknown_elements():
+    """Two int4 values per byte of ``qdata``: a dtype of no known size gives no count, not 0 elements."""
+    from qcheck.model import TensorInfo
+
+    hints = Hints(metadata=_torchao_meta({"m.b.weight": "Int4Tensor"}))
+    for dtype, nbytes, logical in (("U8", 64 * 16, 64 * 16 * 2), ("X9", None, None), ("U8", 0, 0)):
+        tensors = {"m.b.weight:qdata": TensorInfo("m.b.weight:qdata", dtype, (64, 16), nbytes),
+                   "m.b.weight:scale": TensorInfo("m.b.weight:scale", "BF16", (64, 2), 256)}
+        (q,) = others.scan_torchao(tensors, set(), hints)
+        assert (q.bits, q.logical) == (4, logical), dtype
+
+
 @pytest.mark.parametrize("quant_type, fmt, act", [
     ("int8_dynamic_activation_int8_weight", "int8_dynamic_activation_int8_weight", ("int8", "dynamic per-token")),
     ({"default": {"_type": "Int8DynamicActivationInt8WeightConfig"}}, "Int8DynamicActivationInt8WeightConfig",

@@ -917,6 +917,25 @@ def test_gptq_packs_in_other_word_sizes_and_fused_experts():
     assert frac["q"].bits == 32 * 10 / 96 and frac["q"].weight_dtype is None
 
 
+def test_gptq_words_of_every_integer_dtype_and_no_guess_for_a_float_qweight():
+    """The word size comes from the one dtype table: U16 and U64 words are 16 and 64 bits; a float ``qweight``
+    packs nothing a GPTQ/AWQ kernel reads, so it is not taken as 32-bit words."""
+    spec = {"h.qweight": ("U16", (32, 64)), "h.scales": ("F16", (1, 64)), "h.g_idx": ("I32", (128,)),
+            "w.qweight": ("U64", (8, 64)), "w.scales": ("F16", (1, 64)), "w.g_idx": ("I32", (128,))}
+    for dtype in ("F16", "BF16", "F32", "F8_E4M3", "X9"):
+        spec[f"{dtype}.qweight"] = (dtype, (16, 64))
+        spec[f"{dtype}.scales"] = ("F16", (1, 64))
+        spec[f"{dtype}.g_idx"] = ("I32", (128,))
+    from qcheck.classify import gptq_awq
+    from qcheck.classify.base import Hints
+    from qcheck.model import TensorInfo
+
+    tensors = {n: TensorInfo(n, d, s) for n, (d, s) in spec.items()}
+    out = {q.name: q for q in gptq_awq.scan(tensors, set(), Hints())}
+    assert set(out) == {"h", "w"}
+    assert [(out[k].bits, out[k].logical) for k in ("h", "w")] == [(4, 128 * 64), (4, 128 * 64)]
+
+
 def test_awq_gemv_group_from_the_config_when_the_padding_hides_it():
     from qcheck.classify.base import Hints
 

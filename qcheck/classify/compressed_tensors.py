@@ -106,7 +106,7 @@ def _int_weight(tensors: Mapping[str, TensorInfo], name: str, t: TensorInfo, hin
     elif len(s) == 1 or s[-1] == 1:
         gran, group = "per-channel", -1
     else:
-        gran, group = "group", exact_div(in_dim or 0, s[-1])
+        gran, group = "group", exact_div(in_dim, s[-1]) if in_dim else None  # no input columns: no group
     q = QLinear(name=prefix, method="int8" if bits == 8 else "int4", layout="int-quantized", tensors=[name, scale.name],
                 logical=logical, bits=bits, group_size=group, granularity=gran, weight_dtype=int_word(bits),
                 scale_dtype=container_word(scale.dtype), zero_point=False)

@@ -15,6 +15,10 @@ from qcheck.classify.configs import ConfigView, as_int, excluded_modules, first
 from qcheck.classify.dtypes import container_word, int_word
 from qcheck.classify.table import candidates
 from qcheck.model import TensorInfo
+from qcheck.readers.dtype_bits import SAFETENSORS_BITS
+
+#: the integer words a ``qweight`` can pack into (GPTQ/AWQ exports use I32)
+_INT_WORDS = frozenset({"I8", "U8", "I16", "U16", "I32", "U32", "I64", "U64"})
 
 
 def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> list[QLinear]:
@@ -35,7 +39,9 @@ def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> 
         lead = prod(t.shape[:-2])
         rows, cols = t.shape[-2], t.shape[-1]
         srows, out_dim = scales.shape[-2], scales.shape[-1]
-        pack = 8 * _itemsize(t.dtype)
+        pack = _word_bits(t.dtype)
+        if pack is None:
+            continue
         names = [name, scales.name] + ([qzeros.name] if qzeros else []) + ([g_idx.name] if g_idx else [])
         bits_hint, group_hint = hints.for_module(prefix)
         if g_idx is None and cols != out_dim and srows == rows and srows > 1:
@@ -79,8 +85,10 @@ def _awq_gemv(prefix: str, names: list[str], t: TensorInfo, scales: TensorInfo, 
                    weight_dtype=int_word(bits), scale_dtype=container_word(scales.dtype))
 
 
-def _itemsize(dtype: str) -> int:
-    return {"I8": 1, "U8": 1, "I16": 2, "I32": 4, "U32": 4, "I64": 8}.get(dtype.upper(), 4)
+def _word_bits(dtype: str) -> int | None:
+    """Bits of the integer word a ``qweight`` packs into; a float or unknown dtype packs nothing (no guess)."""
+    upper = dtype.upper()
+    return SAFETENSORS_BITS[upper] if upper in _INT_WORDS else None
 
 
 def _bits_group(d: dict | None) -> tuple[int | None, int | None]:

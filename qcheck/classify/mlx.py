@@ -80,13 +80,12 @@ def scan(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hints) -> 
 def apply_config(view: ConfigView, draft: Draft, family: str, tensor_method: str | None) -> None:
     """The MLX ``quantization`` block (mode, bits, group, per-module overrides) or transformers ``metal``."""
     block = view.mlx
-    if block is None and (view.quant_method or "") == "metal":
-        block = view.quant
-        draft.producer = "transformers (metal)"
-        draft.config_method = "metal"
-    else:
-        draft.producer = "mlx-lm"
-        draft.config_method = "mlx"
+    method = view.quant_method or ""
+    metal = block is None and method == "metal"
+    if block is None and method in ("metal", "mlx"):
+        block = view.quant  # the bits/group of a ``quant_method: mlx`` config, as the scanner's hints take them
+    draft.producer = "transformers (metal)" if metal else "mlx-lm"
+    draft.config_method = "metal" if metal else "mlx"
     block = block or {}
     mode = str(block.get("mode") or "affine").lower()
     dg, db, wdt, sdt = MODES.get(mode, MODES["affine"])

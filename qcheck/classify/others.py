@@ -138,12 +138,14 @@ def scan_torchao(tensors: Mapping[str, TensorInfo], claimed: set[str], hints: Hi
         if qdata is None:
             continue
         ttype = types.get(param, "")
+        logical: int | None
         if "Float8" in ttype or qdata.dtype.upper().startswith("F8"):
             bits, wdt = 8, container_word(qdata.dtype) if qdata.dtype.upper().startswith("F8") else "float8_e4m3"
             logical = qdata.numel
         elif "Int4" in ttype:
             bits, wdt = 4, "int4"
-            logical = (tensor_nbytes(qdata) or 0) * 2
+            nbytes = tensor_nbytes(qdata)
+            logical = nbytes * 2 if nbytes is not None else None  # two int4 per byte; a dtype of no known size: unknown
         else:
             bits, wdt = 8, "int8"
             logical = qdata.numel

@@ -20,7 +20,6 @@ from qcheck.classify.side import is_side_tensor
 from qcheck.model import TensorInfo, tensor_columns
 
 _DTYPE = attrgetter("dtype")
-_LAST = itemgetter(2)
 _SHAPE = attrgetter("shape")
 _NBYTES = attrgetter("nbytes")
 
@@ -104,7 +103,7 @@ class TensorTable:
     def keys(self) -> list[str]:
         """The last dot-separated component of each name (the whole name when it has no dot)."""
         if self._keys is None:
-            self._keys = list(map(_LAST, map(str.rpartition, self.names, repeat("."))))
+            self._keys = list(map(itemgetter(2), map(str.rpartition, self.names, repeat("."))))
         return self._keys
 
     def rows(self, column: list[str], value: str) -> list[int]:
