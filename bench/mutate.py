@@ -75,7 +75,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "tests/test_attention_backend.py", "tests/test_check_cli.py", "tests/test_suggestions.py",
                 "tests/test_newest_releases.py", "tests/test_gpu_detect.py", "tests/test_validate.py"]),
     "memory": (["qcheck/memory/*.py"],
-               ["tests/test_memory*.py", "tests/test_plan.py", "tests/test_speed.py", "tests/test_one_answer.py"]),
+               ["tests/test_memory*.py", "tests/test_plan.py", "tests/test_speed.py", "tests/test_one_answer.py",
+                "tests/test_capacity.py", "tests/test_startup.py"]),
     "eval/metrics": (["qcheck/eval/metrics.py"],
                      ["tests/test_eval_metrics.py", "tests/test_eval_positions.py", "tests/test_eval_noise_floor.py",
                       "tests/test_eval_plausibility.py", "tests/test_eval_generation.py", "tests/test_eval_run.py"]),
@@ -87,10 +88,13 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/test_eval_generation.py", "tests/test_eval_kv_cache.py", "tests/test_gate_quality.py"]),
     "policy": (["qcheck/policy.py"],
                ["tests/test_policy.py", "tests/test_gate*.py", "tests/test_redteam.py", "tests/test_targets.py",
-                "tests/test_validate.py"]),
+                "tests/test_validate.py", "tests/test_hostile_policies.py", "tests/test_deploy_manifests.py",
+                "tests/test_redteam_deploy.py", "tests/test_one_answer.py", "tests/test_startup.py",
+                "tests/test_memory_knobs.py", "tests/test_platform_engineer.py"]),
     "deploy": (["qcheck/deploy/*.py"],
                ["tests/test_deploy_*.py", "tests/test_gate.py", "tests/test_gate_action.py", "tests/test_redteam.py",
-                "tests/test_examples_gate.py"]),
+                "tests/test_examples_gate.py", "tests/test_redteam_deploy.py", "tests/test_one_answer.py",
+                "tests/test_startup.py", "tests/test_platform_engineer.py"]),
 }
 #: test files never traced: they run tools in subprocesses (ruff, mypy, a wheel build), nothing in-process
 UNTRACED_TESTS = ("tests/test_typing.py", "tests/test_wheel.py", "tests/test_precommit.py")
