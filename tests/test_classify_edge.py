@@ -384,6 +384,12 @@ def test_mlx_quant_method_config_without_a_quantization_block() -> None:
     assert finding.message == "config says group_size 32, but tensor shapes give 64 (model.layers.0.self_attn.q_proj)"
     cfg["quantization"] = {k: v for k, v in cfg.pop("quantization_config").items() if k != "quant_method"}
     assert [f.message for f in _mismatches(classify(fx.checkpoint()))] == [finding.message]
+    # both places: MLX reads its ``quantization`` block (mlx_lm.utils.load_model) and so do the scanner and the
+    # judge; a stale quant_method: mlx copy beside it is not what the model runs with
+    cfg["quantization"] = {"bits": 8, "group_size": 32}
+    cfg["quantization_config"] = {"quant_method": "mlx", "bits": 4, "group_size": 64}
+    both = classify(fx.checkpoint())
+    assert (both.quantization.weight_bits, both.quantization.group_size, both.findings) == (8, 32, [])
 
 
 def test_modelopt_mixed_precision() -> None:

@@ -920,12 +920,13 @@ def test_gptq_packs_in_other_word_sizes_and_fused_experts():
 def test_gptq_words_of_every_integer_dtype_and_no_guess_for_a_float_qweight():
     """The word size comes from the one dtype table: U16 and U64 words are 16 and 64 bits; a float ``qweight``
     packs nothing a GPTQ/AWQ kernel reads, so it is not taken as 32-bit words."""
-    spec = {"h.qweight": ("U16", (32, 64)), "h.scales": ("F16", (1, 64)), "h.g_idx": ("I32", (128,)),
-            "w.qweight": ("U64", (8, 64)), "w.scales": ("F16", (1, 64)), "w.g_idx": ("I32", (128,))}
-    for dtype in ("F16", "BF16", "F32", "F8_E4M3", "X9"):
+    spec = {}
+    for dtype in ("F16", "BF16", "F32", "F8_E4M3", "X9"):  # listed first: a skipped tensor does not end the scan
         spec[f"{dtype}.qweight"] = (dtype, (16, 64))
         spec[f"{dtype}.scales"] = ("F16", (1, 64))
         spec[f"{dtype}.g_idx"] = ("I32", (128,))
+    spec.update({"h.qweight": ("U16", (32, 64)), "h.scales": ("F16", (1, 64)), "h.g_idx": ("I32", (128,)),
+                 "w.qweight": ("U64", (8, 64)), "w.scales": ("F16", (1, 64)), "w.g_idx": ("I32", (128,))})
     from qcheck.classify import gptq_awq
     from qcheck.classify.base import Hints
     from qcheck.model import TensorInfo

@@ -199,3 +199,14 @@ def test_with_sibling_is_the_loop_it_replaces() -> None:
             want = [n for n in names if n.endswith((".weight", ".weight_packed"))
                     and f"{n.rpartition('.')[0]}.weight_scale" in tensors]
             assert got == want
+
+
+def test_with_sibling_asks_the_mapping_it_is_given_not_another_table() -> None:
+    """A table built over other tensors (a superset here) is not used for membership: the mapping asked decides."""
+    from qcheck.classify.table import with_sibling
+    from qcheck.model import TensorInfo
+
+    full = {n: TensorInfo(n, "I8", (4, 4), 16) for n in ("a.weight", "a.weight_scale", "b.weight")}
+    subset = {n: full[n] for n in ("a.weight", "b.weight")}
+    assert with_sibling(full, TensorTable(full), ["a.weight", "b.weight"], (".weight",), "weight_scale") == ["a.weight"]
+    assert with_sibling(subset, TensorTable(full), ["a.weight", "b.weight"], (".weight",), "weight_scale") == []
