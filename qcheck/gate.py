@@ -175,7 +175,6 @@ def _run_quality(policy: Policy, inspections: dict[str, Any], limits: Limits) ->
         return out
     try:
         from qcheck.eval.run import CandidateSpec, EvalConfig, run_eval
-        from qcheck.request import KVCacheTypes
 
         specs: list[CandidateSpec | str] = [CandidateSpec(name=n, path=p) if q.backend == "simulated"
                  else CandidateSpec(name=n, path=p, backend=q.backend) for n, p in candidates]
@@ -184,7 +183,7 @@ def _run_quality(policy: Policy, inspections: dict[str, Any], limits: Limits) ->
                             cache_dir=q.cache_dir, max_length=q.max_length, stride=q.stride,
                             windows=q.windows, thresholds=q.thresholds,
                             max_items=q.max_items, limits=limits, simulate_engine=q.simulate_engine,
-                            kv_split=q.kv_split, kv_cache=q.kv_cache if q.kv_cache is not None else KVCacheTypes())
+                            kv_split=q.kv_split, kv_cache=q.kv_cache)
         result = run_eval(config)
     except QcheckError as exc:
         out["error"] = f"quality: {exc}"

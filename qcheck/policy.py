@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,17 +17,13 @@ from typing import TYPE_CHECKING, Any
 from qcheck import validate
 from qcheck.errors import UsageError
 from qcheck.limits import DEFAULT_LIMITS, Limits
-from qcheck.request import EngineKnobs, Parallel
+from qcheck.request import EngineKnobs, KVCacheTypes, Parallel
+from qcheck.toml_compat import tomllib
 
 if TYPE_CHECKING:
     from qcheck.doors import Asked
     from qcheck.matrix.loader import Matrix
     from qcheck.request import CheckRequest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 POLICY_FILE = "qcheck.toml"
 PYPROJECT = "pyproject.toml"
@@ -134,7 +129,7 @@ class QualitySpec:
     #: whose arithmetic simulated candidates reproduce (``qcheck eval --simulate-engine``)
     simulate_engine: str = "auto"
     #: the KV cache every candidate runs with (``--kv-cache-dtype``, ``--cache-type-k/-v``); unset: engine defaults
-    kv_cache: Any = None  # qcheck.request.KVCacheTypes
+    kv_cache: KVCacheTypes = field(default_factory=KVCacheTypes)
     kv_split: bool = True
 
 
@@ -180,7 +175,7 @@ class Policy:
         a manifest's command line is the deployment): the input of ``qcheck.doors.build_request``, as ``qcheck
         check``'s flags are."""
         from qcheck.doors import Asked
-        from qcheck.request import Deploy, KVCacheTypes
+        from qcheck.request import Deploy
 
         mem = self.memory
         relaxed = mem is not None and not mem.enforce  # enforce = false: the start-up is reported, not enforced
@@ -213,7 +208,7 @@ class Policy:
         if self.quality:
             quality = {k: v for k, v in dataclasses.asdict(self.quality).items() if k not in ("thresholds", "kv_cache")}
             quality["thresholds"] = self.quality.thresholds.to_json()
-            quality["kv_cache"] = self.quality.kv_cache.to_json() if self.quality.kv_cache is not None else None
+            quality["kv_cache"] = self.quality.kv_cache.to_json()
         return {"file": self.file, "models": [dataclasses.asdict(m) for m in self.models],
                 "targets": [dataclasses.asdict(t) for t in self.targets],
                 "memory": ({**dataclasses.asdict(self.memory), "knobs": self.memory.knobs.to_json(),
@@ -787,10 +782,8 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
         kv_cache=_quality_kv(c, raw), kv_split=c.boolean(raw, "kv-split", "quality", True))
 
 
-def _quality_kv(c: _Checker, raw: Any) -> Any:
+def _quality_kv(c: _Checker, raw: Any) -> KVCacheTypes:
     """``kv-cache-dtype`` (one type, or "K,V"), ``cache-type-k``, ``cache-type-v`` as a KVCacheTypes."""
-    from qcheck.request import KVCacheTypes
-
     both = c.string(raw, "kv-cache-dtype", "quality")
     k = c.string(raw, "cache-type-k", "quality")
     v = c.string(raw, "cache-type-v", "quality")

@@ -37,12 +37,8 @@ class Spelled:
 
 def _flag_names(data: bytes) -> dict[str, Any]:
     """The parts of a flag table spelling needs: the engine, and each option's names, ``dest`` and kind."""
-    import sys
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    from qcheck.toml_compat import tomllib
 
     raw = tomllib.loads(data.decode("utf-8"))
     flags = []

@@ -11,15 +11,10 @@ environment variables, so a command line is read exactly as the engine reads it.
 from __future__ import annotations
 
 import functools
-import sys
 from dataclasses import dataclass
 
 from qcheck.errors import QcheckError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from qcheck.toml_compat import tomllib
 
 #: how an engine tokenises its command line: Python argparse, llama.cpp's common_params_parse_ex, click, Go
 #: cobra/pflag (Ollama), commander.js (LM Studio's lms)

@@ -17,16 +17,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from qcheck.errors import QcheckError, UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from qcheck.toml_compat import tomllib
 
 __all__ = ["Container", "Gap", "ManifestError", "read_manifest"]
 

@@ -7,7 +7,6 @@ run, the cached parse is used only for exactly those bytes, and the schema valid
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,7 @@ def read_toml(root: Path, file: Path) -> dict[str, Any]:
 
 def _parse(root: Path, file: Path, data: bytes) -> dict[str, Any]:
     """The TOML parser itself (imported here: a run whose files are all cached never loads it)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    from qcheck.toml_compat import tomllib
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:

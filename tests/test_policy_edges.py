@@ -1,0 +1,259 @@
+"""Policy loading at its edges: every limit at exactly its value and one past it, every default the same whether a
+policy file or Python code builds the policy, and the branches that decide which settings a deployment is judged
+with (issue #36: the mutation run of qcheck/policy.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from qcheck import policy as policy_mod
+from qcheck.policy import MemorySpec, Policy, PolicyError, QualitySpec, TargetSpec, find_policy, load_policy
+from support.gate_helpers import q4_gguf
+
+TARGET = '[[targets]]\nengine = "tinycpp"\ngpu = ["cpu"]\n'
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository (``.git``) with one GGUF model and one compose file."""
+    (tmp_path / ".git").mkdir()
+    q4_gguf(tmp_path / "models" / "q4.gguf")
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "compose.yaml").write_text("services: {}\n")
+    return tmp_path
+
+
+def _load(repo: Path, text: str) -> Policy:
+    path = repo / "qcheck.toml"
+    path.write_text(text)
+    return load_policy(path, validate=False)
+
+
+def _error(repo: Path, text: str) -> str:
+    with pytest.raises(PolicyError) as exc:
+        _load(repo, text)
+    return str(exc.value)
+
+
+# ------------------------------------------------------------------------------------------ one answer for defaults
+def test_a_policy_built_in_python_has_the_defaults_of_a_policy_file(repo: Path) -> None:
+    """The Python API (``Policy``, ``TargetSpec``, ``MemorySpec``, ``QualitySpec``) and a file that sets nothing
+    give the same policy: the same strictness, LFS mode, batch, enforcement and quality settings."""
+    loaded = _load(repo, 'models = ["models/q4.gguf"]\n' + TARGET + "[memory]\n"
+                   '[quality]\nreference = "models"\ntier = "good"\n')
+    built = Policy(file=loaded.file, models=loaded.models, targets=[TargetSpec(engines=["tinycpp"], gpus=["cpu"],
+                                                                               key="targets[0]")],
+                   memory=MemorySpec(), base_dir=loaded.base_dir,
+                   quality=QualitySpec(reference=loaded.quality.reference, tasks=[],
+                                       thresholds=loaded.quality.thresholds))
+    assert built.to_json() == loaded.to_json()
+    assert (built.require_native, built.allow_unknown, built.require_kv_scales, built.kernels_only,
+            built.allow_outside, built.allow_nothing_judged, built.lfs_pointers) == (
+        False, False, False, False, False, False, "error")
+    target = built.targets[0]
+    assert (target.require_native, target.allow_unknown, target.require_kv_scales, target.kernels_only,
+            target.models) == (False, False, False, False, None)
+    assert (built.memory.batch, built.memory.enforce, built.memory.context) == (1, True, None)
+    q = built.quality
+    assert (q.backend, q.max_length, q.stride, q.windows, q.reference_dtype, q.device, q.simulate_engine,
+            q.kv_split) == ("simulated", 512, None, "sliding", "float32", "cpu", "auto", True)
+    assert built.asked(target) == loaded.asked(loaded.targets[0])
+
+
+def test_top_level_strictness_is_every_targets_default_and_a_target_overrides_it(repo: Path) -> None:
+    keys = ("require-native", "allow-unknown", "require-kv-scales", "kernels-only")
+    loaded = _load(repo, "".join(f"{k} = true\n" for k in keys) + 'allow-nothing-judged = true\n'
+                   'models = ["models/q4.gguf"]\n' + TARGET + TARGET + "".join(f"{k} = false\n" for k in keys))
+    assert (loaded.require_native, loaded.allow_unknown, loaded.require_kv_scales, loaded.kernels_only,
+            loaded.allow_nothing_judged) == (True, True, True, True, True)
+    first, second = loaded.targets
+    assert (first.require_native, first.allow_unknown, first.require_kv_scales, first.kernels_only) == (
+        True, True, True, True)
+    assert (second.require_native, second.allow_unknown, second.require_kv_scales, second.kernels_only) == (
+        False, False, False, False)
+
+
+# ------------------------------------------------------------------------------------------ what is asked
+def test_what_a_deployment_and_a_target_are_asked_with_and_without_memory(repo: Path) -> None:
+    """Deployments: the top-level strictness, the ``[memory]`` batch (1 without one), settings always named (the
+    manifest's command line is the deployment). Targets: the ``[memory]`` settings, named only when there is one."""
+    plain = _load(repo, 'models = ["models/q4.gguf"]\n' + TARGET)
+    (target,) = plain.targets
+    deployment, judged = plain.asked(), plain.asked(target)
+    assert (deployment.deploy.batch, deployment.settings_named, deployment.kernels_only) == (1, True, False)
+    assert (judged.settings_named, judged.kernels_only, judged.deploy.context, judged.deploy.batch) == (
+        False, False, None, 1)
+    assert (judged.engines, judged.gpus) == (("tinycpp",), ("cpu",))
+    with_memory = _load(repo, 'models = ["models/q4.gguf"]\n' + TARGET + "[memory]\ncontext = 4096\nbatch = 3\n")
+    (target,) = with_memory.targets
+    assert (with_memory.asked().deploy.batch, with_memory.asked().kernels_only) == (3, False)
+    judged = with_memory.asked(target)
+    assert (judged.settings_named, judged.deploy.context, judged.deploy.batch, judged.kernels_only) == (
+        True, 4096, 3, False)
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+@pytest.mark.parametrize("top, per_target", [(False, False), (True, False), (False, True), (True, True)])
+def test_kernels_only_is_the_strictness_or_an_unenforced_memory_table(repo: Path, enforce, top, per_target) -> None:
+    """A target's own kernels-only (which overrides the top level's) or ``enforce = false``; deployments take the
+    top level's."""
+    text = (f"kernels-only = {str(top).lower()}\n" 'models = ["models/q4.gguf"]\n' + TARGET
+            + f"kernels-only = {str(per_target).lower()}\n" + f"[memory]\nenforce = {str(enforce).lower()}\n")
+    loaded = _load(repo, text)
+    assert loaded.asked(loaded.targets[0]).kernels_only is (per_target or not enforce)
+    assert loaded.asked().kernels_only is (top or not enforce)
+
+
+# ------------------------------------------------------------------------------------------ the report
+def test_the_report_lists_deployments_only_when_there_are_some_and_quality_as_json(repo: Path) -> None:
+    plain = _load(repo, 'models = ["models/q4.gguf"]\n' + TARGET)
+    assert "deployments" not in plain.to_json()
+    both = _load(repo, 'models = ["models/q4.gguf"]\ndeployments = ["deploy/compose.yaml"]\n' + TARGET
+                 + '[quality]\nreference = "models"\nmax-kld = 0.05\nkv-cache-dtype = "q8_0"\n')
+    data = both.to_json()
+    assert [d["shown"] for d in data["deployments"]] == ["deploy/compose.yaml"]
+    quality = data["quality"]
+    assert quality["thresholds"] == both.quality.thresholds.to_json()
+    assert quality["kv_cache"] == both.quality.kv_cache.to_json()
+    assert quality["max_length"] == 512 and quality["reference"] == str(repo / "models")
+
+
+# ------------------------------------------------------------------------------------------ finding the policy
+def test_a_pyproject_without_tool_qcheck_is_no_policy(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.black]\nline-length = 100\n')
+    assert find_policy(repo) is None
+    with pytest.raises(PolicyError) as exc:
+        load_policy(repo / "pyproject.toml", validate=False)
+    assert str(exc.value) == f"{repo / 'pyproject.toml'}: [tool.qcheck]: missing: this pyproject.toml has no qcheck policy"
+    (repo / "pyproject.toml").write_text('[tool.qcheck]\nmodels = ["models/q4.gguf"]\n' + TARGET.replace(
+        "[[targets]]", "[[tool.qcheck.targets]]"))
+    assert find_policy(repo) == repo / "pyproject.toml"
+    assert [m.name for m in load_policy(repo / "pyproject.toml", validate=False).models] == ["models/q4.gguf"]
+
+
+def test_a_policy_file_of_exactly_the_size_limit_is_read_one_byte_more_is_not(repo: Path) -> None:
+    head = 'models = ["models/q4.gguf"]\n' + TARGET + "#"
+    text = head + "x" * (policy_mod.MAX_POLICY_BYTES - len(head) - 1) + "\n"
+    assert len(text.encode()) == policy_mod.MAX_POLICY_BYTES == 4 * 1024 * 1024
+    assert [m.name for m in _load(repo, text).models] == ["models/q4.gguf"]
+    message = _error(repo, text + "\n")
+    assert message.endswith(f"qcheck.toml: {4 * 1024 * 1024 + 1} bytes is too large for a policy file "
+                            f"(at most {4 * 1024 * 1024})")
+
+
+# ------------------------------------------------------------------------------------------ deployments
+def test_deployments_at_exactly_their_limit_and_one_past_it(repo: Path) -> None:
+    assert policy_mod.MAX_DEPLOYMENTS == 1_000
+    many = ", ".join(['"deploy/compose.yaml"'] * 1_000)
+    assert len(_load(repo, f"deployments = [{many}]\n").deployments) == 1_000
+    assert _error(repo, f'deployments = [{many}, "deploy/compose.yaml"]\n').endswith(
+        "qcheck.toml: deployments: 1001 entries; at most 1000")
+
+
+def test_deployments_with_models_need_targets_and_keep_memory_to_the_load(repo: Path) -> None:
+    both = _load(repo, 'deployments = ["deploy/compose.yaml"]\nmodels = ["models/q4.gguf"]\n' + TARGET)
+    assert ([m.name for m in both.models], len(both.targets), len(both.deployments)) == (["models/q4.gguf"], 1, 1)
+    assert "targets: missing: list where the models must run" in _error(
+        repo, 'deployments = ["deploy/compose.yaml"]\nmodels = ["models/q4.gguf"]\n')
+    assert "models: missing: list the models to gate" in _error(
+        repo, 'deployments = ["deploy/compose.yaml"]\n' + TARGET)
+    message = _error(repo, 'deployments = ["deploy/compose.yaml"]\nmodels = ["models/q4.gguf"]\n' + TARGET
+                     + "[memory]\ncontext = 8192\n")
+    assert "memory.context: cannot apply to the policy's deployments" in message
+    kept = _load(repo, 'deployments = ["deploy/compose.yaml"]\nmodels = ["models/q4.gguf"]\n' + TARGET
+                 + "[memory]\nbatch = 2\nenforce = false\n")
+    assert (kept.memory.batch, kept.memory.enforce) == (2, False)
+
+
+# ------------------------------------------------------------------------------------------ misplaced keys
+def test_a_top_level_key_under_a_target_is_named_as_misplaced_and_a_target_must_be_a_table(repo: Path) -> None:
+    message = _error(repo, 'models = ["models/q4.gguf"]\n' + TARGET + 'lfs-pointers = "skip"\n')
+    assert "targets[0].lfs-pointers: unknown key here; it is a top-level key" in message
+    # a list of words is not a table, even when one word is a top-level key's name
+    message = _error(repo, 'models = ["models/q4.gguf"]\ntargets = [["memory"]]\n')
+    assert "targets[0]" in message and "must be a table" in message and "top-level key" not in message
+
+
+# ------------------------------------------------------------------------------------------ bounded walks
+def _files(directory: Path, count: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        os.close(os.open(directory / f"m{i:06d}.gguf", os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def test_a_glob_of_exactly_max_models_matches_is_taken_one_more_is_refused(repo: Path) -> None:
+    assert policy_mod.MAX_MODELS == 10_000
+    _files(repo / "many", 10_000)
+    c = policy_mod._Checker("qcheck.toml")
+    found = policy_mod.bounded_glob(c, "models[0]", "many/*.gguf", repo)
+    assert len(found) == 10_000 and found[0] == ("many/m000000.gguf", str(repo / "many" / "m000000.gguf"))
+    _files(repo / "many", 10_001)
+    with pytest.raises(PolicyError) as exc:
+        policy_mod.bounded_glob(c, "models[0]", "many/*.gguf", repo)
+    assert str(exc.value) == "qcheck.toml: models[0]: the glob 'many/*.gguf' matches more than 10000 models"
+
+
+def test_a_glob_visiting_exactly_max_glob_entries_is_walked_one_more_is_refused(repo: Path, monkeypatch) -> None:
+    assert policy_mod.MAX_GLOB_ENTRIES == 200_000
+    monkeypatch.setattr(policy_mod, "MAX_GLOB_ENTRIES", 6)
+    _files(repo / "walk" / "a", 2)  # the walk visits: a, b, a/2 files, b/2 files = 6 entries
+    _files(repo / "walk" / "b", 2)
+    c = policy_mod._Checker("qcheck.toml")
+    assert len(policy_mod.bounded_glob(c, "models[0]", "walk/**/*.gguf", repo)) == 4
+    (repo / "walk" / "b" / "extra.txt").write_text("")
+    with pytest.raises(PolicyError, match="visits more than 6 files and directories"):
+        policy_mod.bounded_glob(c, "models[0]", "walk/**/*.gguf", repo)
+
+
+def test_a_model_directory_of_exactly_max_dir_entries_is_checked_one_more_is_refused(repo: Path,
+                                                                                     monkeypatch) -> None:
+    assert policy_mod.MAX_DIR_ENTRIES == 100_000
+    monkeypatch.setattr(policy_mod, "MAX_DIR_ENTRIES", 3)
+    model = repo / "models" / "dir"
+    _files(model, 2)
+    (model / "sub").mkdir()  # a, b and sub: 3 entries
+    confine = policy_mod.Confinement(repo)
+    assert confine.problem("models/dir", model) is None
+    (model / "sub" / "c").write_text("")
+    assert confine.problem("models/dir", model) == "'models/dir' holds more than 3 entries: not a model directory"
+    assert confine.problem("models/dir", model, walk=False) is None
+
+
+def test_only_a_symlink_that_leaves_the_repository_is_refused(repo: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    model = repo / "models" / "linked"
+    model.mkdir()
+    (model / "inside").symlink_to(repo / "models" / "q4.gguf")  # a symlink within the repository: fine
+    (model / "plain.json").write_text("{}")
+    confine = policy_mod.Confinement(repo)
+    assert confine.problem("models/linked", model) is None
+    (model / "z-out").symlink_to(outside)
+    assert confine.problem("models/linked", model) == (
+        f"'models/linked': 'z-out' is a symlink out of the policy's repository ({repo}); pass --allow-outside "
+        "to follow it")
+    assert policy_mod.Confinement(repo, allow_outside=True).problem("models/linked", model) is None
+
+
+# ------------------------------------------------------------------------------------------ glob matching
+@pytest.mark.parametrize("parts, pats, want", [
+    ([], [], True), (["a"], [], False), ([], ["*"], False),
+    (["m.gguf"], ["*.gguf"], True), ([".m.gguf"], ["*.gguf"], False), ([".m.gguf"], [".*.gguf"], True),
+    (["a", "m.gguf"], ["**", "*.gguf"], True), (["m.gguf"], ["**", "*.gguf"], True),
+    (["a", "b", "m.gguf"], ["**", "*.gguf"], True), ([".git", "m.gguf"], ["**", "*.gguf"], False),
+    (["a", ".h", "m.gguf"], ["**", "*.gguf"], False), (["a"], ["**"], True), ([], ["**"], True),
+    (["a", "m.gguf"], ["a", "*.gguf"], True), (["b", "m.gguf"], ["a", "*.gguf"], False),
+    (["a", "m.gguf", "x"], ["a", "*.gguf"], False)])
+def test_glob_components_match_like_a_shell_with_double_star(parts, pats, want) -> None:
+    assert policy_mod._match_parts(parts, pats) is want
+
+
+@pytest.mark.parametrize("parts, pats, want", [
+    (["a"], ["a", "*.gguf"], True), (["b"], ["a", "*.gguf"], False), (["a", "b"], ["a", "*.gguf"], False),
+    (["a"], ["**", "*.gguf"], True), (["a", "b", "c"], ["a", "**"], True), ([".h"], ["*", "*.gguf"], False),
+    ([".h"], [".*", "*.gguf"], True), (["a"], ["a"], False), ([], ["a"], True), (["a", "b"], ["*", "*"], False)])
+def test_a_directory_is_entered_only_if_it_can_hold_a_match(parts, pats, want) -> None:
+    assert policy_mod._could_descend(parts, pats) is want
+
