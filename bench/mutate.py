@@ -87,7 +87,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   ["tests/test_eval_gate.py", "tests/test_eval_metrics.py", "tests/test_policy.py",
                    "tests/test_eval_generation.py", "tests/test_eval_kv_cache.py", "tests/test_gate_quality.py"]),
     "policy": (["qcheck/policy.py"],
-               ["tests/test_policy.py", "tests/test_gate*.py", "tests/test_redteam.py", "tests/test_targets.py",
+               ["tests/test_policy*.py", "tests/test_gate*.py", "tests/test_redteam.py", "tests/test_targets.py",
                 "tests/test_validate.py", "tests/test_hostile_policies.py", "tests/test_deploy_manifests.py",
                 "tests/test_redteam_deploy.py", "tests/test_one_answer.py", "tests/test_startup.py",
                 "tests/test_memory_knobs.py", "tests/test_platform_engineer.py"]),
