@@ -12,7 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from qcheck import validate
 from qcheck.errors import UsageError
@@ -442,6 +442,14 @@ class _Checker:
         """A string or a list of non-empty strings."""
         return validate.strings(table.get(key, []), self.at(prefix, key))
 
+    @overload
+    def integer(self, table: dict[str, Any], key: str, prefix: str | None, *, minimum: int, maximum: int,
+                default: int) -> int: ...
+
+    @overload
+    def integer(self, table: dict[str, Any], key: str, prefix: str | None, *, minimum: int, maximum: int,
+                default: None) -> int | None: ...
+
     def integer(self, table: dict[str, Any], key: str, prefix: str | None, *, minimum: int, maximum: int,
                 default: int | None) -> int | None:
         if key not in table:
@@ -696,7 +704,7 @@ def _memory(c: _Checker, raw: Any) -> MemorySpec:
         kv = kv.lower()
     sizes = {k: c.integer(raw, k, "memory", minimum=1, maximum=1 << 16, default=None) for k in ("tp", "pp", "ep")}
     return MemorySpec(context=c.integer(raw, "context", "memory", minimum=1, maximum=1 << 24, default=None),
-                      batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1) or 1,
+                      batch=c.integer(raw, "batch", "memory", minimum=1, maximum=1 << 16, default=1),
                       kv_cache_dtype=kv, enforce=c.boolean(raw, "enforce", "memory", True), knobs=_knobs(c, raw),
                       parallel=Parallel(**sizes))
 
@@ -752,7 +760,7 @@ def _quality(c: _Checker, raw: Any, base_dir: Path, models: list[ModelSpec], con
     backend = c.choice(raw, "backend", "quality", quality_backends(), "simulated")
     reference_dtype = c.choice(raw, "reference-dtype", "quality", REFERENCE_DTYPES, "float32")
     device = c.choice(raw, "device", "quality", DEVICES, "cpu")
-    max_length = c.integer(raw, "max-length", "quality", minimum=8, maximum=1_000_000, default=512) or 512
+    max_length = c.integer(raw, "max-length", "quality", minimum=8, maximum=1_000_000, default=512)
     stride = c.integer(raw, "stride", "quality", minimum=1, maximum=max_length - 1, default=None)
     windows = c.choice(raw, "windows", "quality", WINDOW_MODES, "sliding")
     max_items = c.integer(raw, "max-items", "quality", minimum=1, maximum=10_000_000, default=None)
@@ -837,12 +845,10 @@ def quality_backends() -> tuple[str, ...]:
 
 def validate_targets(policy: Policy, matrix: Matrix | None = None) -> None:
     """Resolve every target's engines and GPUs against the matrix: unknown names name their key."""
-    from qcheck.matrix import load_matrix
     from qcheck.pipeline import plan
     from qcheck.request import CheckRequest
 
-    matrix = matrix or load_matrix()
-    for t in policy.targets:
+    for t in policy.targets:  # plan() loads the default matrix (cached per root) when none is given
         try:
             plan(CheckRequest("-", tuple(t.engines), tuple(t.gpus)), matrix)
         except UsageError as exc:

@@ -50,6 +50,7 @@ def test_a_policy_built_in_python_has_the_defaults_of_a_policy_file(repo: Path) 
                    quality=QualitySpec(reference=loaded.quality.reference, tasks=[],
                                        thresholds=loaded.quality.thresholds))
     assert built.to_json() == loaded.to_json()
+    assert (loaded.allow_outside, loaded.allow_nothing_judged) == (built.allow_outside, built.allow_nothing_judged)
     assert (built.require_native, built.allow_unknown, built.require_kv_scales, built.kernels_only,
             built.allow_outside, built.allow_nothing_judged, built.lfs_pointers) == (
         False, False, False, False, False, False, "error")
@@ -253,7 +254,249 @@ def test_glob_components_match_like_a_shell_with_double_star(parts, pats, want) 
 @pytest.mark.parametrize("parts, pats, want", [
     (["a"], ["a", "*.gguf"], True), (["b"], ["a", "*.gguf"], False), (["a", "b"], ["a", "*.gguf"], False),
     (["a"], ["**", "*.gguf"], True), (["a", "b", "c"], ["a", "**"], True), ([".h"], ["*", "*.gguf"], False),
-    ([".h"], [".*", "*.gguf"], True), (["a"], ["a"], False), ([], ["a"], True), (["a", "b"], ["*", "*"], False)])
+    ([".h"], [".*", "*.gguf"], True), (["a"], ["a"], False), ([], ["a"], True), (["a", "b"], ["*", "*"], False),
+    (["a", "b"], ["a"], False), (["a", "b", "c"], ["*", "*.gguf"], False)])
 def test_a_directory_is_entered_only_if_it_can_hold_a_match(parts, pats, want) -> None:
     assert policy_mod._could_descend(parts, pats) is want
 
+
+
+# ------------------------------------------------------------------------------------------ deployment entries
+def test_deployment_entries_resolve_their_model_paths_and_refuse_bad_tables(repo: Path) -> None:
+    loaded = _load(repo, 'deployments = [{file = "deploy/compose.yaml", gpu = "h100", model = "models/q4.gguf", '
+                   'models = {"/models/q4.gguf" = "models/q4.gguf", "/models/hub" = "org/name"}}, '
+                   '{file = "deploy/compose.yaml", model = "org/other"}]\n')
+    first, second = loaded.deployments
+    local = str(repo / "models" / "q4.gguf")
+    assert (first.file, first.shown, first.gpu, first.key) == (
+        str(repo / "deploy" / "compose.yaml"), "deploy/compose.yaml", "h100", "deployments[0]")
+    assert first.models == {"/models/q4.gguf": local, "/models/hub": "org/name"}  # a Hub id stays as written
+    assert (first.model, second.model, second.models, second.gpu) == (local, "org/other", {}, None)
+    assert _error(repo, 'deployments = [{gpu = "h100"}]\n').endswith("deployments[0].file: missing")
+    for models in ('["models/q4.gguf"]', '{"/models/m" = ""}', '{"/models/m" = 3}'):
+        assert _error(repo, f'deployments = [{{file = "deploy/compose.yaml", models = {models}}}]\n').endswith(
+            "deployments[0].models: must be a table of container path = model path or Hub id")
+
+
+def test_a_deployments_only_policy_refuses_a_quality_table_and_says_why(repo: Path) -> None:
+    head = 'deployments = ["deploy/compose.yaml"]\n[quality]\ntier = "good"\n'
+    assert _error(repo, head + 'reference = "no/such/dir/here"\n').endswith(
+        "quality.reference: 'no/such/dir/here': no such directory, and not a Hub repo id")
+    for reference in ("models", "org/name"):  # a directory, a Hub id: the reference is fine, the table is not
+        assert _error(repo, head + f'reference = "{reference}"\n').endswith(
+            "quality: a quality gate evaluates the policy's models, and this policy lists none (only deployments): "
+            "add models = [...] and [[targets]], or remove [quality]")
+
+
+def test_parse_policy_confines_paths_unless_asked_not_to(repo: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("elsewhere")
+    q4_gguf(outside / "m.gguf")
+    data = {"models": [str(outside / "m.gguf")], "targets": [{"engine": "tinycpp", "gpu": ["cpu"]}]}
+    with pytest.raises(PolicyError, match="is outside the policy's repository"):
+        policy_mod.parse_policy(data, "qcheck.toml", repo)
+    allowed = policy_mod.parse_policy(data, "qcheck.toml", repo, allow_outside=True)
+    assert ([m.path for m in allowed.models], allowed.allow_outside) == ([str(outside / "m.gguf")], True)
+    assert policy_mod.parse_policy({**data, "models": ["models/q4.gguf"]}, "qcheck.toml", repo).allow_outside is False
+
+
+def test_a_target_applies_when_any_of_its_patterns_matches_the_name_or_the_path(repo: Path) -> None:
+    model = policy_mod.ModelSpec(name="models/q4.gguf", path=str(repo / "models" / "q4.gguf"))
+    assert TargetSpec([], [], models=["*.gguf", "nothing*"]).applies_to(model)
+    assert TargetSpec([], [], models=["nothing*", str(repo / "models" / "*")]).applies_to(model)  # by its path
+    assert not TargetSpec([], [], models=["nothing*", "*.safetensors"]).applies_to(model)
+    assert TargetSpec([], []).applies_to(model)
+
+
+def test_a_directory_the_glob_cannot_list_is_skipped_not_the_end_of_the_walk(repo: Path, monkeypatch) -> None:
+    """As root every directory can be listed, so the unreadable one is injected: the walk goes on past it."""
+    _files(repo / "walk" / "a", 1)
+    _files(repo / "walk" / "b", 1)
+    _files(repo / "walk" / "c", 1)
+    real = os.scandir
+
+    def scandir(path):
+        if Path(path).name == "b":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(policy_mod.os, "scandir", scandir)
+    c = policy_mod._Checker("qcheck.toml")
+    assert [name for name, _ in policy_mod.bounded_glob(c, "models[0]", "walk/*/*.gguf", repo)] == [
+        "walk/a/m000000.gguf", "walk/c/m000000.gguf"]
+
+
+# ------------------------------------------------------------------------------------------ model entries
+def test_model_entries_names_globs_and_home_paths(repo: Path) -> None:
+    _files(repo / "two", 2)
+    assert _error(repo, 'models = [{name = "x"}]\n' + TARGET).endswith("models[0].path: missing")
+    assert _error(repo, 'models = [{path = "two/*.gguf", name = "pair"}]\n' + TARGET).endswith(
+        "models[0].name: a name needs a single model, but 'two/*.gguf' matches 2")
+    one = _load(repo, 'models = [{path = "two/*0.gguf", name = "first"}]\n' + TARGET)
+    assert [(m.name, m.path) for m in one.models] == [("first", str(repo / "two" / "m000000.gguf"))]
+    both = _load(repo, 'models = ["two/*.gguf"]\n' + TARGET)
+    assert [m.name for m in both.models] == ["two/m000000.gguf", "two/m000001.gguf"]
+    assert _error(repo, 'models = ["~/m.gguf"]\n' + TARGET).endswith(
+        "models[0]: '~/m.gguf': a home-directory path is outside the policy's repository; pass --allow-outside to "
+        "use it")
+
+
+def test_a_dangling_symlink_is_a_local_model_not_a_hub_id(repo: Path, tmp_path_factory) -> None:
+    (repo / "models" / "gone.gguf").symlink_to(repo / "models" / "deleted.gguf")
+    loaded = _load(repo, 'models = ["models/gone.gguf"]\n' + TARGET)
+    (model,) = loaded.models
+    assert (model.name, model.path, model.hub) == ("models/gone.gguf", str(repo / "models" / "gone.gguf"), False)
+    (repo / "models" / "away.gguf").symlink_to(tmp_path_factory.mktemp("away") / "x.gguf")
+    assert "'models/away.gguf' is outside the policy's repository" in _error(
+        repo, 'models = ["models/away.gguf"]\n' + TARGET)
+
+
+def test_the_model_count_limit_holds_across_entries_at_exactly_its_value(repo: Path, monkeypatch) -> None:
+    monkeypatch.setattr(policy_mod, "MAX_MODELS", 3)
+    _files(repo / "g", 3)
+    assert len(_load(repo, 'models = ["models/q4.gguf", "g/m00000[01].gguf"]\n' + TARGET).models) == 3
+    assert _error(repo, 'models = ["models/q4.gguf", "g/*.gguf"]\n' + TARGET).endswith(
+        "models[1]: more than 3 models")
+    listed = ", ".join(f'"g/m{i:06d}.gguf"' for i in range(3))
+    assert len(_load(repo, f"models = [{listed}]\n" + TARGET).models) == 3
+    assert _error(repo, f'models = [{listed}, "models/q4.gguf"]\n' + TARGET).endswith("models[3]: more than 3 models")
+
+
+def test_a_target_needs_an_engine_or_a_gpu_and_either_alone_is_enough(repo: Path) -> None:
+    engine_only = _load(repo, 'models = ["models/q4.gguf"]\n[[targets]]\nengine = "tinycpp"\n')
+    gpu_only = _load(repo, 'models = ["models/q4.gguf"]\n[[targets]]\ngpu = "cpu"\n')
+    assert [(t.engines, t.gpus) for t in engine_only.targets + gpu_only.targets] == [(["tinycpp"], []), ([], ["cpu"])]
+    assert _error(repo, 'models = ["models/q4.gguf"]\n[[targets]]\nmodels = ["*"]\n').endswith(
+        'targets[0]: needs an engine and/or a gpu (allowed: engine = "vllm==0.11.0", gpu = ["h100", "l4"])')
+
+
+@pytest.mark.parametrize("key, top", [("tp", 1 << 16), ("pp", 1 << 16), ("ep", 1 << 16), ("batch", 1 << 16),
+                                      ("context", 1 << 24)])
+def test_memory_integers_at_both_ends_of_their_range(repo: Path, key: str, top: int) -> None:
+    head = 'models = ["models/q4.gguf"]\n' + TARGET + "[memory]\n"
+    for value in (1, top):
+        memory = _load(repo, head + f"{key} = {value}\n").memory
+        got = getattr(memory.parallel, key) if key in ("tp", "pp", "ep") else getattr(memory, key)
+        assert got == value
+    for value in (0, top + 1):
+        assert _error(repo, head + f"{key} = {value}\n").endswith(
+            f"memory.{key}: must be an integer from 1 to {top}, not {value}")
+
+
+# ------------------------------------------------------------------------------------------ [quality]
+QUALITY = 'models = ["models/q4.gguf"]\n' + TARGET + "[quality]\n"
+
+
+def test_quality_paths_names_and_ranges(repo: Path) -> None:
+    (repo / "tasks.jsonl").write_text('{"prompt": "2+2=", "answer": "4"}\n')
+    assert _error(repo, QUALITY + 'tier = "good"\n').endswith("quality.reference: missing")
+    loaded = _load(repo, QUALITY + 'reference = "models"\ntier = "good"\ntasks = ["tasks.jsonl", "arithmetic"]\n'
+                   'models = ["models/q4.gguf"]\nmax-items = 10000000\n')
+    q = loaded.quality
+    assert (q.reference, q.tasks, q.models, q.max_items) == (
+        str(repo / "models"), [str(repo / "tasks.jsonl"), "arithmetic"], ["models/q4.gguf"], 10_000_000)
+    assert _error(repo, QUALITY + 'reference = "models"\ntier = "good"\nmodels = ["other"]\n').endswith(
+        "quality.models[0]: 'other' is not one of the policy's models (allowed: models/q4.gguf)")
+    for key, low, high in (("max-length", 8, 1_000_000), ("max-items", 1, 10_000_000)):
+        head = QUALITY + f'reference = "models"\ntier = "good"\n{key} = '
+        for value in (low, high):
+            spec = _load(repo, head + f"{value}\n").quality
+            assert getattr(spec, key.replace("-", "_")) == value
+        for value in (low - 1, high + 1):
+            assert _error(repo, head + f"{value}\n").endswith(
+                f"quality.{key}: must be an integer from {low} to {high}, not {value}")
+
+
+def test_quality_backends_are_the_registered_path_backends(repo: Path) -> None:
+    assert policy_mod.quality_backends() == ("simulated", "llamacpp")  # "endpoint" takes a URL, not a model path
+    head = QUALITY + 'reference = "models"\ntier = "good"\nbackend = '
+    assert _load(repo, head + '"llamacpp"\n').quality.backend == "llamacpp"
+    assert "quality.backend: 'endpoint' is not allowed (allowed: simulated, llamacpp)" in _error(
+        repo, head + '"endpoint"\n')
+
+
+def test_quality_inputs_are_checked_before_any_model_is_judged(repo: Path) -> None:
+    """``check_quality_inputs``: the reference exists or is a Hub id, no evaluated model is a Hub repo, the tasks
+    load; a policy without [quality] has nothing to check."""
+    check = policy_mod.check_quality_inputs
+    check(_load(repo, 'models = ["models/q4.gguf"]\n' + TARGET))
+    hub = 'models = ["models/q4.gguf", "org/name"]\n' + TARGET + "[quality]\n"
+    check(_load(repo, hub + 'reference = "models"\ntier = "good"\ntasks = ["arithmetic"]\n'))  # Hub models skipped
+    check(_load(repo, hub + 'reference = "org/reference"\ntier = "good"\n'))  # a Hub reference is fine
+    gone = _load(repo, hub + 'reference = "no/such/dir"\ntier = "good"\n')  # read at load, checked here
+    with pytest.raises(PolicyError) as exc:
+        check(gone)
+    assert str(exc.value).endswith("quality.reference: 'no/such/dir': no such directory, and not a Hub repo id")
+    named = _load(repo, hub + 'reference = "models"\ntier = "good"\nmodels = ["org/name"]\n')
+    with pytest.raises(PolicyError) as exc:
+        check(named)
+    assert str(exc.value).endswith("quality.models: org/name is a Hub repo; the quality gate needs local model files")
+    bad_tasks = _load(repo, hub + 'reference = "models"\ntier = "good"\ntasks = ["nosuchtask"]\n')
+    with pytest.raises(PolicyError) as exc:
+        check(bad_tasks)
+    assert "quality.tasks: --tasks nosuchtask: no such file, and not a bundled set" in str(exc.value)
+
+
+def test_the_cache_directory_is_confined_but_not_walked_as_a_model_directory(repo: Path, monkeypatch,
+                                                                             tmp_path_factory) -> None:
+    monkeypatch.setattr(policy_mod, "MAX_DIR_ENTRIES", 1)
+    _files(repo / ".cache" / "qcheck", 2)  # a cache grows past any model directory's size: never walked
+    head = QUALITY + 'reference = "models"\ntier = "good"\ncache-dir = '
+    assert _load(repo, head + '".cache/qcheck"\n').quality.cache_dir == str(repo / ".cache" / "qcheck")
+    outside = tmp_path_factory.mktemp("cache-out")
+    assert f"quality.cache-dir: '{outside}' is outside the policy's repository" in _error(repo, head + f'"{outside}"\n')
+
+
+# ------------------------------------------------------------------------------------------ --init
+def test_discover_models_two_levels_deep_one_entry_per_model_directory(tmp_path: Path) -> None:
+    for rel in ("a.gguf", "b.safetensors", "notes.txt", "x/c.gguf", "x/y/two.gguf", "x/y/z/too-deep.gguf", "big-00001-of-00002.gguf",
+                "big-00002-of-00002.gguf", ".hidden/h.gguf", "node_modules/n.gguf", "venv/v.gguf",
+                "model/config.json", "model/model.safetensors", "model/sub/inner.gguf", "cfg/config.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    assert policy_mod.discover_models(tmp_path) == [
+        "a.gguf", "b.safetensors", "big-00001-of-00002.gguf", "model", "x/c.gguf", "x/y/two.gguf"]
+    root_model = tmp_path / "root"
+    for rel in ("config.json", "model-00001-of-00002.safetensors", "extra/e.gguf"):
+        (root_model / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root_model / rel).write_bytes(b"")
+    assert policy_mod.discover_models(root_model) == ["."]  # the directory itself is the model
+
+
+def test_discover_models_stops_after_two_hundred(tmp_path: Path) -> None:
+    _files(tmp_path / "a", 150)
+    _files(tmp_path / "b", 150)
+    _files(tmp_path / "c", 150)
+    found = policy_mod.discover_models(tmp_path)
+    assert len(found) == 300 and found[0] == "a/m000000.gguf" and found[-1] == "b/m000149.gguf"  # stops after b
+
+
+@pytest.mark.parametrize("files, targets, target_models", [
+    ([], [("llama.cpp", '["cpu", "rtx-4090"]')], []),
+    (["m.gguf"], [("llama.cpp", '["cpu", "rtx-4090"]')], []),
+    (["m.safetensors"], [("vllm", '["h100"]')], []),
+    (["m.gguf", "d/config.json", "d/w.safetensors"], [("llama.cpp", '["cpu", "rtx-4090"]'), ("vllm", '["h100"]')],
+     ['models = ["*.gguf"]', 'models = ["d"]'])])
+def test_the_starter_policy_has_a_target_per_kind_of_model_found(tmp_path: Path, files, targets,
+                                                                 target_models) -> None:
+    from qcheck.toml_compat import tomllib
+
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    text = policy_mod.starter_policy(tmp_path)
+    data = tomllib.loads(text)
+    found = policy_mod.discover_models(tmp_path)
+    assert data["models"] == (found or ["models/*.gguf"])
+    assert [(t["engine"], str(t["gpu"]).replace("'", '"')) for t in data["targets"]] == targets
+    assert [f'models = ["{t["models"][0]}"]' for t in data["targets"] if "models" in t] == target_models
+    assert ("No model files were found here" in text) is (not files)
+
+
+@pytest.mark.parametrize("text, toml", [
+    ("plain/path.gguf", '"plain/path.gguf"'), ('q"uote', '"q\\"uote"'), ("back\\slash", '"back\\\\slash"'),
+    ("\x00\x1f", '"\\u0000\\u001f"'), (" ~\x7f\x80é", '" ~\\u007f\x80é"')])
+def test_toml_strings_escape_quotes_backslashes_and_control_characters(text: str, toml: str) -> None:
+    from qcheck.toml_compat import tomllib
+
+    assert policy_mod._toml_str(text) == toml
+    assert tomllib.loads(f"v = {toml}")["v"] == text
