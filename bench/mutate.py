@@ -92,7 +92,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "tests/test_redteam_deploy.py", "tests/test_one_answer.py", "tests/test_startup.py",
                 "tests/test_memory_knobs.py", "tests/test_platform_engineer.py"]),
     "deploy": (["qcheck/deploy/*.py"],
-               ["tests/test_deploy_*.py", "tests/test_gate.py", "tests/test_gate_action.py", "tests/test_redteam.py",
+               ["tests/test_deploy_*.py", "tests/test_argv_*.py", "tests/test_gate.py", "tests/test_gate_action.py", "tests/test_redteam.py",
                 "tests/test_examples_gate.py", "tests/test_redteam_deploy.py", "tests/test_one_answer.py",
                 "tests/test_startup.py", "tests/test_platform_engineer.py"]),
 }
