@@ -921,7 +921,7 @@ def starter_policy(directory: str | Path = ".") -> str:
         lines += ['models = ["*.gguf"]', ""] if has_st else [""]
     if has_st:
         lines += ["[[targets]]", 'engine = "vllm"', 'gpu = ["h100"]']
-        st = sorted(m if m.endswith(".safetensors") else m.rstrip("/") for m in models if not m.endswith(".gguf"))
+        st = [m for m in models if not m.endswith(".gguf")]  # discover_models: sorted, no trailing slashes
         lines += [f"models = [{', '.join(_toml_str(m) for m in st)}]", ""] if has_gguf else [""]
     lines += ["# Optional: the deployment's settings; a model fails when the engine would not start with them",
               "# (kernels-only = true, at the top or per target, reports that without failing).",

@@ -462,12 +462,13 @@ def test_discover_models_two_levels_deep_one_entry_per_model_directory(tmp_path:
     assert policy_mod.discover_models(root_model) == ["."]  # the directory itself is the model
 
 
-def test_discover_models_stops_after_two_hundred(tmp_path: Path) -> None:
-    _files(tmp_path / "a", 150)
-    _files(tmp_path / "b", 150)
-    _files(tmp_path / "c", 150)
+@pytest.mark.parametrize("sizes, listed", [((100, 100, 1), 201), ((100, 101, 1), 201), ((150, 150, 150), 300)])
+def test_discover_models_stops_after_the_directory_that_passes_two_hundred(tmp_path: Path, sizes, listed) -> None:
+    """At exactly 200 models the walk goes on; the directory that takes it past 200 is the last one listed."""
+    for name, size in zip("abc", sizes, strict=True):
+        _files(tmp_path / name, size)
     found = policy_mod.discover_models(tmp_path)
-    assert len(found) == 300 and found[0] == "a/m000000.gguf" and found[-1] == "b/m000149.gguf"  # stops after b
+    assert len(found) == listed and found[0] == "a/m000000.gguf"
 
 
 @pytest.mark.parametrize("files, targets, target_models", [
@@ -500,3 +501,19 @@ def test_toml_strings_escape_quotes_backslashes_and_control_characters(text: str
 
     assert policy_mod._toml_str(text) == toml
     assert tomllib.loads(f"v = {toml}")["v"] == text
+
+
+def test_targets_must_be_a_non_empty_array_of_tables(repo: Path) -> None:
+    for targets in ("[]", '"vllm"'):
+        assert _error(repo, f'models = ["models/q4.gguf"]\ntargets = {targets}\n').endswith(
+            'targets: must be a non-empty array of tables ([[targets]] with engine and gpu) (allowed: [[targets]] '
+            'engine = "vllm", gpu = ["h100"])')
+
+
+def test_a_task_file_outside_the_repository_is_refused(repo: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("tasks") / "t.jsonl"
+    outside.write_text('{"prompt": "2+2=", "answer": "4"}\n')
+    (repo / "linked.jsonl").symlink_to(outside)
+    for written in (str(outside), "linked.jsonl"):
+        assert f"quality.tasks[0]: '{written}' is outside the policy's repository" in _error(
+            repo, QUALITY + f'reference = "models"\ntier = "good"\ntasks = ["{written}"]\n')
