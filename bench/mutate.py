@@ -37,6 +37,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import os
 import signal
 import sys
@@ -470,8 +471,14 @@ def _functions(module: types.ModuleType) -> Iterator[tuple[str, types.FunctionTy
     yield from walk(vars(module), "", 0)
 
 
+#: callables compared by what they select (``itemgetter(0)`` vs ``itemgetter(1)``), so their mutants apply
+_GETTERS = (operator.itemgetter, operator.attrgetter)
+
+
 def _plain(value: Any, module_name: str) -> bool:
     """A value compared by content (so a re-executed module's copy can be told apart from the original)."""
+    if isinstance(value, _GETTERS):
+        return True
     if isinstance(value, (types.FunctionType, types.ModuleType, type)) or callable(value):
         return False
     if type(value).__module__ == module_name:
@@ -482,8 +489,18 @@ def _plain(value: Any, module_name: str) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down: ``{"F16": 2}`` and ``{"F16": 2.0}`` differ (a ``//`` -> ``/``
+    mutant of a table), as do ``itemgetter(0)`` and ``itemgetter(1)``."""
     try:
-        return bool(a == b) and type(a) is type(b)
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, _GETTERS):
+            return repr(a) == repr(b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(map(_same, a, b))
+        return bool(a == b)
     except Exception:
         return False
 
