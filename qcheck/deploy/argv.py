@@ -107,6 +107,8 @@ class _Reader:
                 only_positionals = True
                 continue
             self.option(self.i - 1)
+        if self.out.secrets:  # a secret value written again elsewhere (before or after its option) is masked there too
+            self.out.shown = [self.scrub(t) for t in self.out.shown]
         return self.out
 
     # -- secrets -----------------------------------------------------------------------------------------
