@@ -32,6 +32,8 @@ import os
 import stat
 from pathlib import Path
 
+from qcheck.source import read_at_most
+
 #: bytes of key material
 KEY_BYTES = 32
 _ENV = "QCHECK_CACHE_KEY_FILE"
@@ -97,16 +99,10 @@ def read_private(path: Path, max_bytes: int) -> bytes:
     try:
         if info.st_size > max_bytes:
             raise ValueError(f"{path} is {info.st_size} bytes, over {max_bytes}")
-        chunks, total = [], 0
-        while total <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > max_bytes:
+        data = read_at_most(fd, max_bytes)
+        if len(data) > max_bytes:
             raise ValueError(f"{path} grew past {max_bytes} bytes while read")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

@@ -58,6 +58,20 @@ class FileSet(Protocol):
 CHANGE_TIME_TRACKS_WRITES = os.name != "nt"
 
 
+def read_at_most(fd: int, max_bytes: int) -> bytes:
+    """What ``fd`` holds, read until its end or ``max_bytes + 1`` bytes (one byte more than allowed tells the caller
+    the file is too large, or grew while read, without reading the rest)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got <= max_bytes:
+        data = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+        if not data:
+            break
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, display: str | None = None) -> bytes:
     """The bytes of a small regular file (a manifest, a Modelfile) named by someone else: a device (``/dev/zero``),
     a FIFO (which would block the open or the read for ever) or a socket is refused, and so is a file of more than
@@ -73,17 +87,10 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, d
             raise InputError(f"the {what} is not a regular file ({file_kind(st.st_mode)}): not read", path=name)
         if st.st_size > max_bytes:
             raise InputError(f"{st.st_size} bytes is too large for a {what} (at most {max_bytes})", path=name)
-        chunks: list[bytes] = []
-        got = 0
-        while got <= max_bytes:
-            data = os.read(fd, min(1 << 20, max_bytes + 1 - got))
-            if not data:
-                break
-            chunks.append(data)
-            got += len(data)
-        if got > max_bytes:
+        data = read_at_most(fd, max_bytes)
+        if len(data) > max_bytes:
             raise InputError(f"more than {max_bytes} bytes: too large for a {what}", path=name)
-        return b"".join(chunks)
+        return data
     except OSError as exc:
         raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=name) from None
     finally:
